@@ -1,0 +1,190 @@
+"""The registry: every backend, operator, kernel, public name and command plugins add.
+
+Plugins never touch the tables directly: each registration hook gets a
+registrar bound to the plugin's name, so the registry knows who registered
+what. That is how a duplicate registration names both plugins and how
+`oarlock plugins` counts kernels per plugin.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from oarlock.device import Backend, Place, split_device_string
+
+GENERIC = None  # device key of the generic array-API kernels
+ANY_DTYPE = None
+
+NAMESPACES = ("oarlock", "oarlock.nn", "oarlock.nn.functional", "oarlock.linalg", "oarlock.compat", "Tensor")
+
+
+class DuplicateRegistration(ValueError):
+    """Two plugins registered the same key."""
+
+
+class Registry:
+    """All tables; one per plugin manager (tests build isolated ones)."""
+
+    def __init__(self):
+        self.backends: dict[str, Backend] = {}
+        self.ops: dict = {}
+        self.kernels: dict[tuple, tuple] = {}      # (op, device, dtype) -> (fn, plugin)
+        self.api: dict[str, dict[str, tuple]] = {ns: {} for ns in NAMESPACES}
+        self.commands: dict[str, tuple] = {}       # name -> (help, configure, run, plugin)
+        self.owner: dict[tuple, str] = {}          # (table, key) -> plugin
+        self.kernel_count: Counter = Counter()
+        self.devices_of: dict[str, list[str]] = defaultdict(list)
+        self._lookup_cache: dict = {}
+        self.generation = 0                        # bumped on every change; caches compare it
+
+    # -- bookkeeping -------------------------------------------------------------
+    def _claim(self, table: str, key, plugin: str, what: str):
+        previous = self.owner.get((table, key))
+        if previous is not None:
+            raise DuplicateRegistration(
+                f"{what} is registered twice: first by plugin {previous!r}, again by plugin {plugin!r}")
+        self.owner[(table, key)] = plugin
+        self.changed()
+
+    def changed(self):
+        self._lookup_cache.clear()
+        for op in self.ops.values():
+            op.fast.clear()
+        self.generation += 1
+
+    # -- devices -------------------------------------------------------------------
+    def add_backend(self, backend: Backend, plugin: str):
+        if not backend.type:
+            raise ValueError(f"plugin {plugin!r} registered a backend with no device type")
+        self._claim("backend", backend.type, plugin, f"device type {backend.type!r}")
+        self.backends[backend.type] = backend
+        self.devices_of[plugin].append(backend.type)
+        for place in list(Place._interned.values()):
+            if place.type == backend.type:
+                place.backend = backend
+
+    def parse_place(self, device, what: str = "device") -> Place:
+        """A Place from "cpu", "gpu", "gpu:1", "cuda:0", "name:N" or a Place; errors name `what`."""
+        if isinstance(device, Place):
+            place = device
+        elif isinstance(device, str):
+            kind, index = split_device_string(device)
+            place = Place(kind, 0 if index is None else index)
+        else:
+            raise TypeError(f"{what} must be a device string such as 'cpu' or 'gpu:0' or a Place, "
+                            f"got {type(device).__name__} {device!r}")
+        backend = self.backends.get(place.type)
+        if backend is None:
+            known = ", ".join(sorted(self.backends)) or "none"
+            raise ValueError(f"{what}: device type {place.type!r} (from {device!r}) is not available; "
+                             f"no installed plugin provides it. Available device types: {known}")
+        count = backend.device_count()
+        if place.index >= count:
+            raise ValueError(f"{what}: {device!r} asks for device index {place.index} but only "
+                             f"{count} {place.type} device(s) exist")
+        place.backend = backend
+        return place
+
+    # -- operators and kernels --------------------------------------------------------
+    def add_op(self, opdef, plugin: str):
+        self._claim("op", opdef.name, plugin, f"operator {opdef.name!r}")
+        opdef.plugin = plugin
+        self.ops[opdef.name] = opdef
+
+    def add_kernel(self, op: str, device: str | None, dtype, fn, plugin: str):
+        key = (op, device, dtype)
+        where = f"device {device!r}" if device else "the generic array-API"
+        self._claim("kernel", key, plugin, f"kernel for op {op!r} on {where}, dtype {dtype or 'any'}")
+        self.kernels[key] = (fn, plugin)
+        self.kernel_count[plugin] += 1
+
+    def find_kernel(self, op: str, device: str, dtype):
+        """The kernel for (op, device type, dtype): exact device, then parent devices, then the
+        generic kernel; for each, the dtype-specific kernel before the any-dtype one."""
+        key = (op, device, dtype)
+        fn = self._lookup_cache.get(key)
+        if fn is not None:
+            return fn
+        kernels = self.kernels
+        chain, seen = [], set()
+        current = device
+        while current is not None and current not in seen:
+            seen.add(current)
+            chain.append(current)
+            backend = self.backends.get(current)
+            current = backend.parent if backend is not None else None
+        chain.append(GENERIC)
+        for dev in chain:
+            for dt in (dtype, ANY_DTYPE):
+                found = kernels.get((op, dev, dt))
+                if found is not None:
+                    self._lookup_cache[key] = found[0]
+                    return found[0]
+        return None
+
+    def kernels_of(self, op: str) -> list[str]:
+        """Human-readable list of the kernels an op has, for error messages."""
+        return [f"{dev or 'generic'}/{dt or 'any'}" for (name, dev, dt) in self.kernels if name == op]
+
+    # -- public names and commands ------------------------------------------------------
+    def add_api(self, namespace: str, name: str, obj, plugin: str):
+        if namespace not in self.api:
+            raise ValueError(f"plugin {plugin!r} exported {name!r} into unknown namespace {namespace!r}; "
+                             f"namespaces: {', '.join(NAMESPACES)}")
+        self._claim("api", (namespace, name), plugin, f"public name {namespace}.{name}")
+        self.api[namespace][name] = (obj, plugin)
+
+    def add_command(self, name, help, configure, run, plugin):
+        self._claim("command", name, plugin, f"command 'oarlock {name}'")
+        self.commands[name] = (help, configure, run, plugin)
+
+
+class BackendRegistrar:
+    """Passed to `oarlock_register_backends`."""
+
+    def __init__(self, registry: Registry, plugin: str):
+        self._registry, self.plugin = registry, plugin
+
+    def register(self, backend: Backend):
+        self._registry.add_backend(backend, self.plugin)
+
+    __call__ = register
+
+
+class ApiRegistrar:
+    """Passed to `oarlock_register_api`."""
+
+    def __init__(self, registry: Registry, plugin: str):
+        self._registry, self.plugin = registry, plugin
+
+    def export(self, namespace: str, name: str, obj):
+        self._registry.add_api(namespace, name, obj, self.plugin)
+        return obj
+
+    __call__ = export
+
+
+class CommandRegistrar:
+    """Passed to `oarlock_register_commands`."""
+
+    def __init__(self, registry: Registry, plugin: str):
+        self._registry, self.plugin = registry, plugin
+
+    def add(self, name: str, help: str, configure, run):
+        self._registry.add_command(name, help, configure, run, self.plugin)
+
+
+_default = None
+
+
+def default_registry() -> Registry:
+    """The process-wide registry, filled from installed plugins on first use."""
+    if _default is None:
+        from oarlock.plugins import default_manager
+        default_manager()  # sets _default, then loads entry points
+    return _default
+
+
+def set_default_registry(registry: Registry) -> None:
+    global _default
+    _default = registry

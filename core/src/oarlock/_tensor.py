@@ -1,0 +1,455 @@
+"""Tensor: a thin object over one backend array, its place, dtype and autograd state.
+
+Python operators call ops by name through `oarlock._ops`; every other method
+(`x.sum()`, `x.reshape(...)`) comes from the "Tensor" namespace that plugins
+fill, resolved on first use by `__getattr__` and then cached on the class.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from oarlock import _ops
+from oarlock.autograd import PyLayer, run_backward, _seed_grads
+from oarlock.dtypes import _BY_NP, convert_dtype, from_numpy_dtype
+
+_new = object.__new__
+_LOW_PRECISION = {"bfloat16", "float8_e4m3fn", "float8_e5m2"}
+
+
+class Tensor:
+    """An n-dimensional array on a device, with Paddle's autograd flags.
+
+    `stop_gradient` is True for plain tensors (Paddle's default); set it to False, or
+    `requires_grad=True`, to have gradients computed for this tensor.
+    """
+
+    __slots__ = ("_data", "_place", "_dtype", "stop_gradient", "_node", "_oidx", "_grad", "_hooks", "_name",
+                 "persistable", "__weakref__")
+    __array_ufunc__ = None      # make numpy defer to our reflected operators
+    __array_priority__ = 1000
+    __hash__ = object.__hash__  # __eq__ is elementwise, identity still hashes
+
+    def __init__(self, data, dtype=None, place=None, stop_gradient=True):
+        src = _ops.to_tensor(data, dtype=dtype, place=place, stop_gradient=stop_gradient)
+        self._data, self._place, self._dtype = src._data, src._place, src._dtype
+        self.stop_gradient, self._node = stop_gradient, None
+
+    @staticmethod
+    def _wrap(data, place, stop_gradient=True):
+        """The fast constructor used by the dispatcher: no copies, no checks."""
+        t = _new(Tensor)
+        t._data = data
+        t._place = place
+        t._dtype = _BY_NP.get(data.dtype) or from_numpy_dtype(data.dtype)
+        t.stop_gradient = stop_gradient
+        t._node = None
+        return t
+
+    # -- metadata ----------------------------------------------------------------------------------
+    @property
+    def shape(self) -> list:
+        return list(self._data.shape)
+
+    @property
+    def ndim(self) -> int:
+        return self._data.ndim
+
+    def dim(self) -> int:
+        return self._data.ndim
+
+    @property
+    def size(self) -> int:
+        return int(self._data.size)
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    @property
+    def place(self):
+        return self._place
+
+    device = place
+
+    @property
+    def requires_grad(self) -> bool:
+        return not self.stop_gradient
+
+    @requires_grad.setter
+    def requires_grad(self, value):
+        if not isinstance(value, bool):
+            raise TypeError(f"Tensor.requires_grad must be a bool, got {type(value).__name__} {value!r}")
+        self.stop_gradient = not value
+
+    def requires_grad_(self, requires_grad: bool = True):
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def grad(self):
+        try:
+            return self._grad
+        except AttributeError:
+            return None
+
+    @grad.setter
+    def grad(self, value):
+        self._grad = value
+
+    @property
+    def name(self):
+        try:
+            return self._name
+        except AttributeError:
+            return None
+
+    @name.setter
+    def name(self, value):
+        self._name = value
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._node is None
+
+    @property
+    def grad_fn(self):
+        return self._node
+
+    # -- host access ----------------------------------------------------------------------------
+    def _host(self):
+        backend = self._place.backend
+        return self._data if backend.xp is np else backend.to_host(self._data)
+
+    def numpy(self):
+        """A numpy copy of the values (bfloat16 and float8 keep their ml_dtypes dtype)."""
+        return np.array(self._host(), copy=True)
+
+    def __array__(self, dtype=None, copy=None):
+        host = self._host()
+        if dtype is not None:
+            host = host.astype(dtype, copy=False)
+        return np.array(host, copy=True) if copy else host
+
+    def item(self, *index):
+        host = self._host()
+        if not index and host.size != 1:
+            raise ValueError(f"Tensor.item(): only a tensor with one element can be turned into a Python "
+                             f"scalar; this one has shape {self.shape}")
+        value = host.item(*index)
+        return float(value) if self._dtype.name in _LOW_PRECISION else value
+
+    def tolist(self):
+        host = self._host()
+        if self._dtype.name in _LOW_PRECISION:
+            host = host.astype(np.float32)
+        return host.tolist()
+
+    def __len__(self):
+        if self._data.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self._data.shape[0]
+
+    def __iter__(self):
+        if self._data.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._data.shape[0]))
+
+    def __bool__(self):
+        if self._data.size != 1:
+            raise ValueError(f"the truth value of a tensor with {self._data.size} elements is ambiguous; "
+                             f"use .any() or .all()")
+        return bool(self.item())
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __complex__(self):
+        return complex(self.item())
+
+    def __index__(self):
+        if self._dtype.kind not in ("int", "bool") or self._data.size != 1:
+            raise TypeError(f"only a one-element integer tensor can be used as an index, got dtype "
+                            f"{self._dtype.name} and shape {self.shape}")
+        return int(self.item())
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._data.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._data.__dlpack_device__()
+
+    def __repr__(self):
+        host = self._host()
+        if self._dtype.name in _LOW_PRECISION:
+            host = host.astype(np.float32)
+        body = np.array2string(host, separator=", ", prefix="       ", threshold=1000)
+        grad_fn = f", grad_fn={self._node.name}" if self._node is not None else ""
+        return (f"Tensor(shape={self.shape}, dtype={self._dtype.name}, place={self._place!r}, "
+                f"stop_gradient={self.stop_gradient}{grad_fn},\n       {body})")
+
+    # -- conversion ------------------------------------------------------------------------------
+    def astype(self, dtype):
+        return _ops.cast(self, convert_dtype(dtype))
+
+    cast = astype
+
+    def detach(self):
+        """A tensor sharing this one's data, cut from the graph (stop_gradient=True)."""
+        return Tensor._wrap(self._data, self._place)
+
+    def detach_(self):
+        self._node = None
+        self.stop_gradient = True
+        return self
+
+    def clone(self):
+        return _ops.clone(self)
+
+    def to(self, *args, **kwargs):
+        """to(device), to(dtype), to(device, dtype) or to(other_tensor); keywords device=, dtype=."""
+        from oarlock._registry import default_registry
+        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+        kwargs.pop("blocking", None), kwargs.pop("non_blocking", None), kwargs.pop("copy", None)
+        if kwargs:
+            raise TypeError(f"Tensor.to() got unexpected keyword argument(s) {', '.join(kwargs)}; "
+                            f"it accepts device, dtype, blocking")
+        for arg in args:
+            if isinstance(arg, Tensor):
+                device, dtype = arg._place, arg._dtype
+            elif _looks_like_dtype(arg):
+                dtype = arg
+            else:
+                device = arg
+        result = self
+        if device is not None:
+            place = default_registry().parse_place(device, what="Tensor.to(): device")
+            if place is not self._place:
+                result = _ToPlace.apply(result, place)
+        if dtype is not None:
+            result = result.astype(dtype)
+        return result
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, device_id=None, blocking=True):
+        return self.to("gpu" if device_id is None else f"gpu:{device_id}")
+
+    # -- autograd --------------------------------------------------------------------------------
+    def backward(self, grad_tensor=None, retain_graph=False):
+        """Accumulate d(self)/d(leaf) into the .grad of every leaf with stop_gradient=False."""
+        seeds = _seed_grads([self], None if grad_tensor is None else [grad_tensor], "Tensor.backward")
+        run_backward([self], seeds, retain_graph=retain_graph)
+
+    def register_hook(self, hook):
+        """Call hook(grad) when this tensor's gradient is computed; a non-None return replaces it."""
+        if self.stop_gradient:
+            raise RuntimeError("register_hook(): cannot register a hook on a tensor with stop_gradient=True")
+        if self._node is not None:
+            node, index = self._node, self._oidx
+            node.add_hook(index, hook)
+            return _HookHandle(lambda: node.hooks[index].remove(hook))
+        try:
+            hooks = self._hooks
+        except AttributeError:
+            hooks = self._hooks = []
+        hooks.append(hook)
+        return _HookHandle(lambda: hooks.remove(hook))
+
+    def clear_grad(self, set_to_zero: bool = False):
+        if set_to_zero and self.grad is not None:
+            self._grad = _ops.zeros_like(self._grad)
+        else:
+            self._grad = None
+
+    clear_gradient = clear_grad
+
+    def gradient(self):
+        """The gradient as a numpy array (Paddle's spelling), or None."""
+        g = self.grad
+        return None if g is None else g.numpy()
+
+    # -- Python operators ------------------------------------------------------------------------
+    def __add__(self, other):
+        return _ops.add(self, other)
+
+    def __radd__(self, other):
+        return _ops.add(other, self)
+
+    def __sub__(self, other):
+        return _ops.subtract(self, other)
+
+    def __rsub__(self, other):
+        return _ops.subtract(other, self)
+
+    def __mul__(self, other):
+        return _ops.multiply(self, other)
+
+    def __rmul__(self, other):
+        return _ops.multiply(other, self)
+
+    def __truediv__(self, other):
+        return _ops.divide(self, other)
+
+    def __rtruediv__(self, other):
+        return _ops.divide(other, self)
+
+    def __floordiv__(self, other):
+        return _ops.floor_divide(self, other)
+
+    def __rfloordiv__(self, other):
+        return _ops.floor_divide(other, self)
+
+    def __mod__(self, other):
+        return _ops.remainder(self, other)
+
+    def __rmod__(self, other):
+        return _ops.remainder(other, self)
+
+    def __pow__(self, other):
+        return _ops.pow(self, other)
+
+    def __rpow__(self, other):
+        return _ops.pow(other, self)
+
+    def __matmul__(self, other):
+        return _ops.matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return _ops.matmul(other, self)
+
+    def __neg__(self):
+        return _ops.neg(self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return _ops.abs(self)
+
+    def __invert__(self):
+        return _ops.bitwise_not(self)
+
+    def __and__(self, other):
+        return _ops.bitwise_and(self, other)
+
+    def __rand__(self, other):
+        return _ops.bitwise_and(other, self)
+
+    def __or__(self, other):
+        return _ops.bitwise_or(self, other)
+
+    def __ror__(self, other):
+        return _ops.bitwise_or(other, self)
+
+    def __xor__(self, other):
+        return _ops.bitwise_xor(self, other)
+
+    def __rxor__(self, other):
+        return _ops.bitwise_xor(other, self)
+
+    def __eq__(self, other):
+        return _ops.equal(self, other)
+
+    def __ne__(self, other):
+        return _ops.not_equal(self, other)
+
+    def __lt__(self, other):
+        return _ops.less_than(self, other)
+
+    def __le__(self, other):
+        return _ops.less_equal(self, other)
+
+    def __gt__(self, other):
+        return _ops.greater_than(self, other)
+
+    def __ge__(self, other):
+        return _ops.greater_equal(self, other)
+
+    def __getitem__(self, index):
+        return _ops.getitem(self, index)
+
+    def __setitem__(self, index, value):
+        _ops.setitem_(self, index, value)
+
+    # -- methods that plugins add ------------------------------------------------------------------
+    def __getattr__(self, name):
+        method = _tensor_method(name)
+        if method is None:
+            raise AttributeError(f"'Tensor' object has no attribute {name!r}")
+        return method.__get__(self, Tensor)
+
+    def __dir__(self):
+        from oarlock._registry import default_registry
+        return sorted(set(super().__dir__()) | set(default_registry().api["Tensor"]))
+
+
+def _tensor_method(name):
+    if name.startswith("_"):
+        return None
+    from oarlock._registry import default_registry
+    entry = default_registry().api["Tensor"].get(name)
+    if entry is None:
+        return None
+    setattr(Tensor, name, entry[0])  # cache: the next lookup is an ordinary class attribute
+    return entry[0]
+
+
+def _looks_like_dtype(value) -> bool:
+    if isinstance(value, str):
+        try:
+            convert_dtype(value)
+            return True
+        except (TypeError, ValueError):
+            return False
+    return not isinstance(value, Tensor) and value.__class__.__name__ in ("DType", "dtype", "type")
+
+
+class _HookHandle:
+    __slots__ = ("_remove",)
+
+    def __init__(self, remove):
+        self._remove = remove
+
+    def remove(self):
+        if self._remove is not None:
+            self._remove()
+            self._remove = None
+
+
+def copy_array(data, source, target):
+    """Copy an array between places (devices of one backend, or through the host)."""
+    if source.backend is target.backend:
+        return target.backend.asarray(data, None, target.index)
+    return target.backend.asarray(source.backend.to_host(data), None, target.index)
+
+
+class _ToPlace(PyLayer):
+    """Device copy as a differentiable op: the gradient is copied back."""
+
+    @staticmethod
+    def forward(ctx, x, place):
+        ctx.source = x._place
+        return Tensor._wrap(copy_array(x._data, x._place, place), place)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _ToPlace.apply(grad, ctx.source)
+
+
+def from_dlpack(obj):
+    """A Tensor sharing memory with a DLPack-capable object (a numpy/CuPy/torch array or capsule)."""
+    from oarlock._registry import default_registry
+    from oarlock.device import Place
+    if isinstance(obj, Tensor):
+        return obj
+    device_type, device_id = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (1, 0)
+    for backend in default_registry().backends.values():
+        if getattr(backend, "dlpack_device_type", None) == device_type:
+            data = backend.from_dlpack(obj)
+            return Tensor._wrap(data, default_registry().parse_place(Place(backend.type, device_id)))
+    raise ValueError(f"from_dlpack(): no installed backend handles DLPack device type {device_type}")

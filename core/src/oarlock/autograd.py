@@ -1,0 +1,447 @@
+"""The dynamic autograd engine: graph nodes, grad modes, backward, grad() and PyLayer.
+
+The graph is recorded only while grad mode is on and some input of an op has
+`stop_gradient=False`. A Node points at the nodes (or leaf tensors) of its
+inputs, never at its own outputs; an output it saves for backward is kept as
+a raw array and re-wrapped on access, so no reference cycle keeps
+activations alive. Rules see Tensors and call ordinary ops, so with
+`create_graph=True` the backward pass is itself recorded and can be
+differentiated again.
+"""
+
+from __future__ import annotations
+
+import functools
+
+__all__ = ["no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "grad", "backward",
+           "PyLayer", "PyLayerContext", "Function", "Node"]
+
+
+class _GradMode:
+    enabled = True
+
+
+GRAD_MODE = _GradMode  # read on the hot path as a class attribute: one lookup, no call
+
+
+def is_grad_enabled() -> bool:
+    return GRAD_MODE.enabled
+
+
+class _GradSwitch:
+    """Context manager and decorator that sets grad mode, restoring the old mode on exit."""
+
+    _mode = True
+
+    def __enter__(self):
+        self._previous = GRAD_MODE.enabled
+        GRAD_MODE.enabled = self._mode
+        return self
+
+    def __exit__(self, *exc):
+        GRAD_MODE.enabled = self._previous
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self.__class__():
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+class no_grad(_GradSwitch):
+    """Disable graph recording: `with oarlock.no_grad():` or `@oarlock.no_grad()`."""
+
+    _mode = False
+
+
+class enable_grad(_GradSwitch):
+    """Enable graph recording inside a no_grad region."""
+
+    _mode = True
+
+
+class set_grad_enabled(_GradSwitch):
+    """`set_grad_enabled(False)` switches grad mode now; as a context manager it restores it on exit."""
+
+    def __init__(self, mode: bool):
+        if not isinstance(mode, bool):
+            raise TypeError(f"set_grad_enabled(): mode must be a bool, got {type(mode).__name__} {mode!r}")
+        self._mode = mode
+        self._previous = GRAD_MODE.enabled
+        GRAD_MODE.enabled = mode
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, fn):
+        GRAD_MODE.enabled = self._previous  # used as a decorator: don't change the mode now
+        mode = self._mode
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with set_grad_enabled(mode):
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+class Node:
+    """One recorded op. It is also the `ctx` its backward rule receives.
+
+    edges[i] is (node, output index) for a non-leaf input, (tensor, 0) for a
+    leaf that wants a gradient, or None. meta[i] is that input's (shape, dtype).
+    """
+
+    __slots__ = ("name", "rule", "edges", "meta", "attrs", "_saved_in", "_saved_out", "_save_plan",
+                 "out_meta", "place", "hooks", "released", "extra")
+
+    def __init__(self, name, rule, edges, meta, attrs=None, place=None):
+        self.name = name
+        self.rule = rule
+        self.edges = edges
+        self.meta = meta
+        self.attrs = attrs
+        self.place = place
+        self._saved_in = self._saved_out = self._save_plan = None
+        self.out_meta = None
+        self.hooks = None
+        self.released = False
+        self.extra = None
+
+    @property
+    def saved(self) -> tuple:
+        """The tensors the op asked to save, in the order its OpDef named them."""
+        if self.released:
+            raise RuntimeError(f"backward through op {self.name!r} a second time: its saved tensors were "
+                               f"freed after the first backward; pass retain_graph=True to the first call")
+        from oarlock._tensor import Tensor
+        result = []
+        for kind, index in self._save_plan:
+            if kind == "in":
+                result.append(self._saved_in[index])
+            else:  # an output: re-wrap the array and point it at this node so higher orders work
+                t = Tensor._wrap(self._saved_out[index], self.place, False)
+                t._node, t._oidx = self, index
+                result.append(t)
+        return tuple(result)
+
+    @property
+    def needs_input_grad(self) -> tuple:
+        return tuple(edge is not None for edge in self.edges)
+
+    def add_hook(self, index, hook):
+        if self.hooks is None:
+            self.hooks = {}
+        self.hooks.setdefault(index, []).append(hook)
+
+    def __repr__(self):
+        return f"<Node {self.name}>"
+
+
+def _run_hooks(hooks, grad):
+    for hook in hooks:
+        result = hook(grad)
+        if result is not None:
+            grad = result
+    return grad
+
+
+def _collect(roots):
+    """All nodes reachable from the roots, in discovery order."""
+    seen, order, stack = set(), [], [n for n in roots if n is not None]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        order.append(node)
+        if node.released:
+            raise RuntimeError(f"backward through op {node.name!r} a second time: the graph was freed by the "
+                               f"first backward; pass retain_graph=True to the first call")
+        for edge in node.edges:
+            if edge is not None and edge[0].__class__ is Node:
+                stack.append(edge[0])
+    return order
+
+
+def _needed(nodes, wanted_nodes, wanted_leaves):
+    """The nodes that lie on some path to a wanted node or leaf (for grad(..., inputs))."""
+    memo = {}
+
+    def visit(node):
+        if node in memo:
+            return memo[node]
+        memo[node] = False  # cycle guard; graphs are acyclic
+        hit = node in wanted_nodes
+        for edge in node.edges:
+            if edge is None:
+                continue
+            target = edge[0]
+            if target.__class__ is Node:
+                hit = visit(target) or hit
+            elif id(target) in wanted_leaves:
+                hit = True
+        memo[node] = hit
+        return hit
+
+    for node in nodes:
+        visit(node)
+    return {node for node, hit in memo.items() if hit}
+
+
+def _check_grad(node, i, g):
+    shape, dtype = node.meta[i]
+    if g._data.shape != shape:
+        raise RuntimeError(f"backward rule of op {node.name!r} returned a gradient of shape {list(g._data.shape)} "
+                           f"for input {i}, whose shape is {list(shape)}")
+    if g._dtype is not dtype:
+        g = g.astype(dtype)
+    return g
+
+
+def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inputs=None, allow_unused=False):
+    """The engine. With `inputs` it returns their gradients and leaves `.grad` alone (grad());
+    without, it accumulates into the `.grad` of every leaf reached (backward())."""
+    buffers: dict = {}
+    leaf_grads: dict = {}
+
+    def deliver(target, index, g):
+        if target.__class__ is Node:
+            slot = buffers.setdefault(target, [None] * len(target.out_meta))
+            slot[index] = g if slot[index] is None else slot[index] + g
+        else:
+            entry = leaf_grads.get(id(target))
+            if entry is None:
+                leaf_grads[id(target)] = [target, g]
+            else:
+                entry[1] = entry[1] + g
+
+    for t, g in zip(roots, root_grads):
+        if t._node is None:
+            if t.stop_gradient:
+                raise RuntimeError("backward(): the tensor does not require grad (stop_gradient=True) and has "
+                                   "no graph; set stop_gradient=False on the inputs before computing it")
+            deliver(t, 0, g)
+        else:
+            deliver(t._node, t._oidx, g)
+
+    nodes = _collect([t._node for t in roots])
+    wanted_nodes, wanted_leaves, captured = {}, {}, {}
+    if inputs is not None:
+        for i, t in enumerate(inputs):
+            if t._node is not None:
+                wanted_nodes.setdefault(t._node, []).append((t._oidx, i))
+            else:
+                wanted_leaves.setdefault(id(t), []).append(i)
+        active = _needed(nodes, wanted_nodes, wanted_leaves)
+    else:
+        active = set(nodes)
+
+    deps = dict.fromkeys(active, 0)
+    for node in active:
+        for edge in node.edges:
+            if edge is not None and edge[0] in deps:
+                deps[edge[0]] += 1
+    ready = [n for n in active if deps[n] == 0]
+
+    previous_mode = GRAD_MODE.enabled
+    GRAD_MODE.enabled = create_graph
+    try:
+        while ready:
+            node = ready.pop()
+            grads = buffers.pop(node, None)
+            if grads is None:
+                grads = [None] * len(node.out_meta)
+            if node.hooks:
+                for index, hooks in node.hooks.items():
+                    if grads[index] is not None:
+                        grads[index] = _run_hooks(hooks, grads[index])
+            for oidx, position in wanted_nodes.get(node, ()):
+                captured[position] = grads[oidx]
+            if any(g is not None for g in grads) and any(e is not None for e in node.edges):
+                results = node.rule(node, *grads)
+                if results.__class__ is not tuple and results.__class__ is not list:
+                    results = (results,)
+                if len(results) != len(node.edges):
+                    raise RuntimeError(f"backward rule of op {node.name!r} returned {len(results)} gradients "
+                                       f"for {len(node.edges)} tensor inputs")
+                for i, (edge, g) in enumerate(zip(node.edges, results)):
+                    if edge is not None and g is not None:
+                        deliver(edge[0], edge[1], _check_grad(node, i, g))
+            if not retain_graph:
+                node.released = True
+                node._saved_in = node._saved_out = None
+            for edge in node.edges:
+                if edge is not None and edge[0] in deps:
+                    deps[edge[0]] -= 1
+                    if deps[edge[0]] == 0:
+                        ready.append(edge[0])
+
+        for leaf, g in leaf_grads.values():
+            if leaf._hooks:
+                g = _run_hooks(leaf._hooks, g)
+            if inputs is not None:
+                for position in wanted_leaves.get(id(leaf), ()):
+                    captured[position] = g
+            else:
+                g = g if create_graph else g.detach()
+                leaf.grad = g if leaf.grad is None else (leaf.grad + g if create_graph else (leaf.grad + g).detach())
+    finally:
+        GRAD_MODE.enabled = previous_mode
+
+    if inputs is None:
+        return None
+    result = []
+    for i, t in enumerate(inputs):
+        g = captured.get(i)
+        if g is None and not allow_unused:
+            raise RuntimeError(f"grad(): input {i} (shape {t.shape}, dtype {t.dtype}) is not used to compute the "
+                               f"outputs; pass allow_unused=True to get None for it")
+        result.append(g if (g is None or create_graph) else g.detach())
+    return result
+
+
+def _as_list(value, what):
+    from oarlock._tensor import Tensor
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, Tensor) for v in value):
+        return list(value)
+    raise TypeError(f"{what} must be a Tensor or a list of Tensors, got {type(value).__name__}")
+
+
+def _seed_grads(outputs, grad_outputs, fn):
+    from oarlock import _ops
+    grads = []
+    for i, t in enumerate(outputs):
+        g = None if grad_outputs is None else grad_outputs[i]
+        if g is None:
+            if t._data.size != 1:
+                raise RuntimeError(f"{fn}(): output {i} has shape {t.shape}; a gradient for it can only be "
+                                   f"implied for a single element. Pass grad_outputs/grad_tensor of that shape")
+            g = _ops.ones_like(t)
+        elif list(g.shape) != list(t.shape):
+            raise ValueError(f"{fn}(): the gradient given for output {i} has shape {g.shape}, "
+                             f"but the output has shape {t.shape}")
+        grads.append(g)
+    return grads
+
+
+def backward(tensors, grad_tensors=None, retain_graph=False):
+    """Accumulate gradients of `tensors` into the `.grad` of the leaves they depend on."""
+    outputs = _as_list(tensors, "backward(): tensors")
+    grads = _seed_grads(outputs, grad_tensors if grad_tensors is None else _as_grad_list(grad_tensors, outputs),
+                        "backward")
+    run_backward(outputs, grads, retain_graph=retain_graph)
+
+
+def _as_grad_list(grads, outputs):
+    from oarlock._tensor import Tensor
+    if isinstance(grads, Tensor) or grads is None:
+        grads = [grads]
+    grads = list(grads)
+    if len(grads) != len(outputs):
+        raise ValueError(f"got {len(grads)} gradients for {len(outputs)} outputs")
+    return grads
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, only_inputs=True,
+         allow_unused=False, no_grad_vars=None):
+    """Gradients of `outputs` with respect to `inputs`, returned as a list (`.grad` is left alone).
+
+    `create_graph=True` records the backward pass so the result can be differentiated again.
+    """
+    outs = _as_list(outputs, "grad(): outputs")
+    ins = _as_list(inputs, "grad(): inputs")
+    for i, t in enumerate(ins):
+        if t.stop_gradient:
+            raise RuntimeError(f"grad(): input {i} has stop_gradient=True, so no gradient flows to it")
+    if retain_graph is None:
+        retain_graph = create_graph
+    seeds = _seed_grads(outs, None if grad_outputs is None else _as_grad_list(grad_outputs, outs), "grad")
+    return run_backward(outs, seeds, retain_graph=retain_graph, create_graph=create_graph,
+                        inputs=ins, allow_unused=allow_unused)
+
+
+class PyLayerContext:
+    """The `ctx` of a PyLayer: save tensors in forward, read them in backward."""
+
+    def __init__(self):
+        self._saved = ()
+        self.needs_input_grad = ()
+        self.materialize_grads = True
+
+    def save_for_backward(self, *tensors):
+        self._saved = tensors
+
+    def saved_tensor(self):
+        return self._saved
+
+    @property
+    def saved_tensors(self):
+        return self._saved
+
+    def set_materialize_grads(self, value: bool):
+        self.materialize_grads = value
+
+    def mark_non_differentiable(self, *tensors):
+        pass
+
+
+class PyLayer:
+    """A custom op written in Python: subclass with static `forward(ctx, ...)` and `backward(ctx, *grads)`
+    and call `MyLayer.apply(...)`. `backward` returns one gradient (or None) per Tensor argument."""
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError("PyLayer subclasses must define forward(ctx, ...)")
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError("PyLayer subclasses must define backward(ctx, *grads)")
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        from oarlock._tensor import Tensor
+        ctx = PyLayerContext()
+        tensor_args = [a for a in args if isinstance(a, Tensor)]
+        ctx.needs_input_grad = tuple(not t.stop_gradient for t in tensor_args)
+        with no_grad():
+            outputs = cls.forward(ctx, *args, **kwargs)
+        record = GRAD_MODE.enabled and any(ctx.needs_input_grad)
+        single = isinstance(outputs, Tensor)
+        outs = [outputs] if single else list(outputs)
+        if not record:
+            return outputs
+        edges = tuple(_edge(t) for t in tensor_args)
+        meta = tuple((t._data.shape, t._dtype) for t in tensor_args)
+        out_tensors = [o for o in outs if isinstance(o, Tensor)]
+
+        def rule(node, *grads):
+            if ctx.materialize_grads:
+                from oarlock import _ops
+                grads = tuple(_ops.zeros_like(o) if g is None else g for g, o in zip(grads, out_tensors))
+            result = cls.backward(ctx, *grads)
+            return result if isinstance(result, (tuple, list)) else (result,)
+
+        node = Node(cls.__name__, rule, edges, meta, place=tensor_args[0]._place)
+        node.out_meta = [(o._data.shape, o._dtype) for o in out_tensors]
+        wrapped, k = [], 0
+        for o in outs:
+            if isinstance(o, Tensor):
+                o = Tensor._wrap(o._data, o._place, False)
+                o._node, o._oidx = node, k
+                k += 1
+            wrapped.append(o)
+        return wrapped[0] if single else type(outputs)(wrapped) if isinstance(outputs, tuple) else wrapped
+
+
+Function = PyLayer
+
+
+def _edge(t):
+    """The graph edge to input tensor t: its node, itself if a leaf wanting grad, or None."""
+    if t._node is not None:
+        return (t._node, t._oidx)
+    return None if t.stop_gradient else (t, 0)

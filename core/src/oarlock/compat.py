@@ -1,0 +1,5 @@
+"""oarlock.compat: the torch-style functions Paddle 3.2 documents, exported by plugins."""
+
+from oarlock._namespace import lazy_namespace
+
+__getattr__, __dir__ = lazy_namespace(__name__, "oarlock.compat", globals())

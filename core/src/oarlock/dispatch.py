@@ -1,0 +1,605 @@
+"""The operator dispatcher: OpDef, the op registrar plugins use, and the call path.
+
+An op is declared once with a Python-style signature string:
+
+    ops.define("add(x: TensorOrScalar, y: TensorOrScalar) -> Tensor",
+               public=["oarlock.add", "Tensor.add"], promote=True, grad=add_grad)
+
+From the signature the dispatcher generates the public function (argument
+aliases, converters for attributes, `name=None`), and every call goes:
+normalise the tensor arguments -> common place -> dtype promotion (through the
+differentiable `cast` op) -> kernel lookup by (op, device type, dtype) ->
+kernel(xp, *arrays, **attrs) -> wrap outputs -> record a graph node when grad
+mode is on and some input wants a gradient.
+
+Parameter annotations: Tensor, TensorOrScalar (a Python number becomes a
+tensor of the promoted dtype), OptTensor (may be None), TensorList (a list of
+tensors, passed to the kernel as a list of arrays); attributes: int, float,
+bool, Scalar, Axis, Shape, DType, Place, str, Any; "|None" allows None.
+"""
+
+from __future__ import annotations
+
+import ast
+import numbers
+
+import numpy as np
+
+from oarlock import dtypes as _dtypes
+from oarlock._registry import GENERIC, Registry
+from oarlock.autograd import GRAD_MODE, Node
+
+__all__ = ["OpDef", "OpRegistrar", "OpError", "define_frontend"]
+
+TENSOR_KINDS = ("Tensor", "TensorOrScalar", "OptTensor", "TensorList")
+_MISSING = object()
+_UNSET = object()
+_SCALAR_TYPES = (bool, int, float, complex, np.generic)
+
+
+class OpError(ValueError):
+    """Bad input to an op, or a kernel that rejected its input; the message names op and arguments."""
+
+
+class Param:
+    __slots__ = ("name", "annotation", "default", "is_tensor", "optional", "base", "varargs")
+
+    def __init__(self, name, annotation, default, varargs=False):
+        self.name = name
+        self.annotation = annotation or "Any"
+        self.default = default
+        parts = [p.strip() for p in self.annotation.split("|")]
+        self.optional = "None" in parts
+        self.base = next((p for p in parts if p != "None"), "Any")
+        self.is_tensor = self.base in TENSOR_KINDS
+        self.varargs = varargs
+
+
+def _parse_signature(signature: str):
+    tree = ast.parse(f"def {signature.strip()}: pass").body[0]
+    args = tree.args
+    params = []
+    positional = args.args
+    defaults = [_MISSING] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    for a, d in zip(positional, defaults):
+        params.append(Param(a.arg, ast.unparse(a.annotation) if a.annotation else None,
+                            _MISSING if d is _MISSING else ast.literal_eval(d)))
+    if args.vararg is not None:
+        raise ValueError(f"signature {signature!r}: write varargs as a Shape parameter with varargs=True")
+    for a, d in zip(args.kwonlyargs, args.kw_defaults):
+        params.append(Param(a.arg, ast.unparse(a.annotation) if a.annotation else None,
+                            _MISSING if d is None else ast.literal_eval(d)))
+    returns = ast.unparse(tree.returns) if tree.returns else "Tensor"
+    return tree.name, params, returns
+
+
+def _n_outputs(returns: str):
+    if returns == "Tensor":
+        return 1
+    if returns == "TensorList":
+        return None  # variable
+    if returns.startswith("tuple[") or returns.startswith("("):
+        return len([p for p in returns.strip("()").replace("tuple[", "").rstrip("]").split(",") if p.strip()])
+    raise ValueError(f"unknown return annotation {returns!r}; use Tensor, TensorList or tuple[Tensor, ...]")
+
+
+class OpDef:
+    """One operator: its signature, public names, aliases, dtype policy and autograd rule.
+
+    - public: qualified names it is exported under ("oarlock.concat", "oarlock.cat",
+      "Tensor.sum", "oarlock.nn.functional.relu"); a bare name means "oarlock.<name>".
+    - aliases: {"input": "x", "dim": "axis"}; giving both a name and its alias is an error.
+    - grad: rule(ctx, *grad_outputs) -> one gradient (or None) per tensor input, flattened
+      over TensorList inputs; ctx.saved holds what `saves` names ("x", "out", "out1").
+    - promote: True (all tensor inputs) or the names of the inputs that share a dtype.
+    - to_float: integer and bool inputs compute in the default float dtype (exp, sqrt, mean).
+    - dtypes: the dtype kinds accepted ("bool", "int", "float", "complex"), None for all.
+    - nondiff: tensor inputs that never get a gradient (indices, masks).
+    - random: the kernel receives `generator=` (the device's random generator).
+    - amp: the AMP cast policy ("white", "black", "promote" or None).
+    """
+
+    def __init__(self, signature, *, public=(), aliases=None, grad=None, saves=(), promote=False,
+                 to_float=False, dtypes=None, nondiff=(), random=False, amp=None, doc=None,
+                 varargs=None, kernel_attrs=None):
+        self.name, self.params, self.returns = _parse_signature(signature)
+        self.signature = signature
+        self.n_outputs = _n_outputs(self.returns)
+        self.public = tuple(p if "." in p else f"oarlock.{p}" for p in (public or (self.name,)))
+        self.display = self.public[0] if self.public else f"oarlock.{self.name}"
+        self.aliases = dict(aliases or {})
+        self.rule = grad
+        self.tensor_params = [p for p in self.params if p.is_tensor]
+        self.attr_params = [p for p in self.params if not p.is_tensor]
+        names = [p.name for p in self.params]
+        for alias, target in self.aliases.items():
+            if target not in names:
+                raise ValueError(f"op {self.name!r}: alias {alias!r} points at unknown parameter {target!r}")
+        tensor_names = [p.name for p in self.tensor_params]
+        if promote is True:
+            promote = tensor_names
+        self.promote = tuple(i for i, n in enumerate(tensor_names) if n in (promote or ()))
+        self.to_float = to_float
+        self.dtypes = tuple(dtypes) if dtypes else None
+        self.nondiff = tuple(i for i, n in enumerate(tensor_names) if n in nondiff)
+        self.random = random
+        self.amp = amp
+        self.varargs = varargs
+        self.plugin = None
+        self.creation = not self.tensor_params
+        # attributes the frontend handles itself and never passes to kernels
+        self.frontend_attrs = {"place", "device", "stop_gradient", "requires_grad"}
+        self.kernel_attrs = kernel_attrs
+        self._save_plan = tuple(self._plan_save(s, tensor_names) for s in saves)
+        self.saves_inputs = any(kind == "in" for kind, _ in self._save_plan)
+        self.saves_outputs = any(kind == "out" for kind, _ in self._save_plan)
+        self.__doc__ = doc
+        self.registry: Registry | None = None
+        self.fast: dict = {}  # (place, dtype) -> (kernel, xp, array type), filled by the slow path
+        self.fast_eligible = (bool(self.tensor_params) and self.n_outputs == 1 and not random
+                              and all(p.base in ("Tensor", "TensorOrScalar") for p in self.tensor_params)
+                              and not any(p.name in self.frontend_attrs for p in self.attr_params))
+
+    @staticmethod
+    def _plan_save(name, tensor_names):
+        if name in tensor_names:
+            return ("in", tensor_names.index(name))
+        if name == "out":
+            return ("out", 0)
+        if name.startswith("out") and name[3:].isdigit():
+            return ("out", int(name[3:]))
+        raise ValueError(f"saves: {name!r} is neither a tensor input ({', '.join(tensor_names)}) nor 'outN'")
+
+    def accepted(self) -> str:
+        """A description of the parameters for error messages."""
+        parts = []
+        reverse = {}
+        for alias, target in self.aliases.items():
+            reverse.setdefault(target, []).append(alias)
+        for p in self.params:
+            alias = f" (alias {', '.join(reverse[p.name])})" if p.name in reverse else ""
+            parts.append(f"{p.name}: {p.annotation}{alias}")
+        return ", ".join(parts)
+
+    def __repr__(self):
+        return f"OpDef({self.signature!r}, plugin={self.plugin!r})"
+
+
+# -- attribute converters: each returns the canonical value or raises naming what it got -----------
+
+def _bad(op, param, accepts, value):
+    return TypeError(f"{op.display}(): argument '{param.name}' must be {accepts}, "
+                     f"got {type(value).__name__} {value!r}")
+
+
+def _to_int(op, p, v):
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        return int(v)
+    raise _bad(op, p, "an int", v)
+
+
+def _to_float(op, p, v):
+    if isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)):
+        return float(v)
+    raise _bad(op, p, "a float", v)
+
+
+def _to_bool(op, p, v):
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    raise _bad(op, p, "a bool", v)
+
+
+def _to_scalar(op, p, v):
+    if isinstance(v, _SCALAR_TYPES):
+        return v.item() if isinstance(v, np.generic) else v
+    from oarlock._tensor import Tensor
+    if isinstance(v, Tensor) and v.size == 1:
+        return v.item()
+    raise _bad(op, p, "a Python number", v)
+
+
+def _int_list(op, p, v, accepts):
+    from oarlock._tensor import Tensor
+    if isinstance(v, Tensor):
+        if v.dtype.kind != "int":
+            raise _bad(op, p, accepts, v)
+        v = v.tolist()
+        v = [v] if isinstance(v, int) else v
+    if isinstance(v, (list, tuple)):
+        out = []
+        for item in v:
+            if isinstance(item, Tensor) and item.size == 1 and item.dtype.kind == "int":
+                item = item.item()
+            if not isinstance(item, (int, np.integer)) or isinstance(item, (bool, np.bool_)):
+                raise _bad(op, p, accepts, v)
+            out.append(int(item))
+        return tuple(out)
+    raise _bad(op, p, accepts, v)
+
+
+def _to_axis(op, p, v):
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        return int(v)
+    return _int_list(op, p, v, "an int or a list of ints")
+
+
+def _to_shape(op, p, v):
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        return (int(v),)
+    return _int_list(op, p, v, "a list or tuple of ints (a shape)")
+
+
+def _to_dtype(op, p, v):
+    try:
+        return _dtypes.convert_dtype(v)
+    except (TypeError, ValueError):
+        raise TypeError(f"{op.display}(): argument '{p.name}' must be a dtype (e.g. 'float32' or "
+                        f"oarlock.float32), got {type(v).__name__} {v!r}") from None
+
+
+def _to_place(op, p, v):
+    return op.registry.parse_place(v, what=f"{op.display}(): argument '{p.name}'")
+
+
+def _to_str(op, p, v):
+    if isinstance(v, str):
+        return v
+    raise _bad(op, p, "a str", v)
+
+
+CONVERTERS = {"int": _to_int, "float": _to_float, "bool": _to_bool, "Scalar": _to_scalar, "Axis": _to_axis,
+              "Shape": _to_shape, "DType": _to_dtype, "Place": _to_place, "str": _to_str}
+
+
+def _convert_attr(op, p, value):
+    if value is None and (p.optional or p.default is None):
+        return None
+    conv = CONVERTERS.get(p.base)
+    return value if conv is None else conv(op, p, value)
+
+
+# -- frontend generation ---------------------------------------------------------------------------
+
+def _take_alias(op, kw, alias, current, target):
+    value = kw.pop(alias)
+    if current is not _UNSET:
+        raise TypeError(f"{op.display}(): got both '{target}' and its alias '{alias}'; pass only one")
+    return value
+
+
+def _unexpected(op, kw):
+    return TypeError(f"{op.display}() got unexpected keyword argument(s) {', '.join(map(repr, kw))}; "
+                     f"it accepts {op.accepted()}")
+
+
+def _missing(op, name):
+    return TypeError(f"{op.display}() missing required argument '{name}'; it accepts {op.accepted()}")
+
+
+def _split_varargs(op, first, more, n_after):
+    """zeros(2, 3) and zeros([2, 3], 'float32'): leading ints join the shape, the rest bind in order."""
+    if isinstance(first, (int, np.integer)) and not isinstance(first, bool):
+        k = 0
+        while k < len(more) and isinstance(more[k], (int, np.integer)) and not isinstance(more[k], bool):
+            k += 1
+        first, more = (first, *more[:k]), more[k:]
+    if len(more) > n_after:
+        raise TypeError(f"{op.display}() takes at most {n_after + 1} positional arguments after the shape; "
+                        f"got {len(more) + 1}")
+    return first, list(more) + [_UNSET] * (n_after - len(more))
+
+
+def define_frontend(op: OpDef, apply_fn):
+    """Generate the public Python function of an op from its signature (fast: no inspect.bind)."""
+    aliased = set(op.aliases.values())
+    lines, sig = [], []
+    varargs_at = None
+    for i, p in enumerate(op.params):
+        if op.varargs == p.name:
+            varargs_at = i
+        after_varargs = varargs_at is not None and i > varargs_at
+        if p.name in aliased or p.default is _MISSING or after_varargs:
+            sig.append(f"{p.name}=_UNSET")
+        else:
+            sig.append(f"{p.name}=_D_{p.name}")
+        if varargs_at == i:
+            sig.append("*_more")
+    if "name" not in [p.name for p in op.params]:
+        sig.append("name=None")
+    sig.append("**_kw")
+    body = []
+    if varargs_at is not None:
+        rest = [p.name for p in op.params[varargs_at + 1:]]
+        body.append("    if _more:")
+        body.append(f"        {op.varargs}, _rest = _split_varargs(_op, {op.varargs}, _more, {len(rest)})")
+        for k, n in enumerate(rest):
+            body.append(f"        if _rest[{k}] is not _UNSET:")
+            message = f"{op.display}() got multiple values for argument '{n}'"
+            body.append(f"            if {n} is not _UNSET: raise TypeError({message!r})")
+            body.append(f"            {n} = _rest[{k}]")
+    body.append("    if _kw:")
+    for alias, target in op.aliases.items():
+        body.append(f"        if {alias!r} in _kw: {target} = _take_alias(_op, _kw, {alias!r}, {target}, {target!r})")
+    body.append("        if _kw: raise _unexpected(_op, _kw)")
+    for p in op.params:
+        if p.default is _MISSING:
+            body.append(f"    if {p.name} is _UNSET: raise _missing(_op, {p.name!r})")
+        elif p.name in aliased or (varargs_at is not None and op.params.index(p) > varargs_at):
+            body.append(f"    if {p.name} is _UNSET: {p.name} = _D_{p.name}")
+    for p in op.attr_params:
+        if p.base in CONVERTERS:
+            body.append(f"    {p.name} = _convert_attr(_op, _P_{p.name}, {p.name})")
+    tensors = ", ".join(p.name for p in op.tensor_params)
+    attrs = ", ".join(f"{p.name!r}: {p.name}" for p in op.attr_params)
+    if op.fast_eligible:
+        body.extend(_fast_path_lines(op))
+    body.append(f"    return _apply(_op, ({tensors}{',' if op.tensor_params else ''}), {{{attrs}}})")
+    source = f"def {op.name}({', '.join(sig)}):\n" + "\n".join(body) + "\n"
+    from oarlock._tensor import Tensor
+    namespace = {"_UNSET": _UNSET, "_op": op, "_apply": apply_fn, "_T": Tensor, "_wrap": Tensor._wrap,
+                 "_GM": GRAD_MODE, "_fast": op.fast, "_take_alias": _take_alias,
+                 "_unexpected": _unexpected, "_missing": _missing, "_convert_attr": _convert_attr,
+                 "_split_varargs": _split_varargs}
+    for p in op.params:
+        namespace[f"_D_{p.name}"] = None if p.default is _MISSING else p.default
+        namespace[f"_P_{p.name}"] = p
+    exec(compile(source, f"<oarlock op {op.name}>", "exec"), namespace)
+    fn = namespace[op.name]
+    fn.__doc__ = op.__doc__ or f"{op.display}{op.signature[len(op.name):]}"
+    fn.__qualname__ = op.name
+    fn.__module__ = "oarlock"
+    fn.opdef = op
+    fn.__source__ = source
+    return fn
+
+
+def _fast_path_lines(op):
+    """Code for the common case: every tensor argument a Tensor of one dtype on one place, no
+    gradient to record, and a kernel the slow path already validated for that (place, dtype)."""
+    ts = [p.name for p in op.tensor_params]
+    first = ts[0]
+    kwargs = ", ".join(f"{p.name}={p.name}" if p.base != "DType" else f"{p.name}=(None if {p.name} is None "
+                       f"else {p.name}.np)" for p in op.attr_params if p.name not in op.frontend_attrs)
+    arrays = ", ".join(f"{t}._data" for t in ts)
+    call = f"_e[0](_e[1], {arrays}{', ' if kwargs else ''}{kwargs})"
+    same = " and ".join(f"{t}._place is _pl and {t}._dtype is _dt" for t in ts[1:]) or "True"
+    quiet = " and ".join(f"{t}.stop_gradient" for t in ts)
+    return [
+        f"    if {' and '.join(f'{t}.__class__ is _T' for t in ts)}:",
+        f"        _pl = {first}._place; _dt = {first}._dtype",
+        f"        if {same}:",
+        "            _e = _fast.get((_pl, _dt))",
+        f"            if _e is not None and ({quiet} or not _GM.enabled):",
+        "                try:",
+        f"                    _o = {call}",
+        "                except Exception:",
+        "                    pass  # the slow path below re-raises with a full message",
+        "                else:",
+        "                    if _o.__class__ is not _e[2]: _o = _e[1].asarray(_o)",
+        "                    return _wrap(_o, _pl)",
+    ]
+
+
+# -- the call path ------------------------------------------------------------------------------------
+
+def _describe(t) -> str:
+    from oarlock._tensor import Tensor
+    if isinstance(t, Tensor):
+        return f"Tensor(shape={t.shape}, dtype={t._dtype.name}, place={t._place})"
+    if isinstance(t, (list, tuple)):
+        return "[" + ", ".join(_describe(x) for x in t) + "]"
+    return f"{type(t).__name__} {t!r}"
+
+
+def _inputs_text(op, args) -> str:
+    return "; ".join(f"{p.name}={_describe(a)}" for p, a in zip(op.tensor_params, args))
+
+
+def apply(op: OpDef, args: tuple, attrs: dict):
+    """Run op on tensor arguments `args` (one per tensor parameter) and attributes `attrs`."""
+    from oarlock._tensor import Tensor
+    # 1. normalise tensor arguments and find the common place
+    place = None
+    flat = []          # every Tensor input, in order, flattened over TensorList
+    scalars = False
+    for p, a in zip(op.tensor_params, args):
+        cls = a.__class__
+        if cls is Tensor:
+            if place is None:
+                place = a._place
+            elif a._place is not place:
+                raise OpError(f"{op.display}(): argument '{p.name}' is on {a._place} but an earlier input is on "
+                              f"{place}; move it with .to('{place}') first")
+            flat.append(a)
+        elif p.base == "TensorOrScalar" and isinstance(a, _SCALAR_TYPES):
+            scalars = True
+            flat.append(a)
+        elif p.base == "OptTensor" and a is None:
+            flat.append(None)
+        elif p.base == "TensorList" and isinstance(a, (list, tuple)) and all(x.__class__ is Tensor for x in a):
+            if not a:
+                raise OpError(f"{op.display}(): argument '{p.name}' is an empty list; it needs at least one Tensor")
+            for x in a:
+                if place is None:
+                    place = x._place
+                elif x._place is not place:
+                    raise OpError(f"{op.display}(): the tensors in '{p.name}' are on different devices "
+                                  f"({x._place} and {place})")
+            flat.append(list(a))
+        else:
+            accepts = {"Tensor": "a Tensor", "TensorOrScalar": "a Tensor or a Python number",
+                       "OptTensor": "a Tensor or None", "TensorList": "a list of Tensors"}[p.base]
+            hint = " (wrap data with oarlock.to_tensor)" if isinstance(a, (list, np.ndarray, *_SCALAR_TYPES)) else ""
+            raise TypeError(f"{op.display}(): argument '{p.name}' must be {accepts}, got {type(a).__name__}{hint}")
+    if place is None:
+        place = attrs.get("place") or attrs.get("device")
+        if place is None:
+            from oarlock.device import default_place
+            place = default_place()
+    backend = place.backend
+    # 2. dtype: promotion among the promoted inputs, then the float policy and the accepted kinds
+    dtype = None
+    if op.promote:
+        dtype = _promoted_dtype(op, flat)
+        if op.to_float and dtype.kind in ("int", "bool"):
+            dtype = _dtypes.get_default_dtype()
+        for i in op.promote:
+            a = flat[i]
+            if a.__class__ is Tensor:
+                if a._dtype is not dtype:
+                    flat[i] = _cast(a, dtype)
+            elif isinstance(a, list):
+                flat[i] = [x if x._dtype is dtype else _cast(x, dtype) for x in a]
+    if scalars:
+        for i, a in enumerate(flat):
+            if isinstance(a, _SCALAR_TYPES):
+                dt = dtype if i in op.promote else _dtypes.default_for_kind(_dtypes.scalar_kind(a))
+                flat[i] = Tensor._wrap(backend.asarray(a, dt.np, place.index), place)
+    if dtype is None:
+        first = next((a for a in flat if a.__class__ is Tensor), None)
+        if first is not None:
+            dtype = first._dtype
+            if op.to_float and dtype.kind in ("int", "bool"):
+                dtype = _dtypes.get_default_dtype()
+                flat[0] = _cast(flat[0], dtype)
+        else:
+            first_list = next((a for a in flat if isinstance(a, list)), None)
+            if first_list is not None:
+                dtype = first_list[0]._dtype
+            else:
+                dtype = attrs.get("dtype") or _dtypes.get_default_dtype()
+    if op.dtypes is not None and dtype.kind not in op.dtypes:
+        accepted = ", ".join(d.name for d in _dtypes.all_dtypes if d.kind in op.dtypes)
+        raise OpError(f"{op.display}(): got dtype {dtype.name} ({_inputs_text(op, args)}); it accepts {accepted}")
+    # 3. kernel lookup
+    kernel = op.registry.find_kernel(op.name, place.type, dtype)
+    if kernel is None:
+        existing = ", ".join(op.registry.kernels_of(op.name)) or "none"
+        raise NotImplementedError(f"{op.display}(): no kernel for device {place.type!r} and dtype {dtype.name}; "
+                                  f"kernels that exist: {existing}")
+    arrays = [a._data if a.__class__ is Tensor else ([x._data for x in a] if a.__class__ is list else a)
+              for a in flat]
+    kattrs = {k: (v.np if v.__class__ is _dtypes.DType else v) for k, v in attrs.items()
+              if k not in op.frontend_attrs}
+    if op.random:
+        kattrs["generator"] = backend.generator(place.index)
+    # 4. run it; a kernel's complaint is re-raised naming the op and its inputs
+    try:
+        out = kernel(backend.xp, *arrays, **kattrs)
+    except (ValueError, TypeError, IndexError) as exc:
+        message = f"{op.display}(): {exc} (inputs: {_inputs_text(op, args) or 'none'}"
+        message += f"; attributes: {attrs})" if attrs else ")"
+        try:
+            error = type(exc)(message)
+        except Exception:
+            error = OpError(message)
+        raise error from exc
+    if op.fast_eligible and all(a.__class__ is Tensor and a._dtype is dtype for a in flat) \
+            and all(a is flat_in for a, flat_in in zip(flat, args)):
+        op.fast[(place, dtype)] = (kernel, backend.xp, backend.array_types[0])
+    # 5. wrap, and record the graph node if any input wants a gradient
+    single = op.n_outputs == 1
+    outs = (out,) if single else tuple(out)
+    array_types = backend.array_types
+    wrap = Tensor._wrap
+    tensors = tuple(wrap(o if o.__class__ in array_types else backend.xp.asarray(o), place) for o in outs)
+    if op.rule is not None and GRAD_MODE.enabled:
+        _record(op, flat, tensors, attrs, place)
+    sg = attrs.get("stop_gradient")
+    rg = attrs.get("requires_grad")
+    if sg is not None or rg is not None:
+        for t in tensors:
+            t.stop_gradient = bool(sg) if sg is not None else not rg
+    return tensors[0] if single else (list(tensors) if op.n_outputs is None else tensors)
+
+
+def _promoted_dtype(op, flat):
+    from oarlock._tensor import Tensor
+    dtype = None
+    kinds = []
+    for i in op.promote:
+        a = flat[i]
+        if a.__class__ is Tensor:
+            dtype = a._dtype if dtype is None else _promote(op, dtype, a._dtype)
+        elif a.__class__ is list:
+            for x in a:
+                dtype = x._dtype if dtype is None else _promote(op, dtype, x._dtype)
+        elif a is not None:
+            kinds.append(_dtypes.scalar_kind(a))
+    for kind in kinds:
+        dtype = _dtypes.default_for_kind(kind) if dtype is None else _dtypes.result_type_with_scalar(dtype, kind)
+    return dtype
+
+
+def _promote(op, a, b):
+    try:
+        return _dtypes.promote_types(a, b)
+    except TypeError as exc:
+        raise TypeError(f"{op.display}(): {exc}") from None
+
+
+def _cast(t, dtype):
+    from oarlock import _ops
+    return _ops.cast(t, dtype)
+
+
+def _record(op, flat, outputs, attrs, place):
+    from oarlock.autograd import _edge
+    edges, meta, any_edge = [], [], False
+    for i, a in enumerate(flat):
+        items = a if a.__class__ is list else (a,)
+        for t in items:
+            if t is None:
+                edge = None
+                meta.append(None)
+            else:
+                edge = None if (i in op.nondiff or not (t._dtype.is_floating_point or t._dtype.is_complex)) \
+                    else _edge(t)
+                meta.append((t._data.shape, t._dtype))
+            any_edge = any_edge or edge is not None
+            edges.append(edge)
+    if not any_edge:
+        return
+    node = Node(op.name, op.rule, tuple(edges), tuple(meta), attrs, place)
+    node.out_meta = [(t._data.shape, t._dtype) for t in outputs]
+    if op._save_plan:
+        node._save_plan = op._save_plan
+        if op.saves_inputs:
+            node._saved_in = flat  # one entry per tensor parameter; a TensorList stays one list
+        if op.saves_outputs:
+            node._saved_out = [t._data for t in outputs]
+    for i, t in enumerate(outputs):
+        if t._dtype.is_floating_point or t._dtype.is_complex:
+            t.stop_gradient = False
+            t._node, t._oidx = node, i
+
+
+class OpRegistrar:
+    """Passed to `oarlock_register_ops`: define ops, their kernels, and export them."""
+
+    def __init__(self, registry: Registry, plugin: str):
+        self._registry, self.plugin = registry, plugin
+
+    def define(self, signature: str, **options) -> OpDef:
+        op = OpDef(signature, **options)
+        op.registry = self._registry
+        self._registry.add_op(op, self.plugin)
+        fn = define_frontend(op, apply)
+        for qualified in op.public:
+            namespace, _, public_name = qualified.rpartition(".")
+            self._registry.add_api(namespace, public_name, fn, self.plugin)
+        return op
+
+    def kernel(self, op: str, device: str | None = GENERIC, dtypes=None):
+        """Decorator registering fn(xp, *arrays, **attrs) for op on `device` (None: generic array-API
+        kernel) and the given dtypes (None: any dtype). `device` may be a list of device types."""
+        devices = device if isinstance(device, (list, tuple)) else [device]
+        keys = [None] if dtypes is None else [_dtypes.convert_dtype(d) for d in dtypes]
+
+        def register(fn):
+            for dev in devices:
+                for dt in keys:
+                    self._registry.add_kernel(op, dev, dt, fn, self.plugin)
+            return fn
+        return register

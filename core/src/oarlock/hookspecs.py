@@ -1,0 +1,56 @@
+"""The hook specifications plugins implement.
+
+Registration hooks receive a registrar and call it; they return nothing. The
+plugin manager calls each plugin's implementation with a registrar bound to
+that plugin, so every registration is attributed to the plugin that made it
+(duplicate errors name both plugins; `oarlock plugins` counts kernels).
+"""
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("oarlock")
+hookimpl = pluggy.HookimplMarker("oarlock")
+
+
+@hookspec
+def oarlock_register_backends(backends):
+    """Add device types.
+
+    Call ``backends.register(backend)`` with an :class:`oarlock.device.Backend`
+    instance: its ``type`` is the device type name ("cpu", "gpu", "npu"), its
+    ``parent`` the device type whose kernels it may reuse (a CUDA-like device
+    names "gpu"), and it provides the array module, host copies, random
+    generators and memory statistics.
+    """
+
+
+@hookspec
+def oarlock_register_ops(ops):
+    """Add operators, their autograd rules and their kernels.
+
+    ``ops.define(signature, ...)`` adds an :class:`oarlock.dispatch.OpDef`;
+    ``ops.kernel(name, device=None, dtypes=None)`` decorates a kernel
+    ``fn(xp, *arrays, **attrs)``. ``device=None`` registers the generic
+    array-API kernel used when no device-specific kernel exists.
+    """
+
+
+@hookspec
+def oarlock_register_api(api):
+    """Export Python objects into public namespaces.
+
+    ``api.export("oarlock.nn.functional", "relu6", fn)`` makes
+    ``oarlock.nn.functional.relu6`` resolve to ``fn``. Namespaces are
+    "oarlock", "oarlock.nn", "oarlock.nn.functional", "oarlock.linalg",
+    "oarlock.compat" and "Tensor" (methods).
+    """
+
+
+@hookspec
+def oarlock_register_commands(cli):
+    """Add subcommands to the ``oarlock`` command.
+
+    ``cli.add(name, help, configure, run)``: ``configure(parser)`` adds the
+    arguments to an argparse parser, ``run(args)`` runs the command and
+    returns its exit status.
+    """

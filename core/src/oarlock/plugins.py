@@ -1,0 +1,154 @@
+"""The plugin manager: finds plugins through entry points and lets them fill a Registry.
+
+Loading is lazy and idempotent: `import oarlock` loads nothing; the first
+use of an op, a device or a public name loads the entry-point group
+`oarlock.plugins` once. `OARLOCK_DISABLE_PLUGINS=a,b` blocks plugins by
+entry-point name, `OARLOCK_DISABLE_PLUGIN_AUTOLOAD=1` skips entry points
+altogether (plugins can still be registered by hand). A plugin that fails to
+import is reported by name with its error; the others still load.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+
+import pluggy
+
+from oarlock import hookspecs
+from oarlock._registry import (ApiRegistrar, BackendRegistrar, CommandRegistrar, Registry,
+                               set_default_registry)
+
+ENTRY_POINT_GROUP = "oarlock.plugins"
+
+# The order registration hooks run in: devices before the ops that target them.
+_REGISTRATION_HOOKS = (
+    ("oarlock_register_backends", "backends", BackendRegistrar),
+    ("oarlock_register_ops", "ops", None),       # OpRegistrar lives in dispatch (imported lazily)
+    ("oarlock_register_api", "api", ApiRegistrar),
+    ("oarlock_register_commands", "cli", CommandRegistrar),
+)
+
+
+class PluginLoadWarning(UserWarning):
+    """A plugin could not be imported or failed while registering."""
+
+
+@dataclass
+class PluginInfo:
+    """What `oarlock plugins` shows for one plugin."""
+
+    name: str
+    distribution: str | None = None
+    version: str | None = None
+    hooks: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    kernels: int = 0
+    error: str | None = None
+
+
+class PluginManager:
+    """A pluggy manager plus the Registry its plugins fill."""
+
+    def __init__(self, group: str = ENTRY_POINT_GROUP, environ=None):
+        self.group = group
+        self.environ = os.environ if environ is None else environ
+        self.registry = Registry()
+        self.pm = pluggy.PluginManager("oarlock")
+        self.pm.add_hookspecs(hookspecs)
+        self.failures: dict[str, str] = {}
+        self.distributions: dict[str, tuple[str, str]] = {}
+        self.loaded = False
+
+    # -- loading ------------------------------------------------------------------------
+    def disabled(self) -> set[str]:
+        raw = self.environ.get("OARLOCK_DISABLE_PLUGINS", "")
+        return {name.strip() for name in raw.split(",") if name.strip()}
+
+    def load(self) -> "PluginManager":
+        """Load the entry-point group once; later calls return at once."""
+        if self.loaded:
+            return self
+        self.loaded = True
+        if self.environ.get("OARLOCK_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0"):
+            return self
+        blocked = self.disabled()
+        for ep in sorted(entry_points(group=self.group), key=lambda e: e.name):
+            if ep.name in blocked or self.pm.is_registered(ep.name) or self.pm.has_plugin(ep.name):
+                continue
+            dist = getattr(ep, "dist", None)
+            try:
+                plugin = ep.load()
+            except Exception as exc:  # a broken plugin must not take the others down
+                self._report(ep.name, f"import of {ep.value!r} failed: {type(exc).__name__}: {exc}", exc)
+                continue
+            self.register(plugin, ep.name, dist.metadata["Name"] if dist else None,
+                          dist.version if dist else None)
+        return self
+
+    def register(self, plugin, name: str, distribution: str | None = None, version: str | None = None):
+        """Register a plugin object (module or instance) and run its registration hooks now."""
+        if name in self.disabled():
+            return None
+        self.pm.register(plugin, name=name)
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError:
+            self.pm.unregister(plugin)
+            raise
+        self.distributions[name] = (distribution, version)
+        try:
+            self._run_registration_hooks(plugin, name)
+        except Exception as exc:
+            self._report(name, f"registration failed: {type(exc).__name__}: {exc}", exc)
+        return plugin
+
+    def _run_registration_hooks(self, plugin, name: str):
+        from oarlock.dispatch import OpRegistrar
+        for hook_name, arg, registrar_cls in _REGISTRATION_HOOKS:
+            registrar_cls = registrar_cls or OpRegistrar
+            for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+                if impl.plugin is plugin:
+                    impl.function(**{arg: registrar_cls(self.registry, name)})
+
+    def _report(self, name: str, message: str, exc: BaseException):
+        self.failures[name] = message
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        warnings.warn(f"oarlock plugin {name!r} skipped: {message}\n  ({detail})", PluginLoadWarning,
+                      stacklevel=3)
+
+    # -- listing ---------------------------------------------------------------------------
+    def info(self) -> list[PluginInfo]:
+        rows = []
+        for name, plugin in sorted(self.pm.list_name_plugin()):
+            if plugin is None:
+                continue
+            dist, version = self.distributions.get(name, (None, None))
+            hooks = sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or ())
+            rows.append(PluginInfo(name, dist, version, hooks, list(self.registry.devices_of.get(name, [])),
+                                   self.registry.kernel_count.get(name, 0), self.failures.get(name)))
+        for name, error in sorted(self.failures.items()):
+            if not self.pm.has_plugin(name):
+                rows.append(PluginInfo(name, error=error))
+        return rows
+
+
+_default_manager: PluginManager | None = None
+
+
+def default_manager() -> PluginManager:
+    """The process-wide manager; its registry becomes the default one before plugins load."""
+    global _default_manager
+    if _default_manager is None:
+        _default_manager = PluginManager()
+        set_default_registry(_default_manager.registry)
+        _default_manager.load()
+    return _default_manager
+
+
+def register_plugin(plugin, name: str):
+    """Register a plugin object in the process-wide manager (for code that is not installed)."""
+    return default_manager().register(plugin, name)

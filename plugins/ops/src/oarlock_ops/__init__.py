@@ -1,0 +1,1 @@
+"""oarlock-ops: the standard operator families, each kernel written once against `xp`."""
