@@ -279,8 +279,9 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
                         ready.append(edge[0])
 
         for leaf, g in leaf_grads.values():
-            if leaf._hooks:
-                g = _run_hooks(leaf._hooks, g)
+            hooks = getattr(leaf, "_hooks", None)
+            if hooks:
+                g = _run_hooks(hooks, g)
             if inputs is not None:
                 for position in wanted_leaves.get(id(leaf), ()):
                     captured[position] = g

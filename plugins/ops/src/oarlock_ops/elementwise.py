@@ -21,10 +21,12 @@ def _cast_grad(ctx, g):
 
 def register(ops):
     binary = "(x: TensorOrScalar, y: TensorOrScalar) -> Tensor"
-    ops.define("add" + binary, public=["add", "Tensor.add"], promote=True, grad=_add_grad,
+    numeric = ("int", "float", "complex")
+    ops.define("add" + binary, public=["add", "Tensor.add"], promote=True, grad=_add_grad, dtypes=numeric,
                aliases={"input": "x", "other": "y"})
     ops.kernel("add")(lambda xp, x, y: xp.add(x, y))
     ops.define("multiply" + binary, public=["multiply", "mul", "Tensor.multiply", "Tensor.mul"], promote=True,
+               dtypes=numeric,
                grad=_multiply_grad, saves=("x", "y"), aliases={"input": "x", "other": "y"})
     ops.kernel("multiply")(lambda xp, x, y: xp.multiply(x, y))
 

@@ -2,9 +2,9 @@
 
 from oarlock import hookimpl
 
-from oarlock_ops import creation, elementwise, reduction
+from oarlock_ops import creation, elementwise, indexing, linalg, nn, reduction, shape
 
-FAMILIES = (creation, elementwise, reduction)
+FAMILIES = (creation, elementwise, reduction, shape, indexing, linalg, nn)
 
 
 @hookimpl
