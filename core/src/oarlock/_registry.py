@@ -94,7 +94,7 @@ class Registry:
     def add_kernel(self, op: str, device: str | None, dtype, fn, plugin: str):
         key = (op, device, dtype)
         where = f"device {device!r}" if device else "the generic array-API"
-        self._claim("kernel", key, plugin, f"kernel for op {op!r} on {where}, dtype {dtype or 'any'}")
+        self._claim("kernel", key, plugin, f"kernel for op {op!r} on {where}, dtype {dtype.name if dtype else 'any'}")
         self.kernels[key] = (fn, plugin)
         self.kernel_count[plugin] += 1
 
@@ -124,7 +124,7 @@ class Registry:
 
     def kernels_of(self, op: str) -> list[str]:
         """Human-readable list of the kernels an op has, for error messages."""
-        return [f"{dev or 'generic'}/{dt or 'any'}" for (name, dev, dt) in self.kernels if name == op]
+        return [f"{dev or 'generic'}/{dt.name if dt else 'any'}" for (name, dev, dt) in self.kernels if name == op]
 
     # -- public names and commands ------------------------------------------------------
     def add_api(self, namespace: str, name: str, obj, plugin: str):

@@ -442,7 +442,8 @@ Function = PyLayer
 
 
 def _edge(t):
-    """The graph edge to input tensor t: its node, itself if a leaf wanting grad, or None."""
-    if t._node is not None:
-        return (t._node, t._oidx)
-    return None if t.stop_gradient else (t, 0)
+    """The graph edge to input tensor t: its node, itself if a leaf wanting grad, or None.
+    Setting stop_gradient=True on an intermediate result cuts the graph there, as in Paddle."""
+    if t.stop_gradient:
+        return None
+    return (t, 0) if t._node is None else (t._node, t._oidx)

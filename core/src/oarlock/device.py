@@ -52,8 +52,7 @@ class Place:
                 return False
         return self is other
 
-    def __hash__(self):
-        return hash((self.type, self.index))
+    __hash__ = object.__hash__  # interned, like DType: identity hashing keeps dispatch lookups in C
 
     def __reduce__(self):
         return (Place, (self.type, self.index))

@@ -338,7 +338,7 @@ def define_frontend(op: OpDef, apply_fn):
     source = f"def {op.name}({', '.join(sig)}):\n" + "\n".join(body) + "\n"
     from oarlock._tensor import Tensor
     namespace = {"_UNSET": _UNSET, "_op": op, "_apply": apply_fn, "_T": Tensor, "_wrap": Tensor._wrap,
-                 "_GM": GRAD_MODE, "_fast": op.fast, "_take_alias": _take_alias,
+                 "_GM": GRAD_MODE, "_fast": op.fast, "_record_simple": _record_simple, "_take_alias": _take_alias,
                  "_unexpected": _unexpected, "_missing": _missing, "_convert_attr": _convert_attr,
                  "_split_varargs": _split_varargs}
     for p in op.params:
@@ -359,6 +359,7 @@ def _fast_path_lines(op):
     gradient to record, and a kernel the slow path already validated for that (place, dtype)."""
     ts = [p.name for p in op.tensor_params]
     first = ts[0]
+    attrs = ", ".join(f"{p.name!r}: {p.name}" for p in op.attr_params)
     kwargs = ", ".join(f"{p.name}={p.name}" if p.base != "DType" else f"{p.name}=(None if {p.name} is None "
                        f"else {p.name}.np)" for p in op.attr_params if p.name not in op.frontend_attrs)
     arrays = ", ".join(f"{t}._data" for t in ts)
@@ -370,14 +371,17 @@ def _fast_path_lines(op):
         f"        _pl = {first}._place; _dt = {first}._dtype",
         f"        if {same}:",
         "            _e = _fast.get((_pl, _dt))",
-        f"            if _e is not None and ({quiet} or not _GM.enabled):",
+        "            if _e is not None:",
         "                try:",
         f"                    _o = {call}",
         "                except Exception:",
         "                    pass  # the slow path below re-raises with a full message",
         "                else:",
         "                    if _o.__class__ is not _e[2]: _o = _e[1].asarray(_o)",
-        "                    return _wrap(_o, _pl)",
+        "                    _o = _wrap(_o, _pl)",
+        f"                    if not ({quiet}) and _GM.enabled and _op.rule is not None:",
+        f"                        _record_simple(_op, ({', '.join(ts)},), _o, {{{attrs}}})",
+        "                    return _o",
     ]
 
 
@@ -573,6 +577,35 @@ def _record(op, flat, outputs, attrs, place):
         if t._dtype.is_floating_point or t._dtype.is_complex:
             t.stop_gradient = False
             t._node, t._oidx = node, i
+
+
+def _record_simple(op, inputs, out, attrs):
+    """_record for the fast path: every input a Tensor, one output."""
+    if not out._dtype.differentiable:
+        return
+    edges = []
+    wanted = False
+    nondiff = op.nondiff
+    for i, t in enumerate(inputs):
+        if t.stop_gradient or not t._dtype.differentiable or i in nondiff:
+            edges.append(None)
+        else:
+            wanted = True
+            edges.append((t, 0) if t._node is None else (t._node, t._oidx))
+    if not wanted:
+        return
+    node = Node(op.name, op.rule, tuple(edges), tuple([(t._data.shape, t._dtype) for t in inputs]), attrs,
+                out._place)
+    node.out_meta = ((out._data.shape, out._dtype),)
+    if op._save_plan:
+        node._save_plan = op._save_plan
+        if op.saves_inputs:
+            node._saved_in = inputs
+        if op.saves_outputs:
+            node._saved_out = (out._data,)
+    out.stop_gradient = False
+    out._node = node
+    out._oidx = 0
 
 
 class OpRegistrar:

@@ -23,7 +23,7 @@ class DType:
     """One element type. Compares equal to its name and to its numpy dtype."""
 
     __slots__ = ("name", "np", "itemsize", "kind", "rank", "is_floating_point", "is_complex",
-                 "is_integer", "is_bool")
+                 "is_integer", "is_bool", "differentiable")
 
     def __init__(self, name: str, np_dtype, kind: str, rank: int):
         self.name = name
@@ -35,6 +35,7 @@ class DType:
         self.is_complex = kind == "complex"
         self.is_integer = kind == "int"
         self.is_bool = kind == "bool"
+        self.differentiable = kind in ("float", "complex")
 
     def __repr__(self):
         return f"paddle.{self.name}"
@@ -49,8 +50,9 @@ class DType:
         except (TypeError, ValueError):
             return NotImplemented
 
-    def __hash__(self):
-        return hash(self.name)
+    # DTypes are singletons: identity hashing keeps dict lookups on the dispatch path in C.
+    # (So a DType and its name compare equal but hash differently: don't mix them as dict keys.)
+    __hash__ = object.__hash__
 
     def __reduce__(self):
         return (convert_dtype, (self.name,))

@@ -1,0 +1,62 @@
+"""The `oarlock` command: `oarlock plugins` lists plugins; plugins add further subcommands.
+
+Subcommands registered through `oarlock_register_commands` (e.g. `oarlock
+train`) appear in `oarlock --help` once their plugin is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _plugins_command(args) -> int:
+    from oarlock.plugins import default_manager
+    rows = default_manager().info()
+    if args.json:
+        print(json.dumps([row.__dict__ for row in rows], indent=2))
+        return 0
+    if not rows:
+        print("no oarlock plugins installed (pip install -e plugins/cpu -e plugins/ops)")
+        return 0
+    for row in rows:
+        if row.distribution is None and row.error:
+            print(f"{row.name}: FAILED TO LOAD: {row.error}")
+            continue
+        dist = f"{row.distribution} {row.version}" if row.distribution else "registered in code"
+        print(f"{row.name}  ({dist})")
+        print(f"    hooks:   {', '.join(row.hooks) or '-'}")
+        print(f"    devices: {', '.join(row.devices) or '-'}")
+        print(f"    kernels: {row.kernels}")
+        if row.error:
+            print(f"    ERROR:   {row.error}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from oarlock._registry import default_registry
+    parser = argparse.ArgumentParser(prog="oarlock", description="oarlock: a plugin-based deep-learning framework")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    plugins = sub.add_parser("plugins", help="list installed plugins: distribution, version, hooks, devices, "
+                                             "kernel count")
+    plugins.add_argument("--json", action="store_true", help="print the listing as JSON")
+    plugins.set_defaults(run=_plugins_command)
+    for name, (help_text, configure, run, _plugin) in sorted(default_registry().commands.items()):
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        configure(command)
+        command.set_defaults(run=run)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "run", None) is None:
+        parser.print_help()
+        return 2
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
