@@ -293,7 +293,7 @@ def _split_varargs(op, first, more, n_after):
 def define_frontend(op: OpDef, apply_fn):
     """Generate the public Python function of an op from its signature (fast: no inspect.bind)."""
     aliased = set(op.aliases.values())
-    lines, sig = [], []
+    sig = []
     varargs_at = None
     for i, p in enumerate(op.params):
         if op.varargs == p.name:
@@ -445,7 +445,7 @@ def apply(op: OpDef, args: tuple, attrs: dict):
     # 2. dtype: promotion among the promoted inputs, then the float policy and the accepted kinds
     dtype = None
     if op.promote:
-        dtype = _promoted_dtype(op, flat)
+        dtype = in_dtype = _promoted_dtype(op, flat)  # in_dtype: what the caller gave, before to_float
         if op.to_float and dtype.kind in ("int", "bool"):
             dtype = _dtypes.get_default_dtype()
         for i in op.promote:
@@ -463,7 +463,7 @@ def apply(op: OpDef, args: tuple, attrs: dict):
     if dtype is None:
         first = next((a for a in flat if a.__class__ is Tensor), None)
         if first is not None:
-            dtype = first._dtype
+            dtype = in_dtype = first._dtype
             if op.to_float and dtype.kind in ("int", "bool"):
                 dtype = _dtypes.get_default_dtype()
                 flat[0] = _cast(flat[0], dtype)
@@ -473,9 +473,11 @@ def apply(op: OpDef, args: tuple, attrs: dict):
                 dtype = first_list[0]._dtype
             else:
                 dtype = attrs.get("dtype") or _dtypes.get_default_dtype()
-    if op.dtypes is not None and dtype.kind not in op.dtypes:
+            in_dtype = dtype
+    # the accepted kinds are those of the inputs: a to_float op may take ints but refuse bool
+    if op.dtypes is not None and in_dtype.kind not in op.dtypes:
         accepted = ", ".join(d.name for d in _dtypes.all_dtypes if d.kind in op.dtypes)
-        raise OpError(f"{op.display}(): got dtype {dtype.name} ({_inputs_text(op, args)}); it accepts {accepted}")
+        raise OpError(f"{op.display}(): got dtype {in_dtype.name} ({_inputs_text(op, args)}); it accepts {accepted}")
     # 3. kernel lookup
     kernel = op.registry.find_kernel(op.name, place.type, dtype)
     if kernel is None:

@@ -138,7 +138,6 @@ def _promote(a: DType, b: DType) -> DType:
             return _BY_NAME["complex128"]
         return hi
     if a.kind == "int":
-        signed = {x.name.startswith("int") for x in (a, b)}
         if a.name == "uint8" or b.name == "uint8":
             other = b if a.name == "uint8" else a
             if other.name == "int8":
