@@ -1,10 +1,24 @@
-"""The numpy backend: array module, host copies, seeded generator and memory statistics."""
+"""The numpy backend: array module, host copies, seeded generator and memory statistics.
+
+Memory statistics come from the C extension `oarlock_cpu._memstat`, a numpy
+allocator handler (NEP 49) that counts the bytes of array data. Constructing a
+CPUBackend installs it in the current context; see that module's docstring
+for what is counted and for threads, which each need their own install().
+"""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
 from oarlock.device import Backend
+
+try:
+    from oarlock_cpu import _memstat
+except ImportError as exc:  # a source tree whose extension was never built
+    _memstat = None
+    _memstat_error = exc
 
 
 class CPUBackend(Backend):
@@ -17,6 +31,11 @@ class CPUBackend(Backend):
     def __init__(self, seed: int = 0):
         self._seed = seed
         self._generator = np.random.default_rng(seed)
+        if _memstat is None:
+            # Keep the device usable without the extension; only the statistics fail (see _memstat_module).
+            warnings.warn(_missing_memstat_message(), RuntimeWarning, stacklevel=2)
+        else:
+            _memstat.install()
 
     def device_count(self) -> int:
         return 1
@@ -44,9 +63,24 @@ class CPUBackend(Backend):
     def set_rng_state(self, state, index: int = 0) -> None:
         self._generator.bit_generator.state = state
 
-    # -- memory: filled in by the allocation tracker (see memstat.py) -----------------------
+    # -- memory: one cpu device, so `index` is ignored -----------------------------------------
     def memory_allocated(self, index: int = 0) -> int:
-        return 0
+        return _memstat_module().current()
 
     def max_memory_allocated(self, index: int = 0) -> int:
-        return 0
+        return _memstat_module().peak()
+
+    def reset_max_memory_allocated(self, index: int = 0) -> None:
+        _memstat_module().reset_peak()
+
+
+def _missing_memstat_message() -> str:
+    return (f"oarlock_cpu._memstat is not built ({_memstat_error}); cpu memory statistics are unavailable. "
+            "Reinstall the plugin to compile it: pip install -e plugins/cpu")
+
+
+def _memstat_module():
+    # Raise rather than report 0 bytes: a silent zero would pass for a real measurement.
+    if _memstat is None:
+        raise RuntimeError(_missing_memstat_message())
+    return _memstat
