@@ -93,8 +93,12 @@ class Node:
     leaf that wants a gradient, or None. meta[i] is that input's (shape, dtype).
     """
 
-    __slots__ = ("name", "rule", "edges", "meta", "attrs", "_saved_in", "_saved_out", "_save_plan",
-                 "out_meta", "place", "hooks", "released", "extra")
+    # Hot attributes live in slots; rarely set ones (saved tensors, hooks, the released flag) in
+    # __dict__ with class-level defaults, so recording a node sets only what every node has.
+    __slots__ = ("name", "rule", "edges", "meta", "attrs", "place", "out_meta", "__dict__")
+    _saved_in = _saved_out = _save_plan = None
+    hooks = None
+    released = False
 
     def __init__(self, name, rule, edges, meta, attrs=None, place=None):
         self.name = name
@@ -103,11 +107,7 @@ class Node:
         self.meta = meta
         self.attrs = attrs
         self.place = place
-        self._saved_in = self._saved_out = self._save_plan = None
         self.out_meta = None
-        self.hooks = None
-        self.released = False
-        self.extra = None
 
     @property
     def saved(self) -> tuple:

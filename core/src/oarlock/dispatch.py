@@ -97,11 +97,14 @@ class OpDef:
     - nondiff: tensor inputs that never get a gradient (indices, masks).
     - random: the kernel receives `generator=` (the device's random generator).
     - amp: the AMP cast policy ("white", "black", "promote" or None).
+    - inplace: the tensor input whose array the kernel writes into (setitem_); the call returns
+      that tensor itself. In-place autograd is not supported yet, so under grad mode the call is refused
+      when that tensor or any other input wants a gradient (see _check_inplace).
     """
 
     def __init__(self, signature, *, public=(), aliases=None, grad=None, saves=(), promote=False,
                  to_float=False, dtypes=None, nondiff=(), random=False, amp=None, doc=None,
-                 varargs=None, kernel_attrs=None):
+                 varargs=None, kernel_attrs=None, inplace=None):
         self.name, self.params, self.returns = _parse_signature(signature)
         self.signature = signature
         self.n_outputs = _n_outputs(self.returns)
@@ -122,6 +125,7 @@ class OpDef:
         self.to_float = to_float
         self.dtypes = tuple(dtypes) if dtypes else None
         self.nondiff = tuple(i for i, n in enumerate(tensor_names) if n in nondiff)
+        self.inplace = None if inplace is None else tensor_names.index(inplace)
         self.random = random
         self.amp = amp
         self.varargs = varargs
@@ -138,7 +142,8 @@ class OpDef:
         self.fast: dict = {}  # (place, dtype) -> (kernel, xp, array type), filled by the slow path
         self.fast_eligible = (bool(self.tensor_params) and self.n_outputs == 1 and not random
                               and all(p.base in ("Tensor", "TensorOrScalar") for p in self.tensor_params)
-                              and not any(p.name in self.frontend_attrs for p in self.attr_params))
+                              and not any(p.name in self.frontend_attrs for p in self.attr_params)
+                              and inplace is None)
 
     @staticmethod
     def _plan_save(name, tensor_names):
@@ -306,7 +311,8 @@ def define_frontend(op: OpDef, apply_fn):
         if varargs_at == i:
             sig.append("*_more")
     if "name" not in [p.name for p in op.params]:
-        sig.append("name=None")
+        # keyword-only, so a stray extra positional argument is an error instead of landing in `name`
+        sig.append("name=None" if varargs_at is not None else "*, name=None")
     sig.append("**_kw")
     body = []
     if varargs_at is not None:
@@ -490,6 +496,8 @@ def apply(op: OpDef, args: tuple, attrs: dict):
               if k not in op.frontend_attrs}
     if op.random:
         kattrs["generator"] = backend.generator(place.index)
+    if op.inplace is not None and GRAD_MODE.enabled:
+        _check_inplace(op, args)
     # 4. run it; a kernel's complaint is re-raised naming the op and its inputs
     try:
         out = kernel(backend.xp, *arrays, **kattrs)
@@ -504,6 +512,8 @@ def apply(op: OpDef, args: tuple, attrs: dict):
     if op.fast_eligible and all(a.__class__ is Tensor and a._dtype is dtype for a in flat) \
             and all(a is flat_in for a, flat_in in zip(flat, args)):
         op.fast[(place, dtype)] = (kernel, backend.xp, backend.array_types[0])
+    if op.inplace is not None:  # the kernel wrote into that input's array: hand back the tensor itself
+        return args[op.inplace]
     # 5. wrap, and record the graph node if any input wants a gradient
     single = op.n_outputs == 1
     outs = (out,) if single else tuple(out)
@@ -518,6 +528,23 @@ def apply(op: OpDef, args: tuple, attrs: dict):
         for t in tensors:
             t.stop_gradient = bool(sg) if sg is not None else not rg
     return tensors[0] if single else (list(tensors) if op.n_outputs is None else tensors)
+
+
+def _check_inplace(op, args):
+    """Refuse an in-place call whose gradients would silently be wrong (no in-place autograd yet)."""
+    from oarlock._tensor import Tensor
+    target = args[op.inplace]
+    name = op.tensor_params[op.inplace].name
+    if target._node is None and not target.stop_gradient:
+        raise OpError(f"{op.display}(): '{name}' is a leaf tensor that requires a gradient "
+                      f"(stop_gradient=False); it cannot be modified in place. Modify it under "
+                      f"oarlock.no_grad(), or work on a copy (x.clone())")
+    wants = [p.name for p, a in zip(op.tensor_params, args) if a.__class__ is Tensor and not a.stop_gradient]
+    if wants:
+        which = " and ".join(map(repr, wants)) + (" is" if len(wants) == 1 else " are")
+        raise NotImplementedError(f"{op.display}(): in-place autograd is not supported yet, and {which} part of "
+                                  f"a graph that needs gradients; use an out-of-place op (e.g. oarlock.index_put, "
+                                  f"oarlock.masked_fill) or detach() first")
 
 
 def _promoted_dtype(op, flat):
