@@ -10,6 +10,8 @@ float16).
 
 from __future__ import annotations
 
+import builtins
+
 import ml_dtypes
 import numpy as np
 
@@ -106,7 +108,7 @@ def convert_dtype(value) -> DType:
         return _default_float
     if value is int:
         return _BY_NAME["int64"]
-    if value is bool:
+    if value is builtins.bool:
         return _BY_NAME["bool"]
     if value is complex:
         return _BY_NAME["complex64"] if _default_float.rank <= 2 else _BY_NAME["complex128"]
@@ -168,7 +170,8 @@ def promote_types(a: DType, b: DType) -> DType:
     return found
 
 
-_SCALAR_KIND = {bool: "bool", int: "int", float: "float", complex: "complex"}
+# builtins.bool: the module-level name `bool` is the DType defined above
+_SCALAR_KIND = {builtins.bool: "bool", int: "int", float: "float", complex: "complex"}
 
 
 def scalar_kind(value) -> str | None:

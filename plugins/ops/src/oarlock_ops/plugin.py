@@ -2,9 +2,9 @@
 
 from oarlock import hookimpl
 
-from oarlock_ops import creation, elementwise, indexing, linalg, nn, reduction, shape
+from oarlock_ops import creation, elementwise, indexing, linalg, nn, reduction, shape, unary
 
-FAMILIES = (creation, elementwise, reduction, shape, indexing, linalg, nn)
+FAMILIES = (creation, elementwise, unary, reduction, shape, indexing, linalg, nn)
 
 
 @hookimpl

@@ -1,0 +1,197 @@
+"""Float math and activations: exp, log, log1p, sqrt, rsqrt, sin, cos, tanh, erf, sigmoid, silu, gelu
+(integers compute in the default float dtype, like PyTorch and Paddle), and relu (integers too).
+
+Half-precision inputs (bfloat16, float16) compute in float32 and round once at the end: numpy's
+bfloat16 loops are slow for some functions (tanh) and a composite formula (gelu, silu) would round at
+every step. numpy has no erf, so it is built here from two classical expansions using xp only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import oarlock
+from oarlock_ops.elementwise import REAL, public
+
+SQRT_PI = math.sqrt(math.pi)
+SQRT_2 = math.sqrt(2.0)
+TANH_GELU_K = math.sqrt(2.0 / math.pi)  # gelu's tanh form: 0.5 x (1 + tanh(K (x + C x^3)))
+TANH_GELU_C = 0.044715
+
+
+def _in_float32(fn):
+    """Run fn in float32 for 1- and 2-byte floats, and cast the result back."""
+    def kernel(xp, x, **attrs):
+        if x.dtype.itemsize >= 4:
+            return fn(xp, x, **attrs)
+        return fn(xp, x.astype(xp.float32), **attrs).astype(x.dtype)
+    return kernel
+
+
+def _as_1d(fn):
+    """For kernels that work in place: numpy returns a scalar, not an array, from a ufunc on 0-d
+    arrays, and out= can't write to that; so a 0-d input runs as a 1-element array."""
+    def kernel(xp, x, **attrs):
+        if x.ndim:
+            return fn(xp, x, **attrs)
+        return fn(xp, x.reshape(1), **attrs).reshape(())
+    return kernel
+
+
+# -- erf ----------------------------------------------------------------------------------------------
+# For a = |x| below ERF_SPLIT the series (Abramowitz & Stegun 7.1.6), whose terms are all positive:
+#     erf(a) = 2/sqrt(pi) a exp(-a^2) sum_n (2 a^2)^n / (1 3 5 ... (2n+1))
+# above it the continued fraction (A&S 7.1.14), which gives erfc with full relative accuracy:
+#     erfc(a) = exp(-a^2)/sqrt(pi) / (a + (1/2)/(a + 1/(a + (3/2)/(a + 2/(a + ...)))))
+# Both are cut where rounding dominates. float64: erf within 2e-15 relative; erfc within 2e-14 relative
+# above the split (the error of exp(-a^2) itself) and 2e-16 absolute below it, where it is 1 - erf.
+# float32: a few ulp in the same sense.
+ERF_SPLIT = 2.5
+ERF_TERMS = {8: (40, 30), 4: (24, 10)}  # itemsize -> (series terms, continued-fraction depth)
+ERF_SERIES = [2.0 ** n / math.prod(range(1, 2 * n + 2, 2)) for n in range(40)]
+
+
+def erf_abs(xp, a, complement=False):
+    """erf(a), or erfc(a) with complement=True, for an array a >= 0 (float32 or float64, ndim >= 1).
+
+    A fresh large array costs more than an in-place pass (page faults), so the temporaries are
+    reused: out= and copyto work in numpy and CuPy alike."""
+    terms, depth = ERF_TERMS[a.dtype.itemsize]
+    small = a < ERF_SPLIT
+    s = xp.minimum(a, ERF_SPLIT)  # each expansion sees only its own range: no overflow, no wasted nan
+    s2 = s * s
+    series = s2 * ERF_SERIES[terms - 1]  # Horner's rule in s^2
+    series += ERF_SERIES[terms - 2]
+    for c in ERF_SERIES[terms - 3::-1]:
+        series *= s2
+        series += c
+    series *= s
+    series *= xp.exp(xp.negative(s2, out=s2), out=s2)
+    series *= 2.0 / SQRT_PI  # erf for a < split
+    b = xp.maximum(a, ERF_SPLIT, out=s)
+    fraction = (0.5 * depth) / b  # evaluated from its tail up
+    fraction += b
+    for k in range(depth - 1, 0, -1):
+        xp.divide(0.5 * k, fraction, out=fraction)
+        fraction += b
+    fraction *= SQRT_PI
+    b *= b
+    tail = xp.exp(xp.negative(b, out=b), out=b)
+    tail /= fraction  # erfc for a >= split
+    if complement:
+        xp.copyto(tail, xp.subtract(1.0, series, out=series), where=small)
+        return tail
+    out = xp.subtract(1.0, tail, out=tail)
+    xp.copyto(out, series, where=small)
+    return out
+
+
+@_as_1d
+def _erf(xp, x):
+    out = erf_abs(xp, xp.abs(x))
+    return xp.copysign(out, x, out=out)
+
+
+# -- kernels --------------------------------------------------------------------------------------------
+# Signs are folded in arithmetically rather than by a masked select (where/copyto on x < 0), which
+# is several times slower when the signs are random.
+
+@_as_1d
+def _sigmoid(xp, x):
+    # exp(min(x, 0)) / (1 + exp(-|x|)): no overflow, full relative accuracy for large negative x
+    out = xp.minimum(x, 0.0)
+    xp.exp(out, out=out)
+    d = xp.abs(x)
+    xp.exp(xp.negative(d, out=d), out=d)
+    d += 1.0
+    out /= d
+    return out
+
+
+@_as_1d
+def _silu(xp, x):
+    out = _sigmoid(xp, x)
+    out *= x
+    return out
+
+
+def _gelu_uses_tanh(approximate):
+    """Paddle 3.2 takes a bool, PyTorch (and later Paddle) the strings 'none' and 'tanh'."""
+    if approximate in (True, "tanh"):
+        return True
+    if approximate in (False, "none"):
+        return False
+    raise ValueError(f"argument 'approximate' must be a bool or one of 'none', 'tanh', got {approximate!r}")
+
+
+@_as_1d
+def _gelu(xp, x, approximate=False):
+    if _gelu_uses_tanh(approximate):
+        return 0.5 * x * (1.0 + xp.tanh(TANH_GELU_K * (x + TANH_GELU_C * x * x * x)))
+    # x Phi(x), with Phi(x) = h for x < 0 and 1 - h otherwise, h = Phi(-|x|) = erfc(|x|/sqrt2)/2:
+    # from erfc, so the tail for large negative x keeps its digits
+    a = xp.abs(x)
+    a /= SQRT_2
+    h = erf_abs(xp, a, complement=True)
+    h *= 0.5
+    out = xp.multiply(h, -2.0, out=a)
+    out += 1.0
+    out *= x >= 0
+    out += h
+    out *= x
+    return out
+
+
+# -- backward rules -----------------------------------------------------------------------------------
+
+def _gelu_grad(ctx, g):
+    (x,) = ctx.saved
+    if _gelu_uses_tanh(ctx.attrs["approximate"]):
+        t = oarlock.tanh(TANH_GELU_K * (x + TANH_GELU_C * x * x * x))
+        slope = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * TANH_GELU_K * (1 + 3 * TANH_GELU_C * x * x)
+    else:  # Phi(x) + x phi(x)
+        slope = 0.5 * (1 + oarlock.erf(x / SQRT_2)) + x * oarlock.exp(-0.5 * x * x) / (SQRT_2 * SQRT_PI)
+    return g * slope
+
+
+def _silu_grad(ctx, g):
+    (x,) = ctx.saved
+    s = oarlock.sigmoid(x)
+    return g * s * (1 + x * (1 - s))
+
+
+def _of_saved(derivative):
+    """A backward rule from derivative(g, t), t being the one tensor the op saved."""
+    return lambda ctx, g: derivative(g, ctx.saved[0])
+
+
+# name, kernel, backward rule, the tensor it saves, is an activation (also in oarlock.nn.functional)
+FLOAT_MATH = [
+    ("exp", lambda xp, x: xp.exp(x), _of_saved(lambda g, out: g * out), "out", False),
+    ("log", lambda xp, x: xp.log(x), _of_saved(lambda g, x: g / x), "x", False),
+    ("log1p", lambda xp, x: xp.log1p(x), _of_saved(lambda g, x: g / (x + 1)), "x", False),
+    ("sqrt", lambda xp, x: xp.sqrt(x), _of_saved(lambda g, out: g / (2 * out)), "out", False),
+    ("rsqrt", lambda xp, x: 1.0 / xp.sqrt(x), _of_saved(lambda g, out: -0.5 * g * out * out * out), "out", False),
+    ("sin", lambda xp, x: xp.sin(x), _of_saved(lambda g, x: g * oarlock.cos(x)), "x", False),
+    ("cos", lambda xp, x: xp.cos(x), _of_saved(lambda g, x: -g * oarlock.sin(x)), "x", False),
+    ("erf", _erf, _of_saved(lambda g, x: g * (2 / SQRT_PI) * oarlock.exp(-x * x)), "x", False),
+    ("tanh", lambda xp, x: xp.tanh(x), _of_saved(lambda g, out: g * (1 - out * out)), "out", True),
+    ("sigmoid", _sigmoid, _of_saved(lambda g, out: g * out * (1 - out)), "out", True),
+    ("silu", _silu, _silu_grad, "x", True),
+]
+
+
+def register(ops):
+    for name, kernel, rule, saves, activation in FLOAT_MATH:
+        ops.define(name + "(x: Tensor) -> Tensor", public=public(name, functional=activation), to_float=True,
+                   dtypes=REAL, grad=rule, saves=(saves,), aliases={"input": "x"})
+        ops.kernel(name)(_in_float32(kernel))
+
+    ops.define("gelu(x: Tensor, approximate: Any = False) -> Tensor", public=public("gelu", functional=True),
+               to_float=True, dtypes=REAL, grad=_gelu_grad, saves=("x",), aliases={"input": "x"})
+    ops.kernel("gelu")(_in_float32(_gelu))
+
+    # relu keeps integer dtypes; its kernel is one ufunc (maximum with a Python 0 keeps the dtype)
+    ops.define("relu(x: Tensor) -> Tensor", public=public("relu", functional=True), dtypes=REAL,
+               grad=_of_saved(lambda g, out: g * (out > 0)), saves=("out",), aliases={"input": "x"})
+    ops.kernel("relu")(lambda xp, x: xp.maximum(x, 0))
