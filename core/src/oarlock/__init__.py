@@ -5,7 +5,8 @@ plugin hooks. Everything else (backends, ops, layers) comes from plugins,
 loaded on first use: `import oarlock` imports no plugin.
 """
 
-from oarlock import device
+import oarlock.nn.functional
+from oarlock import compat, device, linalg, nn
 from oarlock._namespace import lazy_namespace
 from oarlock._tensor import Tensor, from_dlpack
 from oarlock.autograd import (PyLayer, enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled)

@@ -27,6 +27,7 @@ import numpy as np
 
 from oarlock import dtypes as _dtypes
 from oarlock._registry import GENERIC, Registry
+from oarlock._tensor import Tensor
 from oarlock.autograd import GRAD_MODE, Node
 
 __all__ = ["OpDef", "OpRegistrar", "OpError", "define_frontend"]
@@ -198,14 +199,12 @@ def _to_bool(op, p, v):
 def _to_scalar(op, p, v):
     if isinstance(v, _SCALAR_TYPES):
         return v.item() if isinstance(v, np.generic) else v
-    from oarlock._tensor import Tensor
     if isinstance(v, Tensor) and v.size == 1:
         return v.item()
     raise _bad(op, p, "a Python number", v)
 
 
 def _int_list(op, p, v, accepts):
-    from oarlock._tensor import Tensor
     if isinstance(v, Tensor):
         if v.dtype.kind != "int":
             raise _bad(op, p, accepts, v)
@@ -342,7 +341,6 @@ def define_frontend(op: OpDef, apply_fn):
         body.extend(_fast_path_lines(op))
     body.append(f"    return _apply(_op, ({tensors}{',' if op.tensor_params else ''}), {{{attrs}}})")
     source = f"def {op.name}({', '.join(sig)}):\n" + "\n".join(body) + "\n"
-    from oarlock._tensor import Tensor
     namespace = {"_UNSET": _UNSET, "_op": op, "_apply": apply_fn, "_T": Tensor, "_wrap": Tensor._wrap,
                  "_GM": GRAD_MODE, "_fast": op.fast, "_record_simple": _record_simple, "_take_alias": _take_alias,
                  "_unexpected": _unexpected, "_missing": _missing, "_convert_attr": _convert_attr,
@@ -361,40 +359,74 @@ def define_frontend(op: OpDef, apply_fn):
 
 
 def _fast_path_lines(op):
-    """Code for the common case: every tensor argument a Tensor of one dtype on one place, no
-    gradient to record, and a kernel the slow path already validated for that (place, dtype)."""
-    ts = [p.name for p in op.tensor_params]
-    first = ts[0]
+    """Code for the common case: every tensor argument a Tensor of one dtype on one place (or a
+    Python int/float where the op takes scalars and the dtype keeps it weak), and a kernel the slow
+    path already validated for that (place, dtype). Records the graph node with _record_simple."""
+    names = [p.name for p in op.tensor_params]
+    scalars = [p.name for p in op.tensor_params if p.base == "TensorOrScalar"]
     attrs = ", ".join(f"{p.name!r}: {p.name}" for p in op.attr_params)
     kwargs = ", ".join(f"{p.name}={p.name}" if p.base != "DType" else f"{p.name}=(None if {p.name} is None "
                        f"else {p.name}.np)" for p in op.attr_params if p.name not in op.frontend_attrs)
-    arrays = ", ".join(f"{t}._data" for t in ts)
-    call = f"_e[0](_e[1], {arrays}{', ' if kwargs else ''}{kwargs})"
-    same = " and ".join(f"{t}._place is _pl and {t}._dtype is _dt" for t in ts[1:]) or "True"
-    quiet = " and ".join(f"{t}.stop_gradient" for t in ts)
-    return [
-        f"    if {' and '.join(f'{t}.__class__ is _T' for t in ts)}:",
-        f"        _pl = {first}._place; _dt = {first}._dtype",
-        f"        if {same}:",
-        "            _e = _fast.get((_pl, _dt))",
-        "            if _e is not None:",
-        "                try:",
-        f"                    _o = {call}",
-        "                except Exception:",
-        "                    pass  # the slow path below re-raises with a full message",
-        "                else:",
-        "                    if _o.__class__ is not _e[2]: _o = _e[1].asarray(_o)",
-        "                    _o = _wrap(_o, _pl)",
-        f"                    if not ({quiet}) and _GM.enabled and _op.rule is not None:",
-        f"                        _record_simple(_op, ({', '.join(ts)},), _o, {{{attrs}}})",
-        "                    return _o",
-    ]
+
+    def run(arrays, quiet):
+        call = f"_e[0](_e[1], {arrays}{', ' if kwargs else ''}{kwargs})"
+        return [
+            "            _e = _fast.get((_pl, _dt))",
+            "            if _e is not None:",
+            "                try:",
+            f"                    _o = {call}",
+            "                except Exception:",
+            "                    pass  # the slow path below re-raises with a full message",
+            "                else:",
+            "                    if _o.__class__ is not _e[2]: _o = _e[1].asarray(_o)",
+            "                    _o = _wrap(_o, _pl)",
+            f"                    if not ({quiet}) and _GM.enabled and _op.rule is not None:",
+            f"                        _record_simple(_op, ({', '.join(names)},), _o, {{{attrs}}})",
+            "                    return _o",
+        ]
+
+    # 1. all Tensors: the cheapest test, dtype and place of the first
+    same = " and ".join(f"{t}._place is _pl and {t}._dtype is _dt" for t in names[1:]) or "True"
+    lines = [f"    if {' and '.join(f'{t}.__class__ is _T' for t in names)}:",
+             f"        _pl = {names[0]}._place; _dt = {names[0]}._dtype",
+             f"        if {same}:"]
+    lines += run(", ".join(f"{t}._data" for t in names), " and ".join(f"{t}.stop_gradient" for t in names))
+    if not scalars:
+        return lines
+    # 2. some Python scalars: find an anchor Tensor; the scalars ride along as weak operands
+    lines.append("    _a = _UNSET")
+    for t in names:
+        lines += [f"    if {t}.__class__ is _T:",
+                  f"        if _a is _UNSET: _a = {t}",
+                  f"        elif {t}._dtype is not _a._dtype or {t}._place is not _a._place: _a = None"]
+        lines.append(f"    elif {t}.__class__ is not int and {t}.__class__ is not float: _a = None"
+                     if t in scalars else "    else: _a = None")
+    weak = " and ".join(f"({t}.__class__ is not float or _dt.is_floating_point)" for t in scalars)
+    lines += ["    if _a is not None and _a is not _UNSET:",
+              "        _pl = _a._place; _dt = _a._dtype",
+              f"        if {weak}:"]
+    arrays = ", ".join(f"({t}._data if {t}.__class__ is _T else {t})" if t in scalars else f"{t}._data"
+                       for t in names)
+    quiet = " and ".join(f"({t}.__class__ is not _T or {t}.stop_gradient)" if t in scalars
+                         else f"{t}.stop_gradient" for t in names)
+    return lines + run(arrays, quiet)
+
+
+def _fast_cacheable(flat, args, dtype) -> bool:
+    """Whether this call may seed the fast path: no input was cast, and any Python scalar was one the
+    fast path passes to the kernel unchanged (an int, or a float with a float dtype)."""
+    for used, given in zip(flat, args):
+        if given.__class__ is Tensor:
+            if used is not given or given._dtype is not dtype:
+                return False
+        elif not (given.__class__ is int or (given.__class__ is float and dtype.is_floating_point)):
+            return False
+    return True
 
 
 # -- the call path ------------------------------------------------------------------------------------
 
 def _describe(t) -> str:
-    from oarlock._tensor import Tensor
     if isinstance(t, Tensor):
         return f"Tensor(shape={t.shape}, dtype={t._dtype.name}, place={t._place})"
     if isinstance(t, (list, tuple)):
@@ -408,7 +440,6 @@ def _inputs_text(op, args) -> str:
 
 def apply(op: OpDef, args: tuple, attrs: dict):
     """Run op on tensor arguments `args` (one per tensor parameter) and attributes `attrs`."""
-    from oarlock._tensor import Tensor
     # 1. normalise tensor arguments and find the common place
     place = None
     flat = []          # every Tensor input, in order, flattened over TensorList
@@ -509,8 +540,7 @@ def apply(op: OpDef, args: tuple, attrs: dict):
         except Exception:
             error = OpError(message)
         raise error from exc
-    if op.fast_eligible and all(a.__class__ is Tensor and a._dtype is dtype for a in flat) \
-            and all(a is flat_in for a, flat_in in zip(flat, args)):
+    if op.fast_eligible and _fast_cacheable(flat, args, dtype):
         op.fast[(place, dtype)] = (kernel, backend.xp, backend.array_types[0])
     if op.inplace is not None:  # the kernel wrote into that input's array: hand back the tensor itself
         return args[op.inplace]
@@ -532,7 +562,6 @@ def apply(op: OpDef, args: tuple, attrs: dict):
 
 def _check_inplace(op, args):
     """Refuse an in-place call whose gradients would silently be wrong (no in-place autograd yet)."""
-    from oarlock._tensor import Tensor
     target = args[op.inplace]
     name = op.tensor_params[op.inplace].name
     if target._node is None and not target.stop_gradient:
@@ -548,7 +577,6 @@ def _check_inplace(op, args):
 
 
 def _promoted_dtype(op, flat):
-    from oarlock._tensor import Tensor
     dtype = None
     kinds = []
     for i in op.promote:
@@ -615,21 +643,25 @@ def _record_simple(op, inputs, out, attrs):
     edges = []
     wanted = False
     nondiff = op.nondiff
+    tensor = Tensor
     for i, t in enumerate(inputs):
-        if t.stop_gradient or not t._dtype.differentiable or i in nondiff:
+        if t.__class__ is not tensor or t.stop_gradient or not t._dtype.differentiable or i in nondiff:
             edges.append(None)
         else:
             wanted = True
             edges.append((t, 0) if t._node is None else (t._node, t._oidx))
     if not wanted:
         return
-    node = Node(op.name, op.rule, tuple(edges), tuple([(t._data.shape, t._dtype) for t in inputs]), attrs,
+    node = Node(op.name, op.rule, tuple(edges),
+                tuple([(t._data.shape, t._dtype) if t.__class__ is tensor else None for t in inputs]), attrs,
                 out._place)
     node.out_meta = ((out._data.shape, out._dtype),)
     if op._save_plan:
         node._save_plan = op._save_plan
-        if op.saves_inputs:
-            node._saved_in = inputs
+        if op.saves_inputs:  # a Python scalar operand is saved as a 0-d tensor of the op's dtype
+            node._saved_in = tuple(t if t.__class__ is tensor else
+                                   tensor._wrap(out._place.backend.asarray(t, out._dtype.np, out._place.index),
+                                                out._place) for t in inputs)
         if op.saves_outputs:
             node._saved_out = (out._data,)
     out.stop_gradient = False
