@@ -359,11 +359,13 @@ def define_frontend(op: OpDef, apply_fn):
 
 
 def _fast_path_lines(op):
-    """Code for the common case: every tensor argument a Tensor of one dtype on one place (or a
-    Python int/float where the op takes scalars and the dtype keeps it weak), and a kernel the slow
-    path already validated for that (place, dtype). Records the graph node with _record_simple."""
+    """Code for the common case, skipping everything `apply` re-derives: the tensor arguments are
+    Tensors on one place, the promoted ones share one dtype (a Python int/float may stand in for a
+    promoted one when the dtype keeps it weak), and the slow path already validated a kernel for that
+    (place, dtype). Records the graph node with _record_simple."""
     names = [p.name for p in op.tensor_params]
-    scalars = [p.name for p in op.tensor_params if p.base == "TensorOrScalar"]
+    promoted = [names[i] for i in op.promote] or names[:1]  # names whose dtype keys the kernel
+    scalars = [p.name for p in op.tensor_params if p.base == "TensorOrScalar" and p.name in promoted]
     attrs = ", ".join(f"{p.name!r}: {p.name}" for p in op.attr_params)
     kwargs = ", ".join(f"{p.name}={p.name}" if p.base != "DType" else f"{p.name}=(None if {p.name} is None "
                        f"else {p.name}.np)" for p in op.attr_params if p.name not in op.frontend_attrs)
@@ -385,26 +387,33 @@ def _fast_path_lines(op):
             "                    return _o",
         ]
 
-    # 1. all Tensors: the cheapest test, dtype and place of the first
-    same = " and ".join(f"{t}._place is _pl and {t}._dtype is _dt" for t in names[1:]) or "True"
+    def same_place(candidates):
+        return [f"{t}._place is _pl" for t in candidates]
+
+    # 1. all Tensors: the cheapest test
+    anchor = promoted[0]
+    checks = same_place([t for t in names if t != anchor]) + [f"{t}._dtype is _dt" for t in promoted[1:]]
     lines = [f"    if {' and '.join(f'{t}.__class__ is _T' for t in names)}:",
-             f"        _pl = {names[0]}._place; _dt = {names[0]}._dtype",
-             f"        if {same}:"]
+             f"        _pl = {anchor}._place; _dt = {anchor}._dtype",
+             f"        if {' and '.join(checks) or 'True'}:"]
     lines += run(", ".join(f"{t}._data" for t in names), " and ".join(f"{t}.stop_gradient" for t in names))
     if not scalars:
         return lines
-    # 2. some Python scalars: find an anchor Tensor; the scalars ride along as weak operands
+    # 2. Python scalars among the promoted arguments: the first promoted Tensor anchors dtype and place
     lines.append("    _a = _UNSET")
-    for t in names:
+    for t in promoted:
         lines += [f"    if {t}.__class__ is _T:",
                   f"        if _a is _UNSET: _a = {t}",
-                  f"        elif {t}._dtype is not _a._dtype or {t}._place is not _a._place: _a = None"]
+                  f"        elif _a is not None and ({t}._dtype is not _a._dtype or {t}._place is not _a._place):",
+                  "            _a = None"]
         lines.append(f"    elif {t}.__class__ is not int and {t}.__class__ is not float: _a = None"
                      if t in scalars else "    else: _a = None")
-    weak = " and ".join(f"({t}.__class__ is not float or _dt.is_floating_point)" for t in scalars)
+    others = [t for t in names if t not in promoted]
+    weak = " and ".join(f"({t}.__class__ is _T or (_dt.weak_scalars and ({t}.__class__ is int "
+                        f"or _dt.is_floating_point)))" for t in scalars)
     lines += ["    if _a is not None and _a is not _UNSET:",
               "        _pl = _a._place; _dt = _a._dtype",
-              f"        if {weak}:"]
+              f"        if {' and '.join([f'{t}.__class__ is _T' for t in others] + same_place(others) + [weak])}:"]
     arrays = ", ".join(f"({t}._data if {t}.__class__ is _T else {t})" if t in scalars else f"{t}._data"
                        for t in names)
     quiet = " and ".join(f"({t}.__class__ is not _T or {t}.stop_gradient)" if t in scalars
@@ -412,14 +421,17 @@ def _fast_path_lines(op):
     return lines + run(arrays, quiet)
 
 
-def _fast_cacheable(flat, args, dtype) -> bool:
-    """Whether this call may seed the fast path: no input was cast, and any Python scalar was one the
-    fast path passes to the kernel unchanged (an int, or a float with a float dtype)."""
-    for used, given in zip(flat, args):
+def _fast_cacheable(op, flat, args, dtype) -> bool:
+    """Whether this call may seed the fast path: no input was cast, every promoted input has the
+    kernel's dtype, and any Python scalar was one the fast path passes to the kernel unchanged (an
+    int, or a float with a float dtype)."""
+    promoted = op.promote or (0,)
+    for i, (used, given) in enumerate(zip(flat, args)):
         if given.__class__ is Tensor:
-            if used is not given or given._dtype is not dtype:
+            if used is not given or (i in promoted and given._dtype is not dtype):
                 return False
-        elif not (given.__class__ is int or (given.__class__ is float and dtype.is_floating_point)):
+        elif i not in op.promote or not dtype.weak_scalars or not (
+                given.__class__ is int or (given.__class__ is float and dtype.is_floating_point)):
             return False
     return True
 
@@ -540,7 +552,7 @@ def apply(op: OpDef, args: tuple, attrs: dict):
         except Exception:
             error = OpError(message)
         raise error from exc
-    if op.fast_eligible and _fast_cacheable(flat, args, dtype):
+    if op.fast_eligible and _fast_cacheable(op, flat, args, dtype):
         op.fast[(place, dtype)] = (kernel, backend.xp, backend.array_types[0])
     if op.inplace is not None:  # the kernel wrote into that input's array: hand back the tensor itself
         return args[op.inplace]

@@ -25,7 +25,7 @@ class DType:
     """One element type. Compares equal to its name and to its numpy dtype."""
 
     __slots__ = ("name", "np", "itemsize", "kind", "rank", "is_floating_point", "is_complex",
-                 "is_integer", "is_bool", "differentiable")
+                 "is_integer", "is_bool", "differentiable", "weak_scalars")
 
     def __init__(self, name: str, np_dtype, kind: str, rank: int):
         self.name = name
@@ -38,6 +38,8 @@ class DType:
         self.is_integer = kind == "int"
         self.is_bool = kind == "bool"
         self.differentiable = kind in ("float", "complex")
+        # numpy keeps Python scalars weak (NEP 50) for its own dtypes, not for ml_dtypes' ones
+        self.weak_scalars = self.np.isbuiltin == 1
 
     def __repr__(self):
         return f"paddle.{self.name}"
