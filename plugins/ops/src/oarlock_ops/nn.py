@@ -1,5 +1,248 @@
-"""Placeholder: filled in by the nn family."""
+"""Softmax, log_softmax and cross_entropy (oarlock.nn.functional).
+
+All three subtract the maximum along the class axis before exponentiating, so large logits do not
+overflow, and compute low-precision floats in float32.
+
+cross_entropy follows Paddle's semantics, which differ from torch's in places:
+- a hard label holds class indices, shaped like the input without the class axis or with that
+  axis of size 1; the unreduced loss has the label's shape. Soft labels (and label smoothing, which
+  turns hard labels into soft ones) keep the class axis as size 1;
+- with a weight, every position's loss is scaled by sum_c target_c * weight_c (for a hard label:
+  weight[label]);
+- 'mean' divides by the summed weights of the non-ignored positions when there is a weight or a
+  non-negative ignore_index, and otherwise by the number of positions (ignored ones included).
+Both the kernel and the backward rule describe the target the same way: a distribution `t` of the
+input's shape and a per-position scale `s` (weight and ignore mask), loss = -s * sum_c t_c log p_c.
+"""
+
+from __future__ import annotations
+
+import oarlock
+from oarlock.nn import functional as F
+from oarlock_ops.linalg import compute_dtype
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _check_axis(axis, ndim):
+    n = max(ndim, 1)  # a 0-d input takes axis 0 or -1, like a 1-element vector
+    if not -n <= axis < n:
+        raise ValueError(f"axis {axis} is out of range for a {ndim}-D input (valid: {-n} to {n - 1})")
+
+
+def _log_softmax_xp(xp, x, axis):
+    z = x - xp.max(x, axis=axis, keepdims=True)
+    return z - xp.log(xp.sum(xp.exp(z), axis=axis, keepdims=True))
+
+
+def _softmax_xp(xp, x, axis):
+    e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
+    return e / xp.sum(e, axis=axis, keepdims=True)
+
+
+def _along_axis(fn):
+    """A kernel (xp, x, axis, dtype) from fn(xp, x, axis): casts to `dtype` first (Paddle's softmax
+    dtype argument), computes low precision in float32, and handles 0-d and empty inputs."""
+    def kernel(xp, x, axis=-1, dtype=None):
+        _check_axis(axis, x.ndim)
+        out_dtype = x.dtype if dtype is None else dtype
+        if x.size == 0:
+            return xp.empty(x.shape, dtype=out_dtype)
+        work = x.astype(compute_dtype(xp, out_dtype), copy=False)
+        out = fn(xp, work.reshape(1) if x.ndim == 0 else work, axis)
+        return out.reshape(x.shape).astype(out_dtype, copy=False)
+    return kernel
+
+
+def _cast_back(ctx, dx):
+    """The gradient in the input's dtype (softmax(x, dtype=...) computes in another one)."""
+    dtype = ctx.meta[0][1]
+    return dx if dx.dtype == dtype else oarlock.cast(dx, dtype)
+
+
+def _grad_axis(ctx):
+    return ctx.attrs["axis"] if len(ctx.meta[0][0]) else None  # a 0-d input reduces over everything
+
+
+def _softmax_grad(ctx, g):
+    (y,) = ctx.saved
+    axis = _grad_axis(ctx)
+    return _cast_back(ctx, y * (g - oarlock.sum(g * y, axis=axis, keepdim=True)))
+
+
+def _log_softmax_grad(ctx, g):
+    (y,) = ctx.saved
+    axis = _grad_axis(ctx)
+    return _cast_back(ctx, g - oarlock.exp(y) * oarlock.sum(g, axis=axis, keepdim=True))
+
+
+# -- cross_entropy ------------------------------------------------------------------------------------
+
+def _validate_cross_entropy(xp, x, label, weight, ignore_index, reduction, soft_label, axis, label_smoothing):
+    """Check the arguments the way Paddle does; returns the class axis as a non-negative int."""
+    if x.ndim == 0:
+        raise ValueError("input must have at least one dimension (the class axis), got a 0-D tensor")
+    _check_axis(axis, x.ndim)
+    axis %= x.ndim
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, got {reduction!r}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    shape, classes = list(x.shape), x.shape[axis]
+    if soft_label:
+        if ignore_index > 0:
+            raise ValueError(f"ignore_index applies only to hard labels; with soft_label=True leave it at -100, "
+                             f"got {ignore_index}")
+        if list(label.shape) != shape:
+            raise ValueError(f"a soft label must have the input's shape {shape}, got label shape "
+                             f"{list(label.shape)}")
+    else:
+        if label.dtype.kind not in "iu":
+            raise TypeError(f"a hard label must hold integer class indices (int64 or int32), got dtype "
+                            f"{label.dtype.name}; cast it, or pass soft_label=True for class probabilities")
+        without = shape[:axis] + shape[axis + 1:]
+        with_one = shape[:axis] + [1] + shape[axis + 1:]
+        if list(label.shape) not in (without, with_one):
+            raise ValueError(f"label shape {list(label.shape)} does not fit input shape {shape} with class axis "
+                             f"{axis}: a hard label must have shape {without} or {with_one}")
+        bad = (label != ignore_index) & ((label < 0) | (label >= classes))
+        if label.size and bool(xp.any(bad)):
+            value = int(label[bad].reshape(-1)[0])
+            raise IndexError(f"label value {value} is out of range for {classes} classes (valid: 0 to "
+                             f"{classes - 1}, or ignore_index={ignore_index})")
+    if weight is not None and list(weight.shape) != [classes]:
+        raise ValueError(f"weight must have shape [{classes}] (one entry per class), got {list(weight.shape)}")
+    return axis
+
+
+def _class_shape(ndim, axis, size):
+    """A shape that broadcasts a per-class vector along `axis`."""
+    return [size if i == axis else 1 for i in range(ndim)]
+
+
+def _keep_shape(shape, axis):
+    """The loss shape before reduction: the input's, with the class axis kept as 1."""
+    return [1 if i == axis else n for i, n in enumerate(shape)]
+
+
+def _targets_xp(xp, label, weight, shape, axis, dtype, soft_label, ignore_index, label_smoothing):
+    """(t, s) for the kernel; _targets below is the same computation with oarlock ops."""
+    classes = shape[axis]
+    valid = None
+    if soft_label:
+        t = label.astype(dtype)
+    else:
+        label = label if label.ndim == len(shape) else xp.expand_dims(label, axis)
+        valid = (label != ignore_index).astype(dtype)
+        t = (label == xp.arange(classes).reshape(_class_shape(len(shape), axis, classes))).astype(dtype) * valid
+    if label_smoothing:
+        t = (1 - label_smoothing) * t + label_smoothing / classes * (1 if valid is None else valid)
+    if weight is not None:
+        s = xp.sum(t * weight.astype(dtype).reshape(_class_shape(len(shape), axis, classes)), axis=axis,
+                   keepdims=True)
+    else:
+        s = valid if valid is not None else xp.ones(_keep_shape(shape, axis), dtype=dtype)
+    return t, s
+
+
+def _targets(label, weight, shape, axis, dtype, soft_label, ignore_index, label_smoothing):
+    """(t, s) for the backward rule, from the saved label and weight."""
+    classes = shape[axis]
+    valid = None
+    if soft_label:
+        t = oarlock.cast(label, dtype)
+    else:
+        label = label if label.ndim == len(shape) else oarlock.unsqueeze(label, axis)
+        valid = oarlock.cast(label != ignore_index, dtype)
+        positions = oarlock.reshape(oarlock.arange(classes, dtype=label.dtype), _class_shape(len(shape), axis, classes))
+        t = oarlock.cast(label == positions, dtype) * valid
+    if label_smoothing:
+        t = (1 - label_smoothing) * t + label_smoothing / classes * (1 if valid is None else valid)
+    if weight is not None:
+        w = oarlock.reshape(oarlock.cast(weight, dtype), _class_shape(len(shape), axis, classes))
+        s = oarlock.sum(t * w, axis=axis, keepdim=True)
+    else:
+        s = valid if valid is not None else oarlock.ones(_keep_shape(shape, axis), dtype=dtype)
+    return t, s
+
+
+def _mean_divides_by_weights(weight, soft_label, ignore_index):
+    """Paddle's 'mean' divides by sum(s) with a weight or a non-negative ignore_index, else by the count."""
+    return weight is not None or (not soft_label and ignore_index >= 0)
+
+
+def _cross_entropy(xp, input, label, weight=None, ignore_index=-100, reduction="mean", soft_label=False, axis=-1,
+                   use_softmax=True, label_smoothing=0.0):
+    axis = _validate_cross_entropy(xp, input, label, weight, ignore_index, reduction, soft_label, axis,
+                                   label_smoothing)
+    shape = list(input.shape)
+    x = input.astype(compute_dtype(xp, input.dtype), copy=False)
+    t, s = _targets_xp(xp, label, weight, shape, axis, x.dtype, soft_label, ignore_index, label_smoothing)
+    # classes with a zero target contribute nothing, even where log p is -inf (masked logits, p = 0)
+    if x.size == 0:
+        log_p = x
+    elif use_softmax:
+        log_p = xp.where(t == 0, xp.zeros((), x.dtype), _log_softmax_xp(xp, x, axis))
+    else:
+        log_p = xp.log(xp.where(t == 0, xp.ones((), x.dtype), x))
+    loss = 0.0 - xp.sum(t * log_p, axis=axis, keepdims=True) * s  # 0.0 - ...: ignored positions give 0, not -0
+    if reduction == "none":
+        if not soft_label and not label_smoothing and label.ndim < input.ndim:
+            loss = xp.squeeze(loss, axis)
+        return loss.astype(input.dtype)
+    total = xp.sum(loss)
+    if reduction == "mean":
+        if input.size == 0:
+            total = xp.asarray(xp.nan, dtype=x.dtype)  # Paddle: the mean of no samples is nan
+        elif _mean_divides_by_weights(weight, soft_label, ignore_index):
+            denominator = xp.sum(s)
+            total = total / (denominator + (denominator == 0))  # all weights zero: divide by 1
+        else:
+            total = total / loss.size
+    return xp.asarray(total).astype(input.dtype)
+
+
+def _cross_entropy_grad(ctx, g):
+    """d loss / d input = coef * (sum_c t_c * softmax(x) - t), coef = upstream grad * s (/ denominator
+    for 'mean'); without softmax, d(-t log x)/dx = -coef * t / x."""
+    x, label, weight = ctx.saved
+    a = ctx.attrs
+    shape = list(ctx.meta[0][0])
+    if 0 in shape:
+        return oarlock.zeros_like(x), None, None
+    axis = a["axis"] % len(shape)
+    t, s = _targets(label, weight, shape, axis, x.dtype, a["soft_label"], a["ignore_index"], a["label_smoothing"])
+    coef = s * (oarlock.reshape(g, _keep_shape(shape, axis)) if a["reduction"] == "none" else g)
+    if a["reduction"] == "mean":
+        if _mean_divides_by_weights(weight, a["soft_label"], a["ignore_index"]):
+            denominator = oarlock.sum(s)
+            coef = coef / (denominator + oarlock.cast(denominator == 0, denominator.dtype))
+        else:
+            coef = coef / (x.size // shape[axis])
+    if a["use_softmax"]:
+        p = F.softmax(x, axis=axis)
+        dx = coef * (oarlock.sum(t, axis=axis, keepdim=True) * p - t)
+    else:  # where t is 0 the term is 0 even if x is: divide by 1 there
+        dx = -(coef * t) / oarlock.where(t == 0, oarlock.ones_like(x), x)
+    return dx, None, None
 
 
 def register(ops):
-    pass
+    floats = ("float",)
+    ops.define("softmax(x: Tensor, axis: int = -1, dtype: DType|None = None) -> Tensor",
+               public=["oarlock.nn.functional.softmax", "softmax", "Tensor.softmax"],
+               aliases={"input": "x", "dim": "axis"}, dtypes=floats, grad=_softmax_grad, saves=("out",),
+               amp="black", doc="exp(x) / sum(exp(x)) along axis, computed stably; dtype casts x first.")
+    ops.kernel("softmax")(_along_axis(_softmax_xp))
+    ops.define("log_softmax(x: Tensor, axis: int = -1, dtype: DType|None = None) -> Tensor",
+               public=["oarlock.nn.functional.log_softmax"], dtypes=floats, grad=_log_softmax_grad,
+               saves=("out",), amp="black",
+               doc="log(softmax(x)) along axis, computed stably as x - max - log(sum(exp(x - max))).")
+    ops.kernel("log_softmax")(_along_axis(_log_softmax_xp))
+    ops.define("cross_entropy(input: Tensor, label: Tensor, weight: OptTensor = None, ignore_index: int = -100, "
+               "reduction: str = 'mean', soft_label: bool = False, axis: int = -1, use_softmax: bool = True, "
+               "label_smoothing: float = 0.0) -> Tensor",
+               public=["oarlock.nn.functional.cross_entropy"], promote=("input", "weight"), dtypes=floats,
+               nondiff=("label", "weight"), grad=_cross_entropy_grad, saves=("input", "label", "weight"),
+               amp="black", doc="Softmax cross entropy with hard (class index) or soft labels, Paddle's semantics.")
+    ops.kernel("cross_entropy")(_cross_entropy)

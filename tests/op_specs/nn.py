@@ -1,0 +1,128 @@
+"""Specs for the nn family: softmax, log_softmax and cross_entropy (Paddle's semantics; the
+comparisons with torch and paddle themselves live in tests/test_nn_oracles.py)."""
+
+import numpy as np
+
+import oarlock.nn.functional as F
+from op_specs.base import FLOATS, Case, In, OpSpec
+
+
+def log_softmax_ref(x, axis=-1, dtype=None):
+    if x.ndim == 0:
+        return np.zeros_like(x)
+    z = x - np.max(x, axis=axis, keepdims=True) if x.size else x
+    return z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
+
+
+def softmax_ref(x, axis=-1, dtype=None):
+    return np.exp(log_softmax_ref(x, axis))
+
+
+def _out_dtype(dt, *args, dtype=None, **kwargs):
+    return dtype or dt
+
+
+def _along_axis_cases():
+    return [
+        Case([In((3, 5))], name="rows"),
+        Case([In((2, 3, 4))], {"axis": 1}, name="axis1"),
+        Case([In((2, 3, 4))], {"dim": 0}, name="dim_alias", ref=lambda x, dim: softmax_ref(x, dim)),
+        Case([In((4, 6), domain=(80.0, 120.0))], name="large_logits"),  # exp would overflow float32
+        Case([In(())], name="0d"),
+        Case([In((0, 3))], name="empty"),
+        Case([In((2, 3))], {"dtype": "float64"}, name="dtype", dtypes=("float32",)),
+    ]
+
+
+def cross_entropy_ref(x, label, weight=None, ignore_index=-100, reduction="mean", soft_label=False, axis=-1,
+                      use_softmax=True, label_smoothing=0.0):
+    """Paddle's cross_entropy, written with the class axis moved last."""
+    axis %= x.ndim
+    xs = np.moveaxis(x, axis, -1)
+    classes = xs.shape[-1]
+    if soft_label:
+        t = np.moveaxis(label, axis, -1).astype(np.float64)
+        valid = np.ones(xs.shape[:-1])
+    else:
+        keep = label.ndim == x.ndim
+        lab = np.moveaxis(label, axis, -1)[..., 0] if keep else label
+        valid = (lab != ignore_index).astype(np.float64)
+        t = np.eye(classes)[np.where(lab != ignore_index, lab, 0)] * valid[..., None]
+    if label_smoothing:
+        t = (1 - label_smoothing) * t + label_smoothing / classes * valid[..., None]
+    if use_softmax:
+        log_p = log_softmax_ref(xs) if xs.size else xs
+    else:
+        log_p = np.log(np.where(t == 0, 1.0, xs))
+    loss = -np.sum(t * log_p, axis=-1)
+    scale = np.sum(t * weight, axis=-1) if weight is not None else valid
+    loss = loss * scale
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "mean":
+        if x.size == 0:
+            return np.array(np.nan)
+        if weight is not None or (not soft_label and ignore_index >= 0):
+            total = scale.sum()
+            return loss.sum() / (total if total != 0 else 1.0)
+        return loss.mean()
+    if soft_label or label_smoothing or label.ndim == x.ndim:
+        return np.expand_dims(loss, axis)
+    return loss
+
+
+def label(shape, classes):
+    return In(shape, dtype="int64", int_range=(0, classes), grad=False)
+
+
+def fixed_label(values):
+    return In(np.shape(values), dtype="int64", values=values, grad=False)
+
+
+def soft(shape):
+    return In(shape, domain=(0.0, 1.0), grad=False)
+
+
+def weight(classes):
+    return In((classes,), domain=(0.5, 2.0), grad=False)
+
+
+def probabilities(shape):
+    return In(shape, domain=(0.05, 1.0))
+
+
+CROSS_ENTROPY_CASES = [
+    Case([In((4, 5)), label((4,), 5)], name="mean"),
+    Case([In((4, 5)), label((4, 1), 5)], {"reduction": "none"}, name="label_n1_none"),
+    Case([In((4, 5)), label((4,), 5)], {"reduction": "none"}, name="label_n_none"),
+    Case([In((4, 5)), label((4,), 5)], {"reduction": "sum"}, name="sum"),
+    Case([In((4, 5)), label((4,), 5), weight(5)], name="weight_mean"),
+    Case([In((4, 5)), label((4,), 5), weight(5)], {"reduction": "none"}, name="weight_none"),
+    Case([In((5, 3)), fixed_label([0, -100, 2, 1, -100])], name="ignored_mean_counts_all"),
+    Case([In((5, 3)), fixed_label([0, 1, 2, 1, 1]), weight(3)], {"ignore_index": 1}, name="ignore_weight_mean"),
+    Case([In((5, 3)), fixed_label([[0], [1], [2], [1], [1]])], {"ignore_index": 1}, name="ignore_mean"),
+    Case([In((3, 3)), fixed_label([1, 1, 1])], {"ignore_index": 1}, name="all_ignored"),
+    Case([In((4, 5)), label((4,), 5)], {"label_smoothing": 0.1, "reduction": "none"}, name="smoothing_none"),
+    Case([In((4, 5)), label((4,), 5), weight(5)], {"label_smoothing": 0.2}, name="smoothing_weight"),
+    Case([In((4, 5)), soft((4, 5))], {"soft_label": True}, name="soft_mean"),
+    Case([In((4, 5)), soft((4, 5)), weight(5)], {"soft_label": True, "reduction": "none"}, name="soft_weight"),
+    Case([In((4, 5)), soft((4, 5))], {"soft_label": True, "label_smoothing": 0.1}, name="soft_smoothing"),
+    Case([In((2, 3, 4)), label((2, 4), 3)], {"axis": 1, "reduction": "none"}, name="axis1"),
+    Case([In((2, 3, 4)), label((2, 1, 4), 3), weight(3)], {"axis": 1}, name="axis1_weight"),
+    Case([In((2, 4, 3)), label((2, 4), 3)], name="3d_last_axis"),
+    Case([In((5,)), label((), 5)], {"reduction": "none"}, name="1d_input"),
+    Case([In((4, 5), domain=(-300.0, 300.0)), label((4,), 5)], {"reduction": "none"}, name="large_logits"),
+    Case([probabilities((4, 3)), label((4, 1), 3)], {"use_softmax": False, "reduction": "none"}, name="no_softmax"),
+    Case([probabilities((4, 3)), soft((4, 3))], {"use_softmax": False, "soft_label": True}, name="no_softmax_soft"),
+    Case([In((0, 3)), label((0,), 3)], {"reduction": "sum"}, name="empty_sum"),
+    Case([In((0, 3)), label((0,), 3)], name="empty_mean", grad=False),
+]
+
+
+SPECS = [
+    OpSpec("softmax", _along_axis_cases(), ref=softmax_ref, out_dtype=_out_dtype, call=F.softmax),
+    OpSpec("log_softmax", [c for c in _along_axis_cases() if c.name != "dim_alias"], ref=log_softmax_ref,
+           out_dtype=_out_dtype, call=F.log_softmax),
+    OpSpec("cross_entropy", CROSS_ENTROPY_CASES, ref=cross_entropy_ref, dtypes=FLOATS, call=F.cross_entropy,
+           rtol={"bfloat16": (5e-2, 5e-2)}),
+]
