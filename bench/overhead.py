@@ -24,13 +24,20 @@ def median_us(fn, number, repeat):
     return statistics.median(times) / number * 1e6
 
 
+def off_and_on(a, b, require_grad, number, repeat):
+    """Time a + b with inputs that need no gradient, then again after require_grad(t) on both."""
+    off = median_us(lambda: a + b, number, repeat)
+    require_grad(a)
+    require_grad(b)
+    return off, median_us(lambda: a + b, number, repeat)
+
+
 def bench_oarlock(a_np, b_np, number, repeat):
     import oarlock
-    a, b = oarlock.to_tensor(a_np), oarlock.to_tensor(b_np)
-    off = median_us(lambda: a + b, number, repeat)
-    a.stop_gradient = b.stop_gradient = False
-    on = median_us(lambda: a + b, number, repeat)
-    return off, on
+
+    def require_grad(t):
+        t.stop_gradient = False
+    return off_and_on(oarlock.to_tensor(a_np), oarlock.to_tensor(b_np), require_grad, number, repeat)
 
 
 def bench_torch(a_np, b_np, number, repeat):
@@ -39,12 +46,8 @@ def bench_torch(a_np, b_np, number, repeat):
     except ImportError:
         return None
     torch.set_num_threads(1)
-    a, b = torch.from_numpy(a_np.copy()), torch.from_numpy(b_np.copy())
-    off = median_us(lambda: a + b, number, repeat)
-    a.requires_grad_(True)
-    b.requires_grad_(True)
-    on = median_us(lambda: a + b, number, repeat)
-    return off, on
+    return off_and_on(torch.from_numpy(a_np.copy()), torch.from_numpy(b_np.copy()),
+                      lambda t: t.requires_grad_(True), number, repeat)
 
 
 def bench_paddle(a_np, b_np, number, repeat):
@@ -53,11 +56,10 @@ def bench_paddle(a_np, b_np, number, repeat):
     except ImportError:
         return None
     paddle.set_device("cpu")
-    a, b = paddle.to_tensor(a_np), paddle.to_tensor(b_np)
-    off = median_us(lambda: a + b, number, repeat)
-    a.stop_gradient = b.stop_gradient = False
-    on = median_us(lambda: a + b, number, repeat)
-    return off, on
+
+    def require_grad(t):
+        t.stop_gradient = False
+    return off_and_on(paddle.to_tensor(a_np), paddle.to_tensor(b_np), require_grad, number, repeat)
 
 
 def main(argv=None):
