@@ -342,7 +342,8 @@ def define_frontend(op: OpDef, apply_fn):
     body.append(f"    return _apply(_op, ({tensors}{',' if op.tensor_params else ''}), {{{attrs}}})")
     source = f"def {op.name}({', '.join(sig)}):\n" + "\n".join(body) + "\n"
     namespace = {"_UNSET": _UNSET, "_op": op, "_apply": apply_fn, "_T": Tensor, "_wrap": Tensor._wrap,
-                 "_GM": GRAD_MODE, "_fast": op.fast, "_record_simple": _record_simple, "_take_alias": _take_alias,
+                 "_GM": GRAD_MODE, "_fast": op.fast, "_record_simple": _record_simple, "_Node": Node,
+                 "_NO_EDGES": (None,) * len(op.tensor_params), "_take_alias": _take_alias,
                  "_unexpected": _unexpected, "_missing": _missing, "_convert_attr": _convert_attr,
                  "_split_varargs": _split_varargs}
     for p in op.params:
@@ -370,7 +371,7 @@ def _fast_path_lines(op):
     kwargs = ", ".join(f"{p.name}={p.name}" if p.base != "DType" else f"{p.name}=(None if {p.name} is None "
                        f"else {p.name}.np)" for p in op.attr_params if p.name not in op.frontend_attrs)
 
-    def run(arrays, quiet):
+    def run(arrays, quiet, record):
         call = f"_e[0](_e[1], {arrays}{', ' if kwargs else ''}{kwargs})"
         return [
             "            _e = _fast.get((_pl, _dt))",
@@ -383,9 +384,29 @@ def _fast_path_lines(op):
             "                    if _o.__class__ is not _e[2]: _o = _e[1].asarray(_o)",
             "                    _o = _wrap(_o, _pl)",
             f"                    if not ({quiet}) and _GM.enabled and _op.rule is not None:",
-            f"                        _record_simple(_op, ({', '.join(names)},), _o, {{{attrs}}})",
+            *record,
             "                    return _o",
         ]
+
+    def record_tensors():
+        """Graph recording unrolled for all-Tensor arguments (what _record_simple does in a loop)."""
+        edges = ", ".join("None" if i in op.nondiff else
+                          f"(None if {t}.stop_gradient or not {t}._dtype.differentiable else ({t}, 0) "
+                          f"if {t}._node is None else ({t}._node, {t}._oidx))" for i, t in enumerate(names))
+        meta = ", ".join(f"({t}._data.shape, {t}._dtype)" for t in names)
+        pad = " " * 24
+        lines = [f"{pad}_ed = ({edges},)",
+                 f"{pad}if _o._dtype.differentiable and _ed != _NO_EDGES:",
+                 f"{pad}    _n = _Node(_op.name, _op.rule, _ed, ({meta},), {{{attrs}}}, _pl)",
+                 f"{pad}    _n.out_meta = ((_o._data.shape, _o._dtype),)"]
+        if op._save_plan:
+            lines.append(f"{pad}    _n._save_plan = _op._save_plan")
+            if op.saves_inputs:
+                lines.append(f"{pad}    _n._saved_in = ({', '.join(names)},)")
+            if op.saves_outputs:
+                lines.append(f"{pad}    _n._saved_out = (_o._data,)")
+        lines.append(f"{pad}    _o.stop_gradient = False; _o._node = _n; _o._oidx = 0")
+        return lines
 
     def same_place(candidates):
         return [f"{t}._place is _pl" for t in candidates]
@@ -396,7 +417,8 @@ def _fast_path_lines(op):
     lines = [f"    if {' and '.join(f'{t}.__class__ is _T' for t in names)}:",
              f"        _pl = {anchor}._place; _dt = {anchor}._dtype",
              f"        if {' and '.join(checks) or 'True'}:"]
-    lines += run(", ".join(f"{t}._data" for t in names), " and ".join(f"{t}.stop_gradient" for t in names))
+    lines += run(", ".join(f"{t}._data" for t in names), " and ".join(f"{t}.stop_gradient" for t in names),
+                 record_tensors())
     if not scalars:
         return lines
     # 2. Python scalars among the promoted arguments: the first promoted Tensor anchors dtype and place
@@ -418,7 +440,8 @@ def _fast_path_lines(op):
                        for t in names)
     quiet = " and ".join(f"({t}.__class__ is not _T or {t}.stop_gradient)" if t in scalars
                          else f"{t}.stop_gradient" for t in names)
-    return lines + run(arrays, quiet)
+    return lines + run(arrays, quiet, [f"                        _record_simple(_op, ({', '.join(names)},), _o, "
+                                       f"{{{attrs}}})"])
 
 
 def _fast_cacheable(op, flat, args, dtype) -> bool:
