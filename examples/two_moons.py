@@ -98,7 +98,11 @@ def main(argv=None):
     params, test_acc = train(args.steps, args.lr, args.seed)
     print(f"test accuracy on fresh samples: {test_acc:.3f}")
     if args.plot:
-        plot(params, args.plot, args.seed)
+        try:
+            plot(params, args.plot, args.seed)
+        except ImportError:
+            print("--plot needs matplotlib: pip install matplotlib", file=sys.stderr)
+            return 2
         print(f"decision boundary saved to {args.plot}")
     return 0 if test_acc > 0.95 else 1
 
