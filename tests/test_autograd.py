@@ -204,3 +204,11 @@ def test_mixed_precision_gradient_comes_back_in_the_input_dtype():
     y.backward()
     assert a.grad.dtype == oarlock.float32 and b.grad.dtype == oarlock.float64
     np.testing.assert_allclose(a.grad.numpy(), [3, 4])
+
+
+def test_no_grad_vars_block_the_flow_through_them():
+    x = leaf([2.0])
+    h = x * x          # dh/dx = 2x
+    y = h * x          # y = x^3; through h only: x * 2x = 8, directly: h = 4
+    (g,) = oarlock.grad(y, x, no_grad_vars=[h])
+    assert g.item() == 4.0

@@ -200,13 +200,18 @@ def _check_grad(node, i, g):
     return g
 
 
-def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inputs=None, allow_unused=False):
+def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inputs=None, allow_unused=False,
+                 blocked=()):
     """The engine. With `inputs` it returns their gradients and leaves `.grad` alone (grad());
-    without, it accumulates into the `.grad` of every leaf reached (backward())."""
+    without, it accumulates into the `.grad` of every leaf reached (backward()). Gradients never flow
+    into the tensors in `blocked` (grad()'s no_grad_vars)."""
     buffers: dict = {}
     leaf_grads: dict = {}
+    stops = {(t, 0) if t._node is None else (t._node, t._oidx) for t in blocked}
 
     def deliver(target, index, g):
+        if stops and (target, index) in stops:
+            return
         if target.__class__ is Node:
             slot = buffers.setdefault(target, [None] * len(target.out_meta))
             slot[index] = g if slot[index] is None else slot[index] + g
@@ -351,9 +356,12 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
          allow_unused=False, no_grad_vars=None):
     """Gradients of `outputs` with respect to `inputs`, returned as a list (`.grad` is left alone).
 
-    `create_graph=True` records the backward pass so the result can be differentiated again.
+    `create_graph=True` records the backward pass so the result can be differentiated again;
+    no gradient flows through the tensors in `no_grad_vars`. `only_inputs` is accepted for Paddle
+    compatibility (Paddle ignores it too).
     """
     outs = _as_list(outputs, "grad(): outputs")
+    blocked = () if no_grad_vars is None else _as_list(no_grad_vars, "grad(): no_grad_vars")
     ins = _as_list(inputs, "grad(): inputs")
     for i, t in enumerate(ins):
         if t.stop_gradient:
@@ -362,7 +370,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
         retain_graph = create_graph
     seeds = _seed_grads(outs, None if grad_outputs is None else _as_grad_list(grad_outputs, outs), "grad")
     return run_backward(outs, seeds, retain_graph=retain_graph, create_graph=create_graph,
-                        inputs=ins, allow_unused=allow_unused)
+                        inputs=ins, allow_unused=allow_unused, blocked=blocked)
 
 
 class PyLayerContext:
