@@ -6,7 +6,8 @@ loaded on first use: `import oarlock` imports no plugin.
 """
 
 import oarlock.nn.functional
-from oarlock import compat, device, linalg, nn
+import oarlock.nn.utils
+from oarlock import compat, device, io, linalg, nn, optimizer
 from oarlock._namespace import lazy_namespace
 from oarlock._tensor import Tensor, from_dlpack
 from oarlock.autograd import (PyLayer, enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled)
@@ -17,6 +18,7 @@ from oarlock.dtypes import (DType, bfloat16, bool, complex64, complex128, float8
                             set_default_dtype, uint8)
 from oarlock.hookspecs import hookimpl
 from oarlock.random import get_rng_state, seed, set_rng_state
+from oarlock.serialization import load, save
 
 __version__ = "0.1.0"
 dtype = DType

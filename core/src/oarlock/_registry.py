@@ -15,7 +15,8 @@ from oarlock.device import Backend, Place, split_device_string
 GENERIC = None  # device key of the generic array-API kernels
 ANY_DTYPE = None
 
-NAMESPACES = ("oarlock", "oarlock.nn", "oarlock.nn.functional", "oarlock.linalg", "oarlock.compat", "Tensor")
+NAMESPACES = ("oarlock", "oarlock.nn", "oarlock.nn.functional", "oarlock.nn.utils", "oarlock.linalg",
+              "oarlock.compat", "oarlock.optimizer", "oarlock.optimizer.lr", "oarlock.io", "Tensor")
 
 
 class DuplicateRegistration(ValueError):
@@ -31,6 +32,7 @@ class Registry:
         self.kernels: dict[tuple, tuple] = {}      # (op, device, dtype) -> (fn, plugin)
         self.api: dict[str, dict[str, tuple]] = {ns: {} for ns in NAMESPACES}
         self.commands: dict[str, tuple] = {}       # name -> (help, configure, run, plugin)
+        self.formats: dict[str, object] = {}       # checkpoint format name -> CheckpointFormat
         self.owner: dict[tuple, str] = {}          # (table, key) -> plugin
         self.kernel_count: Counter = Counter()
         self.devices_of: dict[str, list[str]] = defaultdict(list)
@@ -139,6 +141,12 @@ class Registry:
         self.commands[name] = (help, configure, run, plugin)
 
 
+    def add_format(self, fmt, plugin: str):
+        self._claim("format", fmt.name, plugin, f"checkpoint format {fmt.name!r}")
+        fmt.plugin = plugin
+        self.formats[fmt.name] = fmt
+
+
 class BackendRegistrar:
     """Passed to `oarlock_register_backends`."""
 
@@ -162,6 +170,18 @@ class ApiRegistrar:
         return obj
 
     __call__ = export
+
+
+class FormatRegistrar:
+    """Passed to `oarlock_register_checkpoint_formats`."""
+
+    def __init__(self, registry: Registry, plugin: str):
+        self._registry, self.plugin = registry, plugin
+
+    def register(self, fmt):
+        self._registry.add_format(fmt, self.plugin)
+
+    __call__ = register
 
 
 class CommandRegistrar:

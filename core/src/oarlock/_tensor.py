@@ -24,8 +24,9 @@ class Tensor:
     `requires_grad=True`, to have gradients computed for this tensor.
     """
 
+    # _oidx, _grad, _hooks, _name, _persistable and _param are set only when used (read via properties)
     __slots__ = ("_data", "_place", "_dtype", "stop_gradient", "_node", "_oidx", "_grad", "_hooks", "_name",
-                 "persistable", "__weakref__")
+                 "_persistable", "_param", "__weakref__")
     __array_ufunc__ = None      # make numpy defer to our reflected operators
     __array_priority__ = 1000
     __hash__ = object.__hash__  # __eq__ is elementwise, identity still hashes
@@ -107,6 +108,39 @@ class Tensor:
     @name.setter
     def name(self, value):
         self._name = value
+
+    @property
+    def persistable(self) -> bool:
+        """Whether the tensor belongs in a saved state (parameters and persistable buffers)."""
+        try:
+            return self._persistable
+        except AttributeError:
+            return False
+
+    @persistable.setter
+    def persistable(self, value: bool):
+        self._persistable = bool(value)
+
+    @property
+    def param_attrs(self):
+        """The parameter attributes (trainable, learning-rate multiplier, ...) if this is a
+        parameter (see oarlock.nn.Parameter), else None."""
+        try:
+            return self._param
+        except AttributeError:
+            return None
+
+    @param_attrs.setter
+    def param_attrs(self, value):
+        self._param = value
+
+    @property
+    def trainable(self) -> bool:
+        return not self.stop_gradient
+
+    @trainable.setter
+    def trainable(self, value: bool):
+        self.stop_gradient = not value
 
     @property
     def is_leaf(self) -> bool:

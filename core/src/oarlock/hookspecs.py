@@ -47,6 +47,17 @@ def oarlock_register_api(api):
 
 
 @hookspec
+def oarlock_register_checkpoint_formats(formats):
+    """Add save/load formats for `oarlock.save` and `oarlock.load`.
+
+    ``formats.register(fmt)`` with an :class:`oarlock.serialization.CheckpointFormat`:
+    its ``name``, the file ``suffixes`` it claims (".safetensors"), and
+    ``save(obj, path, **options)`` / ``load(path, **options)``. A format with
+    ``default=True`` handles paths no suffix claims.
+    """
+
+
+@hookspec
 def oarlock_register_commands(cli):
     """Add subcommands to the ``oarlock`` command.
 

@@ -1,0 +1,5 @@
+"""oarlock.nn.utils: helpers over parameters (gradient clipping, ...), exported by plugins."""
+
+from oarlock._namespace import lazy_namespace
+
+__getattr__, __dir__ = lazy_namespace(__name__, "oarlock.nn.utils", globals())
