@@ -6,6 +6,7 @@ loaded on first use: `import oarlock` imports no plugin.
 """
 
 import oarlock.nn.functional
+import oarlock.nn.initializer
 import oarlock.nn.utils
 from oarlock import compat, device, io, linalg, nn, optimizer
 from oarlock._namespace import lazy_namespace

@@ -15,7 +15,8 @@ from oarlock.device import Backend, Place, split_device_string
 GENERIC = None  # device key of the generic array-API kernels
 ANY_DTYPE = None
 
-NAMESPACES = ("oarlock", "oarlock.nn", "oarlock.nn.functional", "oarlock.nn.utils", "oarlock.linalg",
+NAMESPACES = ("oarlock", "oarlock.nn", "oarlock.nn.functional", "oarlock.nn.utils", "oarlock.nn.initializer",
+              "oarlock.linalg",
               "oarlock.compat", "oarlock.optimizer", "oarlock.optimizer.lr", "oarlock.io", "Tensor")
 
 

@@ -240,6 +240,21 @@ class Tensor:
         self.stop_gradient = True
         return self
 
+    def set_value(self, value):
+        """Replace this tensor's values in place (Paddle's Tensor.set_value): `value` is a Tensor, a
+        numpy array or nested lists of this tensor's shape; it is converted to this tensor's dtype."""
+        if isinstance(value, Tensor):
+            if value._place is not self._place:
+                value = value.to(self._place)
+            data = value._data
+        else:
+            data = self._place.backend.asarray(np.asarray(value), None, self._place.index)
+        if tuple(data.shape) != tuple(self._data.shape):
+            raise ValueError(f"Tensor.set_value(): value has shape {list(data.shape)}, but the tensor has shape "
+                             f"{self.shape}")
+        self._data = data.astype(self._dtype.np, copy=True)
+        return self
+
     def clone(self):
         return _ops.clone(self)
 

@@ -2,7 +2,7 @@
 
 from oarlock import hookimpl
 
-from oarlock_ops import creation, elementwise, indexing, linalg, nn, reduction, shape, unary
+from oarlock_ops import creation, elementwise, indexing, layers, linalg, nn, reduction, shape, unary
 
 FAMILIES = (creation, elementwise, unary, reduction, shape, indexing, linalg, nn)
 
@@ -11,3 +11,13 @@ FAMILIES = (creation, elementwise, unary, reduction, shape, indexing, linalg, nn
 def oarlock_register_ops(ops):
     for family in FAMILIES:
         family.register(ops)
+
+
+# Python-level APIs (layers, optimizers, data) export their classes into public namespaces.
+API_MODULES = (layers,)
+
+
+@hookimpl
+def oarlock_register_api(api):
+    for module in API_MODULES:
+        module.register_api(api)
