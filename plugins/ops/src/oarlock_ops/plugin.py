@@ -2,9 +2,10 @@
 
 from oarlock import hookimpl
 
-from oarlock_ops import creation, elementwise, indexing, layers, linalg, nn, reduction, shape, unary
+from oarlock_ops import (attention, conv, creation, data, elementwise, indexing, layers, linalg, loss, nn, norm,
+                         optim, reduction, shape, unary)
 
-FAMILIES = (creation, elementwise, unary, reduction, shape, indexing, linalg, nn)
+FAMILIES = (creation, elementwise, unary, reduction, shape, indexing, linalg, nn, conv, norm, attention, loss)
 
 
 @hookimpl
@@ -14,7 +15,7 @@ def oarlock_register_ops(ops):
 
 
 # Python-level APIs (layers, optimizers, data) export their classes into public namespaces.
-API_MODULES = (layers,)
+API_MODULES = (layers, optim, data)
 
 
 @hookimpl

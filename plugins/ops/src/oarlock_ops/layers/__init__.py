@@ -1,20 +1,21 @@
-"""nn layers: the Layer base, Parameter, containers, initializers; exported into oarlock.nn."""
+"""nn layers: the Layer base, Parameter, containers, initializers and the layer families; each
+family module lists what it exports in EXPORTS = {namespace: [classes or (name, object) pairs]}."""
 
-from oarlock_ops.layers import base, containers, initializer
+from oarlock_ops.layers import (activation, attention, base, common, containers, conv, initializer, loss,
+                                norm)
 
-EXPORTS = {
+CORE_EXPORTS = {
     "oarlock.nn": [base.Layer, base.Parameter, containers.Sequential, containers.LayerList, containers.LayerDict,
-                   containers.ParameterList, initializer.ParamAttr],
+                   containers.ParameterList, initializer.ParamAttr,
+                   ("Module", base.Layer), ("ModuleList", containers.LayerList), ("ModuleDict", containers.LayerDict)],
     "oarlock.nn.initializer": list(initializer.INITIALIZERS),
 }
-ALIASES = {"oarlock.nn": {"Module": base.Layer, "ModuleList": containers.LayerList,
-                          "ModuleDict": containers.LayerDict}}
+FAMILIES = (common, activation, conv, norm, attention, loss)
 
 
 def register_api(api):
-    for namespace, objects in EXPORTS.items():
-        for obj in objects:
-            api.export(namespace, obj.__name__, obj)
-    for namespace, names in ALIASES.items():
-        for name, obj in names.items():
-            api.export(namespace, name, obj)
+    for exports in (CORE_EXPORTS, *(family.EXPORTS for family in FAMILIES)):
+        for namespace, objects in exports.items():
+            for obj in objects:
+                name, value = obj if isinstance(obj, tuple) else (obj.__name__, obj)
+                api.export(namespace, name, value)

@@ -1,0 +1,3 @@
+"""Placeholder: conv layers (filled in by their owner). EXPORTS maps a namespace to the classes to export."""
+
+EXPORTS: dict = {}
