@@ -1,0 +1,131 @@
+"""The "pickle" checkpoint format: paddle.save / paddle.load for state dicts and nested containers
+(.pdparams, .pdopt, .pdtensor, .pkl; the default for paths no format claims).
+
+Any picklable object can be saved: dicts (OrderedDict included), lists,
+tuples, numbers, strings, numpy arrays and Tensors, nested as deep as you
+like. Tensors, numpy arrays and numpy scalars are stored as small records
+(dtype name, shape, little-endian bytes, and a Tensor's name) through
+pickle's persistent-ID mechanism, not as pickled objects: a file depends
+neither on oarlock's class layout nor on numpy's or ml_dtypes' pickling
+internals. Tensors come back as cpu Tensors with their dtype (bfloat16 and
+float8 included), their name and stop_gradient=True, as in Paddle; with
+`return_numpy=True` they come back as numpy arrays.
+
+Security: loading a pickle runs code the file names. Never load a file from
+a source you do not trust, or pass `weights_only=True`, which refuses every
+object other than containers, numbers, strings, Tensors and arrays (the
+safetensors format holds no code at all).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import numpy as np
+
+from oarlock import Tensor
+from oarlock_checkpoint._arrays import NUMPY_DTYPE, OARLOCK_NAME, cpu_tensor, from_little_endian, host_array
+from oarlock_checkpoint._arrays import little_endian_bytes
+from oarlock_checkpoint._files import atomic_write, reject_unknown_options
+
+__all__ = ["save", "load", "SUFFIXES"]
+
+SUFFIXES = (".pdparams", ".pdopt", ".pdtensor", ".pkl", ".pickle")
+_TENSOR, _ARRAY, _SCALAR = "oarlock.Tensor", "numpy.ndarray", "numpy.scalar"
+_PROTOCOLS = (2, 3, 4, 5)
+# What weights_only=True lets a file name besides the records: containers and harmless builtins.
+# (Protocol 2 spells bytes as _codecs.encode(str, "latin1").)
+_SAFE_GLOBALS = {("collections", "OrderedDict"), ("builtins", "set"), ("builtins", "frozenset"),
+                 ("builtins", "complex"), ("builtins", "slice"), ("builtins", "range"), ("builtins", "bytearray"),
+                 ("_codecs", "encode")}
+
+
+def _dtype_key(dtype: np.dtype) -> str | None:
+    """How a record names its dtype: oarlock's name when oarlock has the dtype, else numpy's
+    little-endian type string ("<u2"); None for dtypes a record cannot hold (objects, strings)."""
+    name = OARLOCK_NAME.get(dtype)
+    if name is not None:
+        return name
+    return dtype.newbyteorder("<").str if dtype.kind in "biufc" else None
+
+
+def _dtype_from_key(key: str) -> np.dtype:
+    found = NUMPY_DTYPE.get(key)
+    return found if found is not None else np.dtype(key).newbyteorder("=")
+
+
+def _record(array: np.ndarray, key: str) -> dict:
+    return {"dtype": key, "shape": list(array.shape), "data": little_endian_bytes(array)}
+
+
+class _Pickler(pickle.Pickler):
+    def persistent_id(self, obj):
+        if isinstance(obj, Tensor):
+            array = host_array(obj)
+            return (_TENSOR, dict(_record(array, OARLOCK_NAME[array.dtype]), name=obj.name))
+        if type(obj) is np.ndarray or isinstance(obj, np.generic):
+            array = host_array(obj)
+            key = _dtype_key(array.dtype)
+            if key is not None:
+                return (_SCALAR if isinstance(obj, np.generic) else _ARRAY, _record(array, key))
+        return None  # everything else is pickled as usual
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, return_numpy: bool, weights_only: bool):
+        super().__init__(file)
+        self.return_numpy, self.weights_only = return_numpy, weights_only
+
+    def persistent_load(self, pid):
+        try:
+            kind, record = pid
+            array = from_little_endian(record["data"], _dtype_from_key(record["dtype"]), record["shape"])
+        except (TypeError, ValueError, KeyError) as exc:
+            raise pickle.UnpicklingError(f"load(): a tensor record in this file is malformed ({exc}); "
+                                         f"the file is damaged or not an oarlock checkpoint") from None
+        if kind == _SCALAR:
+            return array[()]
+        if kind == _ARRAY or self.return_numpy:
+            return array.copy()  # frombuffer over the file's bytes is read-only
+        if kind == _TENSOR:
+            return cpu_tensor(array, record.get("name"))
+        raise pickle.UnpicklingError(f"load(): unknown record kind {kind!r} in this file; it was written by a "
+                                     f"newer oarlock-checkpoint or is not an oarlock checkpoint")
+
+    def find_class(self, module, name):
+        if self.weights_only and (module, name) not in _SAFE_GLOBALS:
+            raise pickle.UnpicklingError(
+                f"load(weights_only=True): the file wants to build {module}.{name}, which is not a container, "
+                f"number, string, Tensor or array; load it with weights_only=False only if you trust its source")
+        return super().find_class(module, name)
+
+
+def save(obj, path, protocol: int = 4, **configs) -> None:
+    """`oarlock.save(obj, path)` for this format: pickle `obj` to `path` (parent directories are made).
+
+    `protocol` is the pickle protocol, 2 to 5 (Paddle's default 4)."""
+    reject_unknown_options("save()", configs, ["protocol"])
+    if not isinstance(protocol, int) or isinstance(protocol, bool) or protocol not in _PROTOCOLS:
+        raise ValueError(f"save(): protocol must be one of {list(_PROTOCOLS)}, got {protocol!r}")
+    try:
+        with atomic_write(path, "save()") as f:  # an object that cannot be pickled leaves no file behind
+            _Pickler(f, protocol=protocol).dump(obj)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        raise TypeError(f"save(): cannot pickle the object for {os.fspath(path)!r}: {exc}") from exc
+
+
+def load(path, return_numpy: bool = False, weights_only: bool = False, **configs):
+    """`oarlock.load(path)` for this format: what `save` wrote.
+
+    return_numpy=True gives numpy arrays instead of Tensors (Paddle's option). weights_only=True
+    refuses any object other than containers, numbers, strings, Tensors and arrays, which makes
+    loading a file from an untrusted source safe; the default, like paddle.load, unpickles anything
+    the file names, so never load an untrusted file that way."""
+    reject_unknown_options("load()", configs, ["return_numpy", "weights_only"])
+    with open(os.fspath(path), "rb") as f:
+        try:
+            return _Unpickler(f, bool(return_numpy), bool(weights_only)).load()
+        except EOFError:  # pickle says "Ran out of input"; a truncated middle gives its own clear error
+            raise pickle.UnpicklingError(f"load(): {os.fspath(path)!r} ends early: it is truncated or not a "
+                                         f"pickle checkpoint") from None

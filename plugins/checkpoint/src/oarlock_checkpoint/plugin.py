@@ -1,0 +1,21 @@
+"""Entry point of oarlock-checkpoint: registers the "pickle" (default) and "safetensors" formats
+that oarlock.save / oarlock.load dispatch to by format name or file suffix."""
+
+from oarlock import hookimpl
+from oarlock.serialization import CheckpointFormat
+
+from oarlock_checkpoint import pickle_format, safetensors
+
+FORMATS = (
+    CheckpointFormat("pickle", save=pickle_format.save, load=pickle_format.load, suffixes=pickle_format.SUFFIXES,
+                     default=True, description="Paddle-style pickle of any nested object (state dicts, optimizer "
+                                               "states, tensors); load only trusted files"),
+    CheckpointFormat("safetensors", save=safetensors.save, load=safetensors.load, suffixes=safetensors.SUFFIXES,
+                     description="flat dict of tensors in the safetensors layout; no code, safe to load"),
+)
+
+
+@hookimpl
+def oarlock_register_checkpoint_formats(formats):
+    for fmt in FORMATS:
+        formats.register(fmt)
