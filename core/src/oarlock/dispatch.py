@@ -98,6 +98,9 @@ class OpDef:
     - nondiff: tensor inputs that never get a gradient (indices, masks).
     - random: the kernel receives `generator=` (the device's random generator).
     - amp: the AMP cast policy ("white", "black", "promote" or None).
+    - intermediate: how many extra outputs the kernel returns after the declared ones (Paddle's
+      intermediate outputs: softmax probabilities, a dropout mask). They are not returned to the
+      caller; `saves` may name them (outN, numbered after the declared outputs) so backward can use them.
     - inplace: the tensor input whose array the kernel writes into (setitem_); the call returns
       that tensor itself. In-place autograd is not supported yet, so under grad mode the call is refused
       when that tensor or any other input wants a gradient (see _check_inplace).
@@ -105,7 +108,7 @@ class OpDef:
 
     def __init__(self, signature, *, public=(), aliases=None, grad=None, saves=(), promote=False,
                  to_float=False, dtypes=None, nondiff=(), random=False, amp=None, doc=None,
-                 varargs=None, kernel_attrs=None, inplace=None):
+                 varargs=None, kernel_attrs=None, inplace=None, intermediate=0):
         self.name, self.params, self.returns = _parse_signature(signature)
         self.signature = signature
         self.n_outputs = _n_outputs(self.returns)
@@ -127,6 +130,7 @@ class OpDef:
         self.dtypes = tuple(dtypes) if dtypes else None
         self.nondiff = tuple(i for i, n in enumerate(tensor_names) if n in nondiff)
         self.inplace = None if inplace is None else tensor_names.index(inplace)
+        self.intermediate = intermediate
         self.random = random
         self.amp = amp
         self.varargs = varargs
@@ -144,7 +148,7 @@ class OpDef:
         self.fast_eligible = (bool(self.tensor_params) and self.n_outputs == 1 and not random
                               and all(p.base in ("Tensor", "TensorOrScalar") for p in self.tensor_params)
                               and not any(p.name in self.frontend_attrs for p in self.attr_params)
-                              and inplace is None)
+                              and inplace is None and not intermediate)
 
     @staticmethod
     def _plan_save(name, tensor_names):
@@ -580,13 +584,16 @@ def apply(op: OpDef, args: tuple, attrs: dict):
     if op.inplace is not None:  # the kernel wrote into that input's array: hand back the tensor itself
         return args[op.inplace]
     # 5. wrap, and record the graph node if any input wants a gradient
-    single = op.n_outputs == 1
+    single = op.n_outputs == 1 and not op.intermediate
     outs = (out,) if single else tuple(out)
     array_types = backend.array_types
     wrap = Tensor._wrap
     tensors = tuple(wrap(o if o.__class__ in array_types else backend.xp.asarray(o), place) for o in outs)
     if op.rule is not None and GRAD_MODE.enabled:
         _record(op, flat, tensors, attrs, place)
+    if op.intermediate:  # kept by the graph node only
+        tensors = tensors[:-op.intermediate]
+        single = op.n_outputs == 1
     sg = attrs.get("stop_gradient")
     rg = attrs.get("requires_grad")
     if sg is not None or rg is not None:
@@ -599,11 +606,12 @@ def _check_inplace(op, args):
     """Refuse an in-place call whose gradients would silently be wrong (no in-place autograd yet)."""
     target = args[op.inplace]
     name = op.tensor_params[op.inplace].name
-    if target._node is None and not target.stop_gradient:
+    if any(t._node is None and not t.stop_gradient for t in (target if target.__class__ is list else (target,))):
         raise OpError(f"{op.display}(): '{name}' is a leaf tensor that requires a gradient "
                       f"(stop_gradient=False); it cannot be modified in place. Modify it under "
                       f"oarlock.no_grad(), or work on a copy (x.clone())")
-    wants = [p.name for p, a in zip(op.tensor_params, args) if a.__class__ is Tensor and not a.stop_gradient]
+    wants = [p.name for p, a in zip(op.tensor_params, args)
+             if any(t.__class__ is Tensor and not t.stop_gradient for t in (a if a.__class__ is list else (a,)))]
     if wants:
         which = " and ".join(map(repr, wants)) + (" is" if len(wants) == 1 else " are")
         raise NotImplementedError(f"{op.display}(): in-place autograd is not supported yet, and {which} part of "

@@ -3,3 +3,5 @@
 from oarlock._namespace import lazy_namespace
 
 __getattr__, __dir__ = lazy_namespace(__name__, "oarlock.nn", globals())
+
+del lazy_namespace  # keep the public namespace to what plugins export
