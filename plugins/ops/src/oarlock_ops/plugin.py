@@ -5,7 +5,7 @@ from oarlock import hookimpl
 from oarlock_ops import (attention, conv, creation, data, elementwise, indexing, layers, linalg, loss, nn, norm,
                          optim, reduction, shape, unary)
 
-FAMILIES = (creation, elementwise, unary, reduction, shape, indexing, linalg, nn, conv, norm, attention, loss)
+FAMILIES = (creation, elementwise, unary, reduction, shape, indexing, linalg, nn, conv, norm, attention, loss, optim)
 
 
 @hookimpl

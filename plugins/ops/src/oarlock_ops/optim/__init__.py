@@ -1,5 +1,29 @@
-"""Optimizers, gradient clipping and learning-rate schedulers (placeholder until filled in)."""
+"""Optimizers, gradient clipping and learning-rate schedulers (Paddle's oarlock.optimizer API).
+
+- update_ops: the fused in-place ops every optimizer step and clip runs on (adam_step_, global_norm, ...)
+- optimizer: the Optimizer base (parameter groups, learning rate, state, state_dict, clear_grad)
+- sgd, adam, adagrad, rmsprop, lamb: one module per optimizer family
+- clip: ClipGradByGlobalNorm/ByNorm/ByValue and nn.utils.clip_grad_norm_/clip_grad_value_
+- lr: the LR schedulers of oarlock.optimizer.lr
+"""
+
+from oarlock_ops.optim import adagrad, adam, clip, lamb, lr, optimizer, rmsprop, sgd, update_ops
+
+EXPORTS = {
+    "oarlock.optimizer": [optimizer.Optimizer, sgd.SGD, sgd.Momentum, adam.Adam, adam.AdamW, adagrad.Adagrad,
+                          rmsprop.RMSProp, lamb.Lamb],
+    "oarlock.optimizer.lr": list(lr.SCHEDULERS),
+    "oarlock.nn": [clip.ClipGradBase, clip.ClipGradByGlobalNorm, clip.ClipGradByNorm, clip.ClipGradByValue],
+    "oarlock.nn.utils": [clip.clip_grad_norm_, clip.clip_grad_value_],
+}
+
+
+def register(ops):
+    """Define the update ops (the op hook's entry point for this family)."""
+    update_ops.register(ops)
 
 
 def register_api(api):
-    pass
+    for namespace, objects in EXPORTS.items():
+        for obj in objects:
+            api.export(namespace, obj.__name__, obj)
