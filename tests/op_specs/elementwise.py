@@ -1,10 +1,11 @@
 """Specs for the elementwise family (elementwise.py: arithmetic, min/max, clip, where, comparisons,
-logic, bitwise, predicates, cast; unary.py: float math and activations)."""
+logic, bitwise, predicates, cast; unary.py: float math and activations, leaky_relu and elu)."""
 
 import math
 
 import numpy as np
 
+import oarlock.nn.functional as F
 from op_specs.base import ALL, ALL_REAL, FLOATS, INTS, Case, In, OpSpec
 
 F32_TOL = (2e-5, 2e-6)  # integer inputs to float math compute in float32
@@ -129,6 +130,17 @@ FLOAT_MATH = [
     ], ref=lambda x, approximate=False: 0.5 * x * (1 + erf(x / math.sqrt(2))), dtypes=ALL_REAL, **FLOAT_RESULT),
 ]
 
+# parametrised activations: floats only, like Paddle
+ACTIVATIONS = [
+    OpSpec("leaky_relu", UNARY_CASES + [Case([In((3, 4))], {"negative_slope": 0.2}, name="slope"),
+                                        Case([In((6,), values=[-1.0, 0.0, 2.0, -0.5, 3.0, 0.0])], name="zeros",
+                                             grad=False)],
+           ref=lambda x, negative_slope=0.01: np.where(x >= 0, x, x * negative_slope), call=F.leaky_relu),
+    OpSpec("elu", UNARY_CASES + [Case([In((3, 4))], {"alpha": 0.5}, name="alpha"),
+                                 Case([In((4,), domain=(-40.0, 40.0))], name="wide")],
+           ref=lambda x, alpha=1.0: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))), call=F.elu),
+]
+
 COMPARISONS = [
     OpSpec(name, BROADCAST_CASES + [TIES], ref=ref, dtypes=ALL, grad=False)
     for name, ref in (("equal", np.equal), ("not_equal", np.not_equal), ("less_than", np.less),
@@ -164,4 +176,4 @@ SELECTION = [
            ref=lambda x, dtype: x.astype(dtype), dtypes=ALL, out_dtype=lambda dt, x, dtype: dtype),
 ]
 
-SPECS = ARITHMETIC + UNARY_REAL + FLOAT_MATH + COMPARISONS + PREDICATES + SELECTION
+SPECS = ARITHMETIC + UNARY_REAL + FLOAT_MATH + ACTIVATIONS + COMPARISONS + PREDICATES + SELECTION

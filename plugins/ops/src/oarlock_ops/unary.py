@@ -1,5 +1,6 @@
 """Float math and activations: exp, log, log1p, sqrt, rsqrt, sin, cos, tanh, erf, sigmoid, silu, gelu
-(integers compute in the default float dtype, like PyTorch and Paddle), and relu (integers too).
+(integers compute in the default float dtype, like PyTorch and Paddle), relu (integers too), and
+leaky_relu and elu (floats only, like Paddle).
 
 Half-precision inputs (bfloat16, float16) compute in float32 and round once at the end: numpy's
 bfloat16 loops are slow for some functions (tanh) and a composite formula (gelu, silu) would round at
@@ -142,6 +143,15 @@ def _gelu(xp, x, approximate=False):
     return out
 
 
+def _leaky_relu(xp, x, negative_slope=0.01):
+    return xp.where(x >= 0, x, x * negative_slope)
+
+
+def _elu(xp, x, alpha=1.0):
+    # expm1 of min(x, 0): no overflow warning from the branch that where() discards
+    return xp.where(x > 0, x, alpha * xp.expm1(xp.minimum(x, 0)))
+
+
 # -- backward rules -----------------------------------------------------------------------------------
 
 def _gelu_grad(ctx, g):
@@ -158,6 +168,18 @@ def _silu_grad(ctx, g):
     (x,) = ctx.saved
     s = oarlock.sigmoid(x)
     return g * s * (1 + x * (1 - s))
+
+
+def _leaky_relu_grad(ctx, g):
+    # slope 1 where x >= 0 (Paddle's convention at 0), negative_slope below
+    (x,) = ctx.saved
+    return oarlock.where(x >= 0, g, g * ctx.attrs["negative_slope"])
+
+
+def _elu_grad(ctx, g):
+    # 1 where x > 0, alpha exp(x) at and below 0 (as Paddle and torch)
+    (x,) = ctx.saved
+    return oarlock.where(x > 0, g, g * (ctx.attrs["alpha"] * oarlock.exp(oarlock.minimum(x, 0.0))))
 
 
 def _of_saved(derivative):
@@ -190,6 +212,14 @@ def register(ops):
     ops.define("gelu(x: Tensor, approximate: Any = False) -> Tensor", public=public("gelu", functional=True),
                to_float=True, dtypes=REAL, grad=_gelu_grad, saves=("x",), aliases={"input": "x"})
     ops.kernel("gelu")(_in_float32(_gelu))
+
+    # parametrised activations: floats only (Paddle has no integer kernels for them)
+    for name, signature, kernel, rule in (
+            ("leaky_relu", "(x: Tensor, negative_slope: float = 0.01) -> Tensor", _leaky_relu, _leaky_relu_grad),
+            ("elu", "(x: Tensor, alpha: float = 1.0) -> Tensor", _elu, _elu_grad)):
+        ops.define(name + signature, public=[f"oarlock.nn.functional.{name}"], dtypes=("float",), grad=rule,
+                   saves=("x",), aliases={"input": "x"})
+        ops.kernel(name)(_in_float32(kernel))
 
     # relu keeps integer dtypes; its kernel is one ufunc (maximum with a Python 0 keeps the dtype)
     ops.define("relu(x: Tensor) -> Tensor", public=public("relu", functional=True), dtypes=REAL,
