@@ -1,5 +1,317 @@
-"""Placeholder: the attention op family (filled in by its owner)."""
+"""Scaled dot-product attention as one fused op (oarlock.nn.functional.scaled_dot_product_attention).
+
+out = dropout(softmax(scale * Q K^T + bias)) V, with Paddle's layout: query [batch, seq_q, heads_q, head_dim],
+key [batch, seq_k, heads_k, head_dim], value [batch, seq_k, heads_k, head_dim_v], out [batch, seq_q, heads_q,
+head_dim_v]; 3-D inputs [seq, heads, dim] are one unbatched example. Conventions:
+- attn_mask broadcasts to [batch, heads_q, seq_q, seq_k]: a bool mask keeps the True positions (torch and Paddle
+  agree), a float mask is added to the scores.
+- is_causal masks key j for query i when j > i: the top-left alignment that torch's is_causal and Paddle's CPU
+  (math) path use, also when seq_q != seq_k. Unlike Paddle, whose docs say a mask given together with
+  is_causal=True is ignored, both apply (a padding mask and causality combine).
+- Grouped-query attention: heads_q may be a multiple of heads_k; query head h uses key/value head
+  h // (heads_q // heads_k), as Paddle's repeat of the key/value heads does.
+- A query row whose keys are all masked gets zero probabilities (out 0, gradient 0), not nan, as in torch.
+- Dropout (dropout_p > 0 and training=True) zeroes probabilities with the device generator and scales the
+  kept ones by 1 / (1 - dropout_p) (Paddle's upscale_in_train), so oarlock.seed makes it repeatable.
+- float16/bfloat16 compute in float32 and cast back.
+
+Speed: everything is batched matmuls over [batch, heads] and in-place elementwise work. The [seq, dim] matrices
+of Paddle's layout are read in place (strided views that numpy's BLAS path accepts); only K^T and V^T are
+copied, since numpy's matmul is several times slower on a transposed view of a [seq, dim] operand. Products
+write straight into [batch, seq, heads, dim] outputs. Grouped heads use a 5-D layout [batch, heads_k, group,
+seq_q, ...], so keys and values are never repeated. The softmax probabilities and the dropout mask are
+intermediate outputs (kept by the graph node, not returned), so backward recomputes nothing; it runs as the
+fused op `_scaled_dot_product_attention_grad`, or, while a higher-order graph is recorded, as a composition of
+public ops (so attention can be differentiated twice).
+"""
+
+from __future__ import annotations
+
+import math
+
+import oarlock
+from oarlock_ops.linalg import compute_dtype
+
+_FN = "scaled_dot_product_attention"
+
+
+# -- shapes and checks --------------------------------------------------------------------------------
+
+def _check_inputs(q, k, v):
+    """Raise unless query, key and value fit together; returns (heads_q, heads_k)."""
+    if q.ndim not in (3, 4):
+        raise ValueError(f"query must be 4-D [batch, seq_len, num_heads, head_dim] (or 3-D [seq_len, num_heads, "
+                         f"head_dim] for one example), got shape {list(q.shape)}")
+    if k.ndim != q.ndim or v.ndim != q.ndim:
+        raise ValueError(f"query, key and value must have the same rank ([batch, seq_len, num_heads, head_dim]), "
+                         f"got shapes {list(q.shape)}, {list(k.shape)} and {list(v.shape)}")
+    if q.ndim == 4 and not q.shape[0] == k.shape[0] == v.shape[0]:
+        raise ValueError(f"query, key and value must have the same batch size, got shapes {list(q.shape)}, "
+                         f"{list(k.shape)} and {list(v.shape)}")
+    if k.shape[-3] != v.shape[-3]:
+        raise ValueError(f"key and value must have the same seq_len (axis {k.ndim - 3}), got shapes "
+                         f"{list(k.shape)} and {list(v.shape)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"query and key must have the same head_dim (last axis), got shapes {list(q.shape)} and "
+                         f"{list(k.shape)}")
+    hq, hk = q.shape[-2], k.shape[-2]
+    if v.shape[-2] != hk:
+        raise ValueError(f"key and value must have the same num_heads (axis {k.ndim - 2}), got shapes "
+                         f"{list(k.shape)} and {list(v.shape)}")
+    if hk == 0 or hq % hk:
+        raise ValueError(f"query has {hq} heads and key/value {hk}: the query heads must equal, or be a multiple "
+                         f"of, the key/value heads (grouped-query attention); shapes {list(q.shape)} and "
+                         f"{list(k.shape)}")
+    return hq, hk
+
+
+def _scale(scale, head_dim):
+    if scale is not None:
+        return scale
+    return 1.0 / math.sqrt(head_dim) if head_dim else 1.0  # Paddle uses 1 for an empty head_dim
+
+
+def _dropout_rate(dropout_p, training):
+    if not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1], got {dropout_p}")
+    return dropout_p if training else 0.0
+
+
+def _batched(arrays):
+    """Arrays with a batch axis (3-D inputs are one unbatched example)."""
+    return [a if a.ndim == 4 else a[None] for a in arrays]
+
+
+def _heads_view(x, heads_k):
+    """[B, S, H, D] -> a [B, Hk, H // Hk, S, D] view: the query heads that share key/value head j form group j.
+    No copy: numpy's matmul takes the [S, D] matrices as they are (rows H * D apart) at full speed."""
+    b, s, h, d = x.shape
+    return x.reshape(b, s, heads_k, h // heads_k, d).transpose(0, 2, 3, 1, 4)
+
+
+def _rows(x):
+    """[B, Hk, G, S, D] -> [B, Hk, G * S, D]: a product over these rows sums over the group (a copy for G > 1)."""
+    b, hk, g, s, d = x.shape
+    return x.reshape(b, hk, g * s, d)
+
+
+def _transposed_keys(xp, k, dtype, scale=None):
+    """[B, S, Hk, D] -> a new contiguous [B, Hk, 1, D, S] (times `scale`): the right operand of Q K^T. numpy's
+    matmul is several times slower on a transposed view of a [S, D] operand than on this copy."""
+    kt = k.transpose(0, 2, 3, 1)
+    out = xp.empty(kt.shape, dtype=dtype)
+    if scale is None:
+        out[...] = kt
+    else:
+        xp.multiply(kt, scale, out=out)
+    return out[:, :, None]
+
+
+def _output_buffer(xp, shape, heads_k, dtype):
+    """A contiguous [B, S, H, D] array and its [B, Hk, G, S, D] view, so a matmul writes straight into Paddle's
+    layout."""
+    buf = xp.empty(shape, dtype=dtype)
+    return buf, _heads_view(buf, heads_k)
+
+
+def _mask_bias(xp, mask, q_shape, k_shape, dtype):
+    """The additive mask as an array that broadcasts against scores [B, Hk, G, Sq, Sk]."""
+    if mask.dtype.kind not in "bfV":
+        raise TypeError(f"attn_mask must be bool (True = attend) or a floating-point mask added to the scores, got "
+                        f"dtype {mask.dtype.name}")
+    b, sq, hq, _ = q_shape
+    sk, hk = k_shape[1], k_shape[2]
+    target = [b, hq, sq, sk]
+    shape = [1] * (4 - mask.ndim) + list(mask.shape)
+    if mask.ndim > 4 or any(m not in (1, t) for m, t in zip(shape, target)):
+        raise ValueError(f"attn_mask of shape {list(mask.shape)} does not broadcast to [batch, num_heads, "
+                         f"seq_len_q, seq_len_k] = {target}")
+    if mask.dtype.kind == "b":
+        bias = xp.where(mask, xp.zeros((), dtype), xp.full((), -xp.inf, dtype))
+    else:
+        bias = mask.astype(dtype, copy=False)
+    heads = shape[1]
+    grouped = [shape[0], hk, hq // hk] if heads == hq else [shape[0], 1, 1]
+    return bias.reshape(grouped + shape[2:])
+
+
+def _causal_bias(xp, sq, sk, dtype):
+    """-inf above the main diagonal of [Sq, Sk] (top-left aligned: query i sees keys 0..i)."""
+    return xp.triu(xp.full((sq, sk), -xp.inf, dtype=dtype), 1)
+
+
+def _row_sums(xp, x):
+    """x.sum(axis=-1, keepdims=True) as one matrix-vector product: several times faster in numpy for short rows."""
+    n = x.shape[-1]
+    rows = math.prod(x.shape[:-1])
+    return xp.matmul(x.reshape(rows, n), xp.ones((n, 1), dtype=x.dtype)).reshape(*x.shape[:-1], 1)
+
+
+def _softmax_(xp, s, masked):
+    """Softmax over the last axis in place. With a mask, rows whose scores are all -inf give zeros."""
+    m = s.max(axis=-1, keepdims=True)
+    if masked:
+        m = xp.where(xp.isfinite(m), m, xp.zeros((), s.dtype))
+    s -= m
+    xp.exp(s, out=s)
+    total = _row_sums(xp, s)
+    if masked:
+        total = xp.where(total == 0, xp.ones((), s.dtype), total)
+    s /= total
+    return s
+
+
+def _dropout_scale(p):
+    return 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
+
+
+# -- kernels ------------------------------------------------------------------------------------------
+
+def _sdpa(xp, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, training=True, scale=None, *,
+          generator):
+    """Returns (out, probabilities [B, Hk, G, Sq, Sk] in the compute dtype, dropout keep mask)."""
+    hq, hk = _check_inputs(query, key, value)
+    rate = _dropout_rate(dropout_p, training)
+    unbatched = query.ndim == 3
+    ct = compute_dtype(xp, query.dtype)
+    q, k, v = (x.astype(ct, copy=False) for x in _batched((query, key, value)))
+    b, sq, _, d = q.shape
+    sk, dv = k.shape[1], v.shape[3]
+    s = xp.matmul(_heads_view(q, hk), _transposed_keys(xp, k, ct, _scale(scale, d)))  # [B, Hk, G, Sq, Sk]
+    bias = None if attn_mask is None else _mask_bias(xp, attn_mask, q.shape, k.shape, ct)
+    if is_causal:
+        causal = _causal_bias(xp, sq, sk, ct)
+        bias = causal if bias is None else bias + causal
+    if bias is not None:
+        s += bias
+    p = _softmax_(xp, s, bias is not None) if s.size else s
+    if rate:
+        keep = generator.random(p.shape, dtype=xp.float32) >= rate
+        weights = p * keep
+        weights *= _dropout_scale(rate)
+    else:
+        keep = xp.ones((), dtype=bool)  # placeholder: backward reads it only when dropout was applied
+        weights = p
+    out, view = _output_buffer(xp, (b, sq, hq, dv), hk, ct)
+    xp.matmul(weights, _heads_view(v, hk), out=view)
+    out = out.astype(query.dtype, copy=False)
+    return (out[0] if unbatched else out), p, keep
+
+
+def _sdpa_backward(xp, grad, query, key, value, out, probs, keep, dropout_p=0.0, scale=None):
+    """(d query, d key, d value). With dS the gradient of the scores, dP = dO V^T (times the dropout mask and
+    scale), dS = P * (dP - rowsum(dP * P)); rowsum(dP * P) equals rowsum(dO * O) over head_dim, which is much
+    smaller. dQ = scale * dS K, dK = scale * dS^T Q, dV = dropout(P)^T dO; the group axis of grouped-query
+    attention is folded into the rows of dK and dV's products, which sums over it."""
+    hq, hk = _check_inputs(query, key, value)
+    unbatched = query.ndim == 3
+    ct = compute_dtype(xp, query.dtype)
+    g, q, k, v, o = (x.astype(ct, copy=False) for x in _batched((grad, query, key, value, out)))
+    b, sq, _, d = q.shape
+    sk, dv = k.shape[1], v.shape[3]
+    groups = hq // hk
+    scale = _scale(scale, d)
+    if list(probs.shape) != [b, hk, groups, sq, sk]:
+        raise ValueError(f"probs must have shape [batch, heads_k, heads_q // heads_k, seq_q, seq_k] = "
+                         f"{[b, hk, groups, sq, sk]}, got {list(probs.shape)}")
+    p = probs.astype(ct, copy=False)
+    g5 = _heads_view(g, hk)
+    if dropout_p:
+        weights = p * keep
+        weights *= _dropout_scale(dropout_p)
+    else:
+        weights = p
+    dv_buf, dv_view = _output_buffer(xp, (b, sk, hk, dv), hk, ct)
+    xp.matmul(_rows(weights).swapaxes(-1, -2), _rows(g5), out=dv_view[:, :, 0])
+    ds = xp.matmul(g5, _transposed_keys(xp, v, ct))  # dP: [B, Hk, G, Sq, Sk]
+    if dropout_p:
+        ds *= keep
+        ds *= _dropout_scale(dropout_p)
+    ds -= _heads_view(_row_sums(xp, g * o), hk)  # rowsum(dO * O): [B, Hk, G, Sq, 1]
+    ds *= p
+    dq_buf, dq_view = _output_buffer(xp, (b, sq, hq, d), hk, ct)
+    xp.matmul(ds, _heads_view(k, hk), out=dq_view)
+    dq_buf *= scale
+    dk_buf, dk_view = _output_buffer(xp, (b, sk, hk, d), hk, ct)
+    xp.matmul(_rows(ds).swapaxes(-1, -2), _rows(_heads_view(q, hk)), out=dk_view[:, :, 0])
+    dk_buf *= scale
+    grads = [x.astype(query.dtype, copy=False) for x in (dq_buf, dk_buf, dv_buf)]
+    return tuple(x[0] for x in grads) if unbatched else tuple(grads)
+
+
+# -- autograd -----------------------------------------------------------------------------------------
+
+def _heads_first(x, heads_k):
+    """_heads_view for Tensors: [B, S, H, D] -> [B, Hk, H // Hk, S, D]."""
+    b, s, h, d = x.shape
+    return oarlock.transpose(oarlock.reshape(x, [b, s, heads_k, h // heads_k, d]), [0, 2, 3, 1, 4])
+
+
+def _heads_last(x):
+    """[B, Hk, G, S, D] -> [B, S, Hk * G, D]."""
+    b, hk, groups, s, d = x.shape
+    return oarlock.reshape(oarlock.transpose(x, [0, 3, 1, 2, 4]), [b, s, hk * groups, d])
+
+
+def _composite_grad(ctx, g, g_probs):
+    """The gradients with public ops, so a recorded backward can itself be differentiated. g_probs is the
+    gradient that reaches the saved probabilities when a higher-order graph used them."""
+    q, k, v, _, p, keep = ctx.saved
+    a = ctx.attrs
+    unbatched = q.ndim == 3
+    if unbatched:
+        g, q, k, v = (oarlock.unsqueeze(t, 0) for t in (g, q, k, v))
+    hk = k.shape[2]
+    scale = _scale(a["scale"], q.shape[-1])
+    rate = _dropout_rate(a["dropout_p"], a["training"])
+    q5, k5, v5, g5 = _heads_first(q, hk) * scale, _heads_first(k, hk), _heads_first(v, hk), \
+        _heads_first(g, hk)
+    drop = oarlock.cast(keep, p.dtype) * _dropout_scale(rate) if rate else None
+    weights = p if drop is None else p * drop
+    dv = _heads_last(oarlock.sum(oarlock.matmul(weights, g5, transpose_x=True), axis=2, keepdim=True))
+    dp = oarlock.matmul(g5, v5, transpose_y=True)
+    if drop is not None:
+        dp = dp * drop
+    if g_probs is not None:
+        dp = dp + g_probs
+    ds = p * (dp - oarlock.sum(dp * p, axis=-1, keepdim=True))
+    dq = _heads_last(oarlock.matmul(ds, k5)) * scale
+    dk = _heads_last(oarlock.sum(oarlock.matmul(ds, q5, transpose_x=True), axis=2, keepdim=True))
+    grads = (dq, dk, dv)
+    return tuple(oarlock.squeeze(t, 0) for t in grads) if unbatched else grads
+
+
+def _sdpa_grad(ctx, g, g_probs, _g_keep):
+    q, k, v, out, p, keep = ctx.saved
+    if g is None:  # only a higher-order graph used the probabilities
+        g = oarlock.zeros_like(out)
+    if g_probs is None and not oarlock.is_grad_enabled():
+        a = ctx.attrs
+        dq, dk, dv = _scaled_dot_product_attention_grad(g, q, k, v, out, p, keep,
+                                                         _dropout_rate(a["dropout_p"], a["training"]), a["scale"])
+    else:
+        dq, dk, dv = _composite_grad(ctx, g, g_probs)
+    return dq, dk, dv, None
+
+
+def _scaled_dot_product_attention_grad(*args):
+    return oarlock.nn.functional._scaled_dot_product_attention_grad(*args)
 
 
 def register(ops):
-    pass
+    floats = ("float",)
+    ops.define(f"{_FN}(query: Tensor, key: Tensor, value: Tensor, attn_mask: OptTensor = None, "
+               "dropout_p: float = 0.0, is_causal: bool = False, training: bool = True, scale: float|None = None) "
+               "-> Tensor",
+               public=[f"oarlock.nn.functional.{_FN}"], promote=("query", "key", "value"), dtypes=floats,
+               nondiff=("attn_mask",), random=True, intermediate=2, grad=_sdpa_grad,
+               saves=("query", "key", "value", "out", "out1", "out2"), amp="white",
+               doc="softmax(scale * query key^T + mask) value over [batch, seq_len, num_heads, head_dim] inputs "
+                   "(Paddle's layout), fused; is_causal, bool or additive masks, dropout, grouped-query heads.")
+    ops.kernel(_FN)(_sdpa)
+    ops.define(f"_{_FN}_grad(grad: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor, probs: Tensor, "
+               "keep: Tensor, dropout_p: float = 0.0, scale: float|None = None) -> tuple[Tensor, Tensor, Tensor]",
+               public=[f"oarlock.nn.functional._{_FN}_grad"], promote=("grad", "query", "key", "value", "out"),
+               dtypes=floats, doc="The fused backward of scaled_dot_product_attention: (d query, d key, d value) "
+                                  "from the output gradient, the inputs, the output and the saved probabilities.")
+    ops.kernel(f"_{_FN}_grad")(_sdpa_backward)
