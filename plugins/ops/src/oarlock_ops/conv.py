@@ -1,5 +1,784 @@
-"""Placeholder: the conv op family (filled in by its owner)."""
+"""Convolution and pooling (oarlock.nn.functional): conv1d, conv2d, conv2d_transpose, max_pool2d,
+avg_pool2d and adaptive_avg_pool2d, with Paddle's signatures and semantics.
+
+How they compute. A convolution is im2col + matmul: the patches of the padded input are copied into
+a [groups, kh, kw, C/groups, N, OH, OW] array with one strided slice per kernel offset (kh*kw
+copies, no loop over elements), and one matmul per group multiplies them with the weight. Its
+adjoint, col2im, adds each offset's slice back into a padded buffer: the transposed convolution (and
+so the input gradient of a convolution) is matmul + col2im. A 1-D convolution runs as a 2-D one of
+unit height, channel-last layouts as channel-first views. Pooling walks the same strided windows:
+max pooling keeps a running maximum and the offset where it was first reached, average pooling sums
+them; adaptive average pooling is a reshape and a mean when the windows tile the input, else one
+band matrix per spatial axis whose rows average the windows. Narrow floats (bfloat16, float16)
+compute in float32.
+
+Gradients close over three ops, so derivatives of every order exist:
+    d conv2d / dx = conv2d_transpose(g, w)      d conv2d_transpose / dx = conv2d(g, w)
+    d conv2d / dw = conv2d_grad_weight(x, g)    d conv2d_transpose / dw = conv2d_grad_weight(g, x)
+and conv2d_grad_weight, bilinear in (x, g), differentiates into conv2d_transpose and conv2d. Each
+pooling op has a grad op (its adjoint) whose own gradient is the pooling op again; for max pooling
+the adjoint scatters into the saved argmax positions and its gradient gathers from them.
+
+Paddle's semantics, where they differ from torch's:
+- padding: an int, [ph, pw], [top, bottom, left, right], a [before, after] pair for every axis with
+  [0, 0] for batch and channel ([[0, 0], [0, 0], [t, b], [l, r]] for NCHW), or 'same' / 'valid'.
+  'same' gives ceil(size / stride) outputs with the odd padding element after, and, as in Paddle,
+  it ignores dilation (uses 1).
+- weight layouts: conv [out, in/groups, kh, kw]; conv2d_transpose [in, out/groups, kh, kw].
+- ceil_mode keeps a last window that starts in the padding (torch drops it). A window without any
+  input element gives the dtype's lowest finite value and mask -1 (max), nan (exclusive average:
+  0/0) or 0 (inclusive average).
+- avg_pool2d divides by kh*kw when exclusive=False, and divisor_override scales the average by
+  kh*kw / divisor_override (so near borders with exclusive=True it is not sum / divisor_override).
+- max_pool2d's mask (return_mask=True) is the int32 index h * W + w of each maximum in its plane.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+import oarlock
+from oarlock.nn import functional as F
+from oarlock_ops.linalg import compute_dtype
+
+LAYOUTS = {1: ("NCL", "NLC"), 2: ("NCHW", "NHWC")}  # spatial rank -> (channel first, channel last)
+
+
+# -- arguments and geometry: plain Python on shapes, shared by kernels and rules ----------------------
+
+def _is_int(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _channel_last(data_format, nd):
+    first, last = LAYOUTS[nd]
+    if data_format not in (first, last):
+        raise ValueError(f"data_format must be {first!r} or {last!r}, got {data_format!r}")
+    return data_format == last
+
+
+def _layout(nd, last):
+    """The axes of an activation, for messages: '[N, C, H, W]'."""
+    spatial = ["L"] if nd == 1 else ["H", "W"]
+    return "[" + ", ".join(["N", *spatial, "C"] if last else ["N", "C", *spatial]) + "]"
+
+
+def _spatial(shape, last):
+    shape = tuple(shape)
+    return shape[1:-1] if last else shape[2:]
+
+
+def _channels(shape, last):
+    return shape[-1] if last else shape[1]
+
+
+def _ints(name, value, n, minimum):
+    """An int or a list of 1 or n ints (what the Shape converter leaves) as n ints >= minimum."""
+    items = (value,) if _is_int(value) else tuple(value) if isinstance(value, (list, tuple)) else None
+    if items is not None and len(items) == 1:
+        items *= n
+    if items is None or len(items) != n or not all(_is_int(v) and v >= minimum for v in items):
+        shown = list(value) if isinstance(value, tuple) else value
+        raise ValueError(f"{name} must be an int or a list of {n} ints, each >= {minimum}; got {shown!r}")
+    return tuple(int(v) for v in items)
+
+
+def _padding(padding, size, kernel, stride, dilation, last):
+    """(pads, dilation): pads holds a (before, after) pair per spatial axis. 'same' pads for
+    ceil(size / stride) outputs and, like Paddle, sets the dilation to 1."""
+    nd = len(size)
+    if isinstance(padding, str):
+        mode = padding.lower()
+        if mode == "valid":
+            return ((0, 0),) * nd, dilation
+        if mode == "same":
+            pads = []
+            for n, k, s in zip(size, kernel, stride):
+                total = max((-(-n // s) - 1) * s + k - n, 0)
+                pads.append((total // 2, total - total // 2))
+            return tuple(pads), (1,) * nd
+        flat = None
+    elif _is_int(padding):
+        flat = [padding] * (2 * nd)
+    elif isinstance(padding, (list, tuple)) and padding and all(isinstance(p, (list, tuple)) for p in padding):
+        # one [before, after] pair per axis of the input, batch and channel included (and zero)
+        outer = [padding[0], padding[-1]] if last else list(padding[:2])
+        inner = padding[1:-1] if last else padding[2:]
+        ok = len(padding) == nd + 2 and all(len(p) == 2 for p in padding) and \
+            all(list(p) == [0, 0] for p in outer)
+        flat = [v for p in inner for v in p] if ok else None
+    elif isinstance(padding, (list, tuple)) and len(padding) in (nd, 2 * nd):
+        flat = [v for p in padding for v in (p, p)] if len(padding) == nd else list(padding)
+    else:
+        flat = None
+    if flat is None or not all(_is_int(v) and v >= 0 for v in flat):
+        raise ValueError(f"padding must be 'same', 'valid', a non-negative int, a list of {nd} or {2 * nd} of "
+                         f"them, or {nd + 2} [before, after] pairs ([0, 0] for the batch and channel axes); "
+                         f"got {padding!r}")
+    return tuple((int(flat[2 * i]), int(flat[2 * i + 1])) for i in range(nd)), dilation
+
+
+class Geometry(NamedTuple):
+    """Where the windows of a convolution or pooling lie, per spatial axis.
+
+    `size` is the input's spatial size and `out` the number of windows; for a transposed convolution,
+    which is the adjoint of a convolution, `size` is its output's size and `out` its input's."""
+
+    size: tuple
+    kernel: tuple
+    stride: tuple
+    pads: tuple      # a (before, after) pair per axis
+    dilation: tuple
+    out: tuple
+
+    def span(self):
+        """The padded extent every window fits in (more than the padded input with ceil_mode)."""
+        return tuple(max(n + b + a, (o - 1) * s + (k - 1) * d + 1) for n, (b, a), o, k, s, d in
+                     zip(self.size, self.pads, self.out, self.kernel, self.stride, self.dilation))
+
+    def lift(self):
+        """A 1-D geometry as 2-D with a unit height in front (a 2-D one stays as it is)."""
+        if len(self.size) == 2:
+            return self
+        return Geometry(*((1,) + field for field in (self.size, self.kernel, self.stride)),
+                        ((0, 0),) + self.pads, (1,) + self.dilation, (1,) + self.out)
+
+    def attrs(self, groups, last):
+        """Keyword arguments that make conv2d / conv2d_transpose / conv2d_grad_weight use this geometry."""
+        return {"stride": list(self.stride), "padding": [v for p in self.pads for v in p],
+                "dilation": list(self.dilation), "groups": groups, "data_format": LAYOUTS[2][last]}
+
+
+def _conv_geometry(size, kernel, stride, padding, dilation, last):
+    nd = len(size)
+    stride, dilation = _ints("stride", stride, nd, 1), _ints("dilation", dilation, nd, 1)
+    pads, dilation = _padding(padding, size, kernel, stride, dilation, last)
+    out = tuple((n + b + a - (k - 1) * d - 1) // s + 1
+                for n, (b, a), k, s, d in zip(size, pads, kernel, stride, dilation))
+    if min(out) < 1:
+        raise ValueError(f"the input's spatial size {list(size)} padded by {[list(p) for p in pads]} is smaller "
+                         f"than the kernel {list(kernel)} with dilation {list(dilation)}")
+    return Geometry(tuple(size), tuple(kernel), stride, pads, dilation, out)
+
+
+def _transpose_geometry(size, kernel, stride, padding, output_padding, dilation, output_size, last):
+    """The geometry of the convolution whose adjoint this transposed convolution is (see Geometry)."""
+    nd = len(size)
+    stride, dilation = _ints("stride", stride, nd, 1), _ints("dilation", dilation, nd, 1)
+    pads, dilation = _padding(padding, size, kernel, stride, dilation, last)
+    natural = tuple((n - 1) * s - b - a + (k - 1) * d + 1
+                    for n, (b, a), k, s, d in zip(size, pads, kernel, stride, dilation))
+    extra = _ints("output_padding", output_padding, nd, 0)
+    if output_size is not None:
+        if any(extra):
+            raise ValueError("output_padding and output_size are mutually exclusive; give one of them")
+        wanted = _ints("output_size", output_size, nd, 1)
+        if not all(n <= w < n + s for w, n, s in zip(wanted, natural, stride)):
+            raise ValueError(f"output_size {list(wanted)} is not reachable: with this input, stride, padding, "
+                             f"kernel and dilation each size must be at least {list(natural)} and less than "
+                             f"that plus the stride {list(stride)}")
+        extra = tuple(w - n for w, n in zip(wanted, natural))
+    elif not all(e < max(s, d) for e, s, d in zip(extra, stride, dilation)):
+        raise ValueError(f"output_padding {list(extra)} must be smaller than max(stride, dilation) "
+                         f"{[max(s, d) for s, d in zip(stride, dilation)]} along each axis")
+    out_size = tuple(n + e for n, e in zip(natural, extra))
+    if min(out_size) < 1:
+        raise ValueError(f"the output would be empty (spatial size {list(out_size)}): padding "
+                         f"{[list(p) for p in pads]} removes more than the kernel adds")
+    return Geometry(out_size, tuple(kernel), stride, pads, dilation, tuple(size))
+
+
+def _pool_geometry(size, kernel_size, stride, padding, ceil_mode, last):
+    nd = len(size)
+    kernel = _ints("kernel_size", kernel_size, nd, 1)
+    stride = kernel if stride is None else _ints("stride", stride, nd, 1)
+    if ceil_mode and isinstance(padding, str) and padding.lower() == "valid":
+        raise ValueError("ceil_mode=True cannot be combined with padding='valid' (as in Paddle)")
+    pads, _ = _padding(padding, size, kernel, stride, (1,) * nd, last)
+    out = []
+    for n, (b, a), k, s in zip(size, pads, kernel, stride):
+        room = n + b + a - k
+        if room < 0:
+            raise ValueError(f"kernel_size {list(kernel)} is larger than the input's spatial size {list(size)} "
+                             f"padded by {[list(p) for p in pads]}")
+        out.append((-(-room // s) if ceil_mode else room // s) + 1)
+    return Geometry(tuple(size), kernel, stride, pads, (1,) * nd, tuple(out))
+
+
+def _window_counts(xp, geom):
+    """[OH, OW]: how many input (not padding) elements each pooling window covers."""
+    counts = []
+    for n, (before, _), k, s, o in zip(geom.size, geom.pads, geom.kernel, geom.stride, geom.out):
+        start = xp.arange(o) * s - before
+        counts.append(xp.clip(start + k, 0, n) - xp.clip(start, 0, n))
+    return counts[0][:, None] * counts[1][None, :]
+
+
+# -- array helpers (kernels) ---------------------------------------------------------------------------
+
+def _as_nchw(xp, x, dtype, nd, last):
+    """An activation as [N, C, H, W] in the compute dtype (a view where possible)."""
+    x = x.astype(dtype, copy=False)
+    if last:
+        x = xp.moveaxis(x, -1, 1)
+    return x[:, :, None] if nd == 1 else x
+
+
+def _from_nchw(xp, y, nd, last, dtype):
+    if nd == 1:
+        y = y[:, :, 0]
+    if last:
+        y = xp.moveaxis(y, 1, -1)
+    return y.astype(dtype, copy=False)
+
+
+def _window_slices(geom):
+    """(i, j, index) per kernel offset: `index` picks, from a [..., H, W] buffer of the geometry's span,
+    the element that offset (i, j) contributes to every window -- a strided slice, so a view."""
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = geom.kernel, geom.stride, geom.dilation, geom.out
+    for i in range(kh):
+        rows = slice(i * dh, i * dh + (oh - 1) * sh + 1, sh)
+        for j in range(kw):
+            yield i, j, (Ellipsis, rows, slice(j * dw, j * dw + (ow - 1) * sw + 1, sw))
+
+
+def _padded(xp, x, geom, fill):
+    """x [..., H, W] inside a buffer of the geometry's span filled with `fill` (x itself if it fits)."""
+    span = geom.span()
+    if span == x.shape[-2:]:
+        return x
+    (top, _), (left, _) = geom.pads
+    buf = xp.full(x.shape[:-2] + span, fill, dtype=x.dtype)
+    buf[..., top:top + x.shape[-2], left:left + x.shape[-1]] = x
+    return buf
+
+
+def _im2col(xp, x, geom):
+    """[G, kh, kw, *lead, OH, OW]: the window elements of x [G, *lead, H, W], one block per kernel offset."""
+    src = _padded(xp, x, geom, 0)
+    if geom.kernel == (1, 1) and geom.stride == (1, 1) and src.shape[-2:] == geom.out:
+        return xp.ascontiguousarray(src)[:, None, None]  # a 1x1 convolution reads the input as it is
+    cols = xp.empty(x.shape[:1] + geom.kernel + x.shape[1:-2] + geom.out, dtype=x.dtype)
+    for i, j, index in _window_slices(geom):
+        cols[:, i, j] = src[index]
+    return cols
+
+
+def _col2im(xp, part, lead, geom, dtype):
+    """The adjoint of the window walk: a [*lead, H, W] array (a view) to which each offset (i, j) adds
+    part(i, j) (shaped [*lead, OH, OW]) at its window elements; the padding is cut off at the end."""
+    buf = xp.zeros(tuple(lead) + geom.span(), dtype=dtype)
+    for i, j, index in _window_slices(geom):
+        view = buf[index]
+        xp.add(view, part(i, j), out=view)
+    (top, _), (left, _) = geom.pads
+    return buf[..., top:top + geom.size[0], left:left + geom.size[1]]
+
+
+# -- convolution ---------------------------------------------------------------------------------------
+# The matmuls see the batch inside the columns: activations are [groups, C/groups, N, H, W] and the
+# columns [groups, kh*kw*C/groups, N*OH*OW], so each group is one large matmul (faster than one per
+# sample, and the weight gradient needs no [N, ...] partial products). Getting there and back costs a
+# copy that moves whole H*W planes. Weights are reordered to [groups, O/groups, kh, kw, C/groups].
+
+def _batch_inner(xp, x, groups):
+    """[N, C, H, W] -> [groups, C/groups, N, H, W] (a view)."""
+    n, c = x.shape[:2]
+    return x.reshape((n, groups, c // groups) + x.shape[2:]).transpose(1, 2, 0, 3, 4)
+
+
+def _batch_outer(xp, y):
+    """[groups, C/groups, N, H, W] -> a fresh [N, C, H, W]."""
+    groups, per_group, n = y.shape[:3]
+    return xp.ascontiguousarray(y.transpose(2, 0, 1, 3, 4)).reshape((n, groups * per_group) + y.shape[3:])
+
+
+def _conv_nchw(xp, x, w, geom, groups):
+    (n, c), o = x.shape[:2], w.shape[0]
+    k, size = c // groups * math.prod(geom.kernel), n * math.prod(geom.out)  # explicit sizes: N may be 0
+    cols = _im2col(xp, _batch_inner(xp, x, groups), geom).reshape(groups, k, size)
+    weight = w.reshape((groups, o // groups, c // groups) + geom.kernel).transpose(0, 1, 3, 4, 2)
+    out = xp.matmul(weight.reshape(groups, o // groups, k), cols)  # [groups, O/groups, N*OH*OW]
+    return _batch_outer(xp, out.reshape((groups, o // groups, n) + geom.out))
+
+
+def _conv_transpose_nchw(xp, x, w, geom, groups):
+    (n, c_in), per_group = x.shape[:2], w.shape[1]
+    weight = w.reshape((groups, c_in // groups, per_group) + geom.kernel).transpose(0, 3, 4, 2, 1)
+    weight = weight.reshape(groups, math.prod(geom.kernel) * per_group, c_in // groups)
+    inner = _batch_inner(xp, x, groups).reshape(groups, c_in // groups, n * math.prod(geom.out))
+    cols = xp.matmul(weight, inner).reshape((groups,) + geom.kernel + (per_group, n) + geom.out)
+    return _batch_outer(xp, _col2im(xp, lambda i, j: cols[:, i, j], (groups, per_group, n), geom, x.dtype))
+
+
+def _conv_weight_grad_nchw(xp, x, grad, geom, groups):
+    (n, c), o = x.shape[:2], grad.shape[1]
+    k, size = c // groups * math.prod(geom.kernel), n * math.prod(geom.out)
+    cols = _im2col(xp, _batch_inner(xp, x, groups), geom).reshape(groups, k, size)
+    g = _batch_inner(xp, grad, groups).reshape(groups, o // groups, size)
+    # cols @ g^T rather than g @ cols^T: OpenBLAS runs this orientation markedly faster
+    dw = xp.matmul(cols, g.swapaxes(-1, -2))  # [groups, kh*kw*C/groups, O/groups]
+    dw = dw.reshape((groups,) + geom.kernel + (c // groups, o // groups)).transpose(0, 4, 3, 1, 2)
+    return dw.reshape((o, c // groups) + geom.kernel)
+
+
+def _check_groups(groups, channels, what):
+    if groups < 1:
+        raise ValueError(f"groups must be a positive int, got {groups}")
+    if channels % groups:
+        raise ValueError(f"the {channels} {what} are not divisible by groups={groups}")
+
+
+def _check_conv(x, weight, bias, groups, nd, last, transpose):
+    """Raise, naming shapes, unless x, weight and bias make a (transposed) convolution."""
+    fmt = LAYOUTS[nd][last]
+    kernel = "kL" if nd == 1 else "kh, kw"
+    wlayout = f"[in_channels, out_channels/groups, {kernel}]" if transpose else \
+        f"[out_channels, in_channels/groups, {kernel}]"
+    if x.ndim != nd + 2:
+        raise ValueError(f"x must be {nd + 2}-D {_layout(nd, last)} (data_format={fmt!r}), got shape "
+                         f"{list(x.shape)}")
+    if weight.ndim != nd + 2:
+        raise ValueError(f"weight must be {nd + 2}-D {wlayout}, got shape {list(weight.shape)}")
+    channels = _channels(x.shape, last)
+    _check_groups(groups, channels, "input channels")
+    expected = weight.shape[0] if transpose else weight.shape[1] * groups
+    if channels != expected:
+        rule = "weight.shape[0]" if transpose else "weight.shape[1] * groups"
+        raise ValueError(f"x has {channels} channels (shape {list(x.shape)}, data_format={fmt!r}) but weight of "
+                         f"shape {list(weight.shape)} with groups={groups} expects {expected} "
+                         f"(in_channels = {rule}; weight layout {wlayout})")
+    out_channels = weight.shape[1] * groups if transpose else weight.shape[0]
+    if not transpose:
+        _check_groups(groups, out_channels, "output channels (weight.shape[0])")
+    if bias is not None and tuple(bias.shape) != (out_channels,):
+        raise ValueError(f"bias must have shape [{out_channels}] (one value per output channel), got "
+                         f"{list(bias.shape)}")
+
+
+def _add_bias(out, bias):
+    if bias is not None:
+        out += bias.astype(out.dtype, copy=False).reshape(1, -1, 1, 1)
+    return out
+
+
+def _conv_kernel(nd):
+    def conv(xp, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, data_format=None):
+        last = _channel_last(data_format, nd)
+        _check_conv(x, weight, bias, groups, nd, last, transpose=False)
+        geom = _conv_geometry(_spatial(x.shape, last), weight.shape[2:], stride, padding, dilation, last)
+        ct = compute_dtype(xp, x.dtype)
+        x4, w4 = _as_nchw(xp, x, ct, nd, last), _as_nchw(xp, weight, ct, nd, False)
+        out = _add_bias(_conv_nchw(xp, x4, w4, geom.lift(), groups), bias)
+        return _from_nchw(xp, out, nd, last, x.dtype)
+    return conv
+
+
+def _conv2d_transpose(xp, x, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1,
+                      output_size=None, data_format="NCHW"):
+    last = _channel_last(data_format, 2)
+    _check_conv(x, weight, bias, groups, 2, last, transpose=True)
+    geom = _transpose_geometry(_spatial(x.shape, last), weight.shape[2:], stride, padding, output_padding,
+                               dilation, output_size, last)
+    ct = compute_dtype(xp, x.dtype)
+    out = _conv_transpose_nchw(xp, _as_nchw(xp, x, ct, 2, last), weight.astype(ct, copy=False), geom, groups)
+    return _from_nchw(xp, _add_bias(out, bias), 2, last, x.dtype)
+
+
+def _grad_weight_geometry(x_shape, grad_shape, kernel_size, stride, padding, dilation, groups, last):
+    """The geometry of conv2d_grad_weight: x's convolution, with as many windows as grad has."""
+    for name, shape in (("x", x_shape), ("grad", grad_shape)):
+        if len(shape) != 4:
+            raise ValueError(f"{name} must be 4-D {_layout(2, last)}, got shape {list(shape)}")
+    if x_shape[0] != grad_shape[0]:
+        raise ValueError(f"x (shape {list(x_shape)}) and grad (shape {list(grad_shape)}) have different batch sizes")
+    _check_groups(groups, _channels(x_shape, last), "channels of x")
+    _check_groups(groups, _channels(grad_shape, last), "channels of grad")
+    kernel = _ints("kernel_size", kernel_size, 2, 1)
+    geom = _conv_geometry(_spatial(x_shape, last), kernel, stride, padding, dilation, last)
+    out = _spatial(grad_shape, last)
+    if any(o > n for o, n in zip(out, geom.out)):
+        raise ValueError(f"grad has spatial size {list(out)}, but the convolution of x (shape {list(x_shape)}) "
+                         f"has only {list(geom.out)} windows")
+    return geom._replace(out=out)
+
+
+def _conv2d_grad_weight(xp, x, grad, kernel_size, stride=1, padding=0, dilation=1, groups=1, data_format="NCHW"):
+    last = _channel_last(data_format, 2)
+    geom = _grad_weight_geometry(x.shape, grad.shape, kernel_size, stride, padding, dilation, groups, last)
+    ct = compute_dtype(xp, x.dtype)
+    dw = _conv_weight_grad_nchw(xp, _as_nchw(xp, x, ct, 2, last), _as_nchw(xp, grad, ct, 2, last), geom, groups)
+    return dw.astype(x.dtype, copy=False)
+
+
+# -- pooling -------------------------------------------------------------------------------------------
+
+def _check_pool_input(x, last, name="x"):
+    if x.ndim != 4:
+        raise ValueError(f"{name} must be 4-D {_layout(2, last)} (data_format={LAYOUTS[2][last]!r}), got shape "
+                         f"{list(x.shape)}")
+
+
+def _max_pool2d_with_index(xp, x, kernel_size, stride=None, padding=0, ceil_mode=False, data_format="NCHW"):
+    last = _channel_last(data_format, 2)
+    _check_pool_input(x, last)
+    geom = _pool_geometry(_spatial(x.shape, last), kernel_size, stride, padding, ceil_mode, last)
+    ct = compute_dtype(xp, x.dtype)
+    src = _padded(xp, _as_nchw(xp, x, ct, 2, last), geom, -xp.inf)
+    (h, w) = geom.size
+    views, steps = [], []  # each offset's window slice, and its place (i * W + j) relative to the corner
+    for i, j, index in _window_slices(geom):
+        views.append(src[index])
+        steps.append(i * w + j)
+    # a running maximum; where a later offset is strictly larger it takes over, so the first maximum in
+    # the window (row-major) is the one recorded. (An arithmetic update: copyto(where=) is ~5x slower.)
+    out = views[0].copy()
+    step = xp.zeros(out.shape, dtype=xp.int32)
+    larger = xp.empty(out.shape, dtype=bool)
+    for view, offset in zip(views[1:], steps[1:]):
+        xp.greater(view, out, out=larger)
+        xp.maximum(out, view, out=out)  # nan propagates (and compares as not larger)
+        step += larger * (offset - step)
+    if bool(xp.isnan(out).any()):  # the first nan of a window is its maximum
+        for view, offset in zip(views[::-1], steps[::-1]):
+            nan = xp.isnan(view)
+            step += nan * (offset - step)
+    # each maximum's index in its input plane: the window's corner (in the padded frame) plus its step
+    rows = xp.arange(geom.out[0], dtype=xp.int32) * geom.stride[0] - geom.pads[0][0]
+    cols = xp.arange(geom.out[1], dtype=xp.int32) * geom.stride[1] - geom.pads[1][0]
+    mask = (rows[:, None] * w + cols[None, :]) + step
+    if bool((out == -xp.inf).any()):
+        # a maximum of -inf may sit in the padding: point at the window's first input element, as
+        # torch does, and mark windows without any input element like Paddle (lowest value, mask -1)
+        first = xp.clip(rows, 0, h - 1)[:, None] * w + xp.clip(cols, 0, w - 1)[None, :]
+        empty = _window_counts(xp, geom) == 0
+        mask = xp.where(out == -xp.inf, xp.where(empty, -1, first), mask)
+        out = xp.where(empty, xp.asarray(xp.finfo(ct).min, dtype=ct), out)
+    return _from_nchw(xp, out, 2, last, x.dtype), _from_nchw(xp, mask, 2, last, xp.int32)
+
+
+def _max_pool2d_grad(xp, grad, mask, input_size, data_format="NCHW"):
+    last = _channel_last(data_format, 2)
+    _check_pool_input(grad, last, "grad")
+    if tuple(mask.shape) != tuple(grad.shape) or mask.dtype.kind not in "iu":
+        raise ValueError(f"mask must be an integer tensor of grad's shape {list(grad.shape)}, got "
+                         f"{mask.dtype} of shape {list(mask.shape)}")
+    h, w = _ints("input_size", input_size, 2, 1)
+    ct = compute_dtype(xp, grad.dtype)
+    g, m = _as_nchw(xp, grad, ct, 2, last), _as_nchw(xp, mask, mask.dtype, 2, last)
+    n, c = g.shape[:2]
+    if m.size and int(xp.max(m)) >= h * w:
+        raise ValueError(f"mask holds index {int(xp.max(m))}, outside an input plane of {h} x {w}")
+    index = (m.astype(xp.int64) + (xp.arange(n * c, dtype=xp.int64) * (h * w)).reshape(n, c, 1, 1)).reshape(-1)
+    values = g.reshape(-1)
+    valid = m.reshape(-1) >= 0  # -1 marks a window without input elements
+    if not bool(xp.all(valid)):
+        index, values = index[valid], values[valid]
+    dx = xp.zeros(n * c * h * w, dtype=ct)
+    xp.add.at(dx, index, values)  # overlapping windows may pick one element twice
+    return _from_nchw(xp, dx.reshape(n, c, h, w), 2, last, grad.dtype)
+
+
+def _avg_scale(xp, geom, exclusive, divisor_override, dtype):
+    """(scale, empty): the factor of each window's sum [OH, OW], and where exclusive averages
+    are 0/0 (None if nowhere). The factor of an empty window is 0, which is what the adjoint needs."""
+    area = math.prod(geom.kernel)
+    empty = None
+    if exclusive:
+        counts = _window_counts(xp, geom)
+        scale = xp.where(counts > 0, 1.0 / xp.maximum(counts, 1), 0.0)
+        if not bool(xp.all(counts)):
+            empty = counts == 0
+    else:
+        scale = xp.full(geom.out, 1.0 / area)
+    if divisor_override is not None:  # Paddle: the average times kh*kw / divisor_override
+        scale = scale * (area / divisor_override)
+    return scale.astype(dtype), empty
+
+
+def _avg_geometry(size, kernel_size, stride, padding, ceil_mode, divisor_override, last):
+    if divisor_override is not None and divisor_override == 0:
+        raise ValueError("divisor_override must be non-zero (or None)")
+    return _pool_geometry(size, kernel_size, stride, padding, ceil_mode, last)
+
+
+def _avg_pool2d(xp, x, kernel_size, stride=None, padding=0, ceil_mode=False, exclusive=True, divisor_override=None,
+                data_format="NCHW"):
+    last = _channel_last(data_format, 2)
+    _check_pool_input(x, last)
+    geom = _avg_geometry(_spatial(x.shape, last), kernel_size, stride, padding, ceil_mode, divisor_override, last)
+    ct = compute_dtype(xp, x.dtype)
+    src = _padded(xp, _as_nchw(xp, x, ct, 2, last), geom, 0)
+    total = None
+    for _, _, index in _window_slices(geom):
+        total = src[index].copy() if total is None else xp.add(total, src[index], out=total)
+    scale, empty = _avg_scale(xp, geom, exclusive, divisor_override, ct)
+    total *= scale
+    if empty is not None:
+        total = xp.where(empty, xp.asarray(xp.nan, dtype=ct), total)
+    return _from_nchw(xp, total, 2, last, x.dtype)
+
+
+def _avg_pool2d_grad(xp, grad, input_size, kernel_size, stride=None, padding=0, ceil_mode=False, exclusive=True,
+                     divisor_override=None, data_format="NCHW"):
+    last = _channel_last(data_format, 2)
+    _check_pool_input(grad, last, "grad")
+    size = _ints("input_size", input_size, 2, 1)
+    geom = _avg_geometry(size, kernel_size, stride, padding, ceil_mode, divisor_override, last)
+    if _spatial(grad.shape, last) != geom.out:
+        raise ValueError(f"grad has spatial size {list(_spatial(grad.shape, last))}, but pooling an input of size "
+                         f"{list(size)} gives {list(geom.out)}")
+    ct = compute_dtype(xp, grad.dtype)
+    g = _as_nchw(xp, grad, ct, 2, last) * _avg_scale(xp, geom, exclusive, divisor_override, ct)[0]
+    dx = xp.ascontiguousarray(_col2im(xp, lambda i, j: g, g.shape[:2], geom, ct))
+    return _from_nchw(xp, dx, 2, last, grad.dtype)
+
+
+def _adaptive_size(output_size, size):
+    """Paddle's output_size: an int or two entries, None keeping that input size."""
+    items = [output_size] * 2 if _is_int(output_size) else list(output_size) \
+        if isinstance(output_size, (list, tuple)) else None
+    if items is None or len(items) != 2 or not all(v is None or (_is_int(v) and v >= 1) for v in items):
+        raise ValueError(f"output_size must be a positive int or a list of 2 (positive ints or None), "
+                         f"got {output_size!r}")
+    return tuple(n if v is None else int(v) for v, n in zip(items, size))
+
+
+def _band(xp, n_in, n_out, dtype):
+    """[n_out, n_in]: row o averages inputs floor(o * n_in / n_out) to ceil((o + 1) * n_in / n_out) - 1."""
+    o = xp.arange(n_out)[:, None]
+    start, end = (o * n_in) // n_out, -((-(o + 1) * n_in) // n_out)
+    i = xp.arange(n_in)[None, :]
+    return (((i >= start) & (i < end)) / (end - start)).astype(dtype)
+
+
+def _adaptive_avg_pool2d(xp, x, output_size, data_format="NCHW"):
+    last = _channel_last(data_format, 2)
+    _check_pool_input(x, last)
+    ct = compute_dtype(xp, x.dtype)
+    x4 = _as_nchw(xp, x, ct, 2, last)
+    (n, c, h, w), (oh, ow) = x4.shape, _adaptive_size(output_size, x4.shape[2:])
+    if h % oh == 0 and w % ow == 0:  # equal windows that tile the input: a reshape and a mean
+        out = x4.reshape(n, c, oh, h // oh, ow, w // ow).mean(axis=(3, 5))
+    else:
+        out = xp.matmul(_band(xp, h, oh, ct), xp.matmul(x4, _band(xp, w, ow, ct).T))
+    return _from_nchw(xp, out, 2, last, x.dtype)
+
+
+def _adaptive_avg_pool2d_grad(xp, grad, input_size, data_format="NCHW"):
+    last = _channel_last(data_format, 2)
+    _check_pool_input(grad, last, "grad")
+    h, w = _ints("input_size", input_size, 2, 1)
+    ct = compute_dtype(xp, grad.dtype)
+    g = _as_nchw(xp, grad, ct, 2, last)
+    n, c, oh, ow = g.shape
+    if oh > h or ow > w:
+        raise ValueError(f"grad has spatial size {[oh, ow]}, larger than input_size {[h, w]}")
+    if h % oh == 0 and w % ow == 0:
+        a, b = h // oh, w // ow
+        dx = xp.broadcast_to((g / (a * b))[:, :, :, None, :, None], (n, c, oh, a, ow, b)).reshape(n, c, h, w)
+    else:
+        dx = xp.matmul(_band(xp, h, oh, ct).T, xp.matmul(g, _band(xp, w, ow, ct)))
+    return _from_nchw(xp, dx, 2, last, grad.dtype)
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, return_mask=False, ceil_mode=False, data_format="NCHW",
+               name=None):
+    """Max pooling over [N, C, H, W] windows (Paddle's signature); with return_mask=True also the int32
+    index h * W + w of every maximum in its input plane."""
+    if not isinstance(return_mask, bool):
+        raise TypeError(f"oarlock.nn.functional.max_pool2d(): return_mask must be a bool, got "
+                        f"{type(return_mask).__name__} {return_mask!r}")
+    if return_mask and data_format != "NCHW":
+        raise ValueError(f"oarlock.nn.functional.max_pool2d(): return_mask=True needs data_format='NCHW' (as in "
+                         f"Paddle), got {data_format!r}")
+    out, mask = oarlock.max_pool2d_with_index(x, kernel_size, stride, padding, ceil_mode, data_format)
+    return (out, mask) if return_mask else out
+
+
+# -- gradients (Tensors and public ops only) --------------------------------------------------------------
+
+def _lift(t, nd, last):
+    """A 1-D activation (or weight: last=False) as 2-D with a unit height."""
+    return t if nd == 2 else oarlock.unsqueeze(t, 1 if last else 2)
+
+
+def _drop(t, nd, last):
+    return t if nd == 2 else oarlock.squeeze(t, 1 if last else 2)
+
+
+def _fit(t, size, last):
+    """t cut to the spatial size `size`: a convolution of a transposed one's gradient may have extra
+    windows when output_padding >= stride (possible with dilation > stride)."""
+    if tuple(_spatial(t.shape, last)) == tuple(size):
+        return t
+    cut = (slice(None),) + tuple(slice(0, n) for n in size)
+    return oarlock.getitem(t, cut + (slice(None),) if last else (slice(None),) + cut)
+
+
+def _bias_grad(ctx, g, last):
+    if len(ctx.edges) < 3 or ctx.edges[2] is None:
+        return None
+    channel = g.ndim - 1 if last else 1
+    return oarlock.sum(g, axis=[i for i in range(g.ndim) if i != channel])
+
+
+def _conv_rule(nd):
+    def rule(ctx, g):
+        x, weight = ctx.saved
+        a = ctx.attrs
+        last = _channel_last(a["data_format"], nd)
+        geom = _conv_geometry(_spatial(x.shape, last), tuple(weight.shape[2:]), a["stride"], a["padding"],
+                              a["dilation"], last).lift()
+        attrs = geom.attrs(a["groups"], last)
+        x2, w2, g2 = _lift(x, nd, last), _lift(weight, nd, False), _lift(g, nd, last)
+        dx = dw = None
+        if ctx.edges[0] is not None:
+            dx = _drop(F.conv2d_transpose(g2, w2, output_size=list(geom.size), **attrs), nd, last)
+        if ctx.edges[1] is not None:
+            dw = _drop(oarlock.conv2d_grad_weight(x2, g2, kernel_size=list(geom.kernel), **attrs), nd, False)
+        return dx, dw, _bias_grad(ctx, g, last)
+    return rule
+
+
+def _conv2d_transpose_rule(ctx, g):
+    x, weight = ctx.saved
+    a = ctx.attrs
+    last = _channel_last(a["data_format"], 2)
+    size = _spatial(x.shape, last)
+    geom = _transpose_geometry(size, tuple(weight.shape[2:]), a["stride"], a["padding"], a["output_padding"],
+                               a["dilation"], a["output_size"], last)
+    attrs = geom.attrs(a["groups"], last)
+    dx = _fit(F.conv2d(g, weight, **attrs), size, last) if ctx.edges[0] is not None else None
+    dw = oarlock.conv2d_grad_weight(g, x, kernel_size=list(geom.kernel), **attrs) if ctx.edges[1] is not None \
+        else None
+    return dx, dw, _bias_grad(ctx, g, last)
+
+
+def _conv2d_grad_weight_rule(ctx, gg):
+    """dw(x, grad) is bilinear: <gg, dw(x, grad)> = <grad, conv2d(x, gg)>."""
+    x, grad = ctx.saved
+    a = ctx.attrs
+    last = _channel_last(a["data_format"], 2)
+    geom = _grad_weight_geometry(tuple(x.shape), tuple(grad.shape), a["kernel_size"], a["stride"], a["padding"],
+                                 a["dilation"], a["groups"], last)
+    attrs = geom.attrs(a["groups"], last)
+    dx = F.conv2d_transpose(grad, gg, output_size=list(geom.size), **attrs) if ctx.edges[0] is not None else None
+    dgrad = _fit(F.conv2d(x, gg, **attrs), geom.out, last) if ctx.edges[1] is not None else None
+    return dx, dgrad
+
+
+def _max_pool_rule(ctx, g, _g_mask):
+    if g is None:
+        return None
+    (mask,) = ctx.saved
+    last = _channel_last(ctx.attrs["data_format"], 2)
+    return oarlock.max_pool2d_grad(g, mask, input_size=list(_spatial(ctx.meta[0][0], last)),
+                                   data_format=ctx.attrs["data_format"])
+
+
+def _max_pool_grad_rule(ctx, gg):
+    """The adjoint of the scatter: gather gg at the saved argmax positions (0 where mask is -1)."""
+    (mask,) = ctx.saved
+    last = _channel_last(ctx.attrs["data_format"], 2)
+    if last:  # the mask indexes planes: work channel-first
+        gg, mask = oarlock.transpose(gg, [0, 3, 1, 2]), oarlock.transpose(mask, [0, 3, 1, 2])
+    n, c, h, w = gg.shape
+    planes = oarlock.reshape(oarlock.arange(n * c, dtype="int64") * (h * w), [n, c, 1, 1])
+    valid = mask >= 0
+    index = oarlock.where(valid, oarlock.cast(mask, "int64"), 0) + planes
+    picked = oarlock.reshape(oarlock.gather(oarlock.reshape(gg, [-1]), oarlock.reshape(index, [-1])), mask.shape)
+    picked = oarlock.where(valid, picked, 0.0)
+    return (oarlock.transpose(picked, [0, 2, 3, 1]) if last else picked), None
+
+
+def _avg_pool_rule(ctx, g):
+    last = _channel_last(ctx.attrs["data_format"], 2)
+    return oarlock.avg_pool2d_grad(g, input_size=list(_spatial(ctx.meta[0][0], last)), **ctx.attrs)
+
+
+def _avg_pool_grad_rule(ctx, gg):
+    """The adjoint of the adjoint is avg_pool2d, except that windows without input give 0, not nan."""
+    a = dict(ctx.attrs)
+    size = a.pop("input_size")
+    out = F.avg_pool2d(gg, **a)
+    last = _channel_last(a["data_format"], 2)
+    geom = _pool_geometry(tuple(size), a["kernel_size"], a["stride"], a["padding"], a["ceil_mode"], last)
+    empty = _window_counts(np, geom) == 0
+    if a["exclusive"] and empty.any():
+        mask = oarlock.to_tensor(empty[:, :, None] if last else empty, place=ctx.place)
+        out = oarlock.masked_fill(out, mask, 0.0)
+    return out
+
+
+def _adaptive_rule(ctx, g):
+    last = _channel_last(ctx.attrs["data_format"], 2)
+    return oarlock.adaptive_avg_pool2d_grad(g, input_size=list(_spatial(ctx.meta[0][0], last)),
+                                            data_format=ctx.attrs["data_format"])
+
+
+def _adaptive_grad_rule(ctx, gg):
+    last = _channel_last(ctx.attrs["data_format"], 2)
+    return F.adaptive_avg_pool2d(gg, output_size=list(_spatial(ctx.meta[0][0], last)),
+                                 data_format=ctx.attrs["data_format"])
+
+
+# -- registration --------------------------------------------------------------------------------------------
+
+_CONV = ("x: Tensor, weight: Tensor, bias: OptTensor = None, stride: Shape = 1, padding: Any = 0, {extra}"
+         "dilation: Shape = 1, groups: int = 1, {more}data_format: str = '{fmt}'")
+_POOL = "kernel_size: Shape, stride: Shape|None = None, padding: Any = 0, ceil_mode: bool = False, "
+_AVG = _POOL + "exclusive: bool = True, divisor_override: float|None = None, data_format: str = 'NCHW'"
+_FLOATS = ("float",)
 
 
 def register(ops):
-    pass
+    conv = {"aliases": {"input": "x"}, "promote": True, "dtypes": _FLOATS, "saves": ("x", "weight"), "amp": "white"}
+    for nd, fmt in ((1, "NCL"), (2, "NCHW")):
+        name = f"conv{nd}d"
+        ops.define(f"{name}({_CONV.format(extra='', more='', fmt=fmt)}) -> Tensor",
+                   public=[f"oarlock.nn.functional.{name}"], grad=_conv_rule(nd), **conv,
+                   doc=f"{nd}-D convolution (cross-correlation) of x {_layout(nd, False)} with weight "
+                       f"[out_channels, in_channels/groups, *kernel], plus bias [out_channels].")
+        ops.kernel(name)(_conv_kernel(nd))
+    transpose = _CONV.format(extra="output_padding: Shape = 0, ", more="output_size: Shape|None = None, ", fmt="NCHW")
+    ops.define(f"conv2d_transpose({transpose}) -> Tensor",
+               public=["oarlock.nn.functional.conv2d_transpose"], grad=_conv2d_transpose_rule, **conv,
+               doc="2-D transposed convolution (the adjoint of conv2d) with weight [in_channels, "
+                   "out_channels/groups, kh, kw]; output_size picks among the sizes the stride allows.")
+    ops.kernel("conv2d_transpose")(_conv2d_transpose)
+    ops.define("conv2d_grad_weight(x: Tensor, grad: Tensor, kernel_size: Shape, stride: Shape = 1, padding: Any = 0, "
+               "dilation: Shape = 1, groups: int = 1, data_format: str = 'NCHW') -> Tensor",
+               public=["conv2d_grad_weight"], promote=True, dtypes=_FLOATS, grad=_conv2d_grad_weight_rule,
+               saves=("x", "grad"), doc="The gradient of conv2d with respect to its weight, for input x and "
+                                        "output gradient grad.")
+    ops.kernel("conv2d_grad_weight")(_conv2d_grad_weight)
+
+    ops.define(f"max_pool2d_with_index(x: Tensor, {_POOL}data_format: str = 'NCHW') -> tuple[Tensor, Tensor]",
+               public=["max_pool2d_with_index"], dtypes=_FLOATS, grad=_max_pool_rule, saves=("out1",),
+               doc="Max pooling and the int32 index (h * W + w in the input plane) of every maximum.")
+    ops.kernel("max_pool2d_with_index")(_max_pool2d_with_index)
+    ops.define("max_pool2d_grad(grad: Tensor, mask: Tensor, input_size: Shape, data_format: str = 'NCHW') -> Tensor",
+               public=["max_pool2d_grad"], dtypes=_FLOATS, nondiff=("mask",), grad=_max_pool_grad_rule,
+               saves=("mask",), doc="The gradient of max pooling: grad added at the mask's input positions.")
+    ops.kernel("max_pool2d_grad")(_max_pool2d_grad)
+
+    ops.define(f"avg_pool2d(x: Tensor, {_AVG}) -> Tensor", public=["oarlock.nn.functional.avg_pool2d"],
+               dtypes=_FLOATS, grad=_avg_pool_rule,
+               doc="Average pooling; exclusive=True leaves padding out of each window's count.")
+    ops.kernel("avg_pool2d")(_avg_pool2d)
+    ops.define(f"avg_pool2d_grad(grad: Tensor, input_size: Shape, {_AVG}) -> Tensor", public=["avg_pool2d_grad"],
+               dtypes=_FLOATS, grad=_avg_pool_grad_rule, doc="The gradient (adjoint) of avg_pool2d.")
+    ops.kernel("avg_pool2d_grad")(_avg_pool2d_grad)
+
+    ops.define("adaptive_avg_pool2d(x: Tensor, output_size: Any, data_format: str = 'NCHW') -> Tensor",
+               public=["oarlock.nn.functional.adaptive_avg_pool2d"], dtypes=_FLOATS, grad=_adaptive_rule,
+               doc="Average pooling to output_size windows: window o spans floor(o*H/OH) to ceil((o+1)*H/OH).")
+    ops.kernel("adaptive_avg_pool2d")(_adaptive_avg_pool2d)
+    ops.define("adaptive_avg_pool2d_grad(grad: Tensor, input_size: Shape, data_format: str = 'NCHW') -> Tensor",
+               public=["adaptive_avg_pool2d_grad"], dtypes=_FLOATS, grad=_adaptive_grad_rule,
+               doc="The gradient (adjoint) of adaptive_avg_pool2d.")
+    ops.kernel("adaptive_avg_pool2d_grad")(_adaptive_avg_pool2d_grad)
