@@ -14,6 +14,7 @@ import pytest
 import oarlock
 import oarlock.nn.functional as F
 from op_specs.attention import sdpa_probs_ref, sdpa_ref
+from finite_differences import numeric_grad
 
 RNG = np.random.default_rng(0)
 
@@ -136,23 +137,6 @@ def test_sdpa_second_order_matches_torch(torch):
 
 # -- numpy float64 references (always run) --------------------------------------------------------------
 
-def _grads_by_finite_differences(fn, arrays, weight, eps=1e-6):
-    """Central differences of sum(fn(*arrays) * weight) with respect to every array."""
-    result = []
-    for a in arrays:
-        numeric = np.zeros_like(a)
-        for idx in np.ndindex(a.shape):
-            saved = a[idx]
-            a[idx] = saved + eps
-            up = np.sum(fn(*arrays) * weight)
-            a[idx] = saved - eps
-            down = np.sum(fn(*arrays) * weight)
-            a[idx] = saved
-            numeric[idx] = (up - down) / (2 * eps)
-        result.append(numeric)
-    return result
-
-
 def test_fully_masked_row_gives_zeros_not_nan():
     q, k, v, g = (_randn(1, 3, 2, 4, dtype=np.float64) for _ in range(4))
     mask = np.ones((3, 3), dtype=bool)
@@ -191,7 +175,7 @@ def test_second_order_matches_finite_differences():
     out = F.scaled_dot_product_attention(*ts, is_causal=True)
     (dv,) = oarlock.grad([out], [ts[2]], [oarlock.to_tensor(g)], create_graph=True)
     second = oarlock.grad([oarlock.sum(dv * oarlock.to_tensor(w))], ts[:2])
-    for got, want in zip(second, _grads_by_finite_differences(dv_of, [q, k, v], w)[:2]):
+    for got, want in zip(second, numeric_grad(dv_of, [q, k, v], w)[:2]):
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-7)
 
 
@@ -238,7 +222,7 @@ def test_dropout_gradient_matches_finite_differences():
 
     oarlock.seed(11)
     analytic = _ours(q, k, v, g, dropout_p=0.3)[1:]
-    for got, want in zip(analytic, _grads_by_finite_differences(out_of, [q, k, v], g)):
+    for got, want in zip(analytic, numeric_grad(out_of, [q, k, v], g)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-8)
     # the composed backward (create_graph) sees the same mask
     oarlock.seed(11)

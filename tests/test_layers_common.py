@@ -17,6 +17,7 @@ import oarlock
 import oarlock.nn.functional as F
 from oarlock import nn
 from op_specs.norm import batch_norm_ref, group_norm_ref, layer_norm_ref, rms_norm_ref
+from finite_differences import numeric_grad
 
 RNG = np.random.default_rng(0)
 
@@ -344,23 +345,6 @@ def test_layer_norm_and_group_norm_match_paddle(paddle):
 
 
 # -- float64 numpy references (always run) -------------------------------------------------------------------
-
-def numeric_grad(fn, arrays, weights, eps=1e-6):
-    """Central differences of sum(fn(*arrays) * weights) with respect to each array (float64)."""
-    grads = []
-    for a in arrays:
-        g = np.zeros_like(a)
-        for idx in np.ndindex(a.shape):
-            saved = a[idx]
-            a[idx] = saved + eps
-            up = np.sum(fn(*arrays) * weights)
-            a[idx] = saved - eps
-            down = np.sum(fn(*arrays) * weights)
-            a[idx] = saved
-            g[idx] = (up - down) / (2 * eps)
-        grads.append(g)
-    return grads
-
 
 def check_layer64(layer, x, ref, params):
     """The float64 layer against ref(x, *params) (numpy): output, and gradients against central differences."""
