@@ -1,0 +1,86 @@
+"""Checkpoints of `oarlock train` in the output directory.
+
+    model.safetensors   the model's state_dict (oarlock.save, safetensors format by suffix)
+    optimizer.pdopt     the optimizer's state_dict plus the LR scheduler's under "LR_Scheduler", as Paddle does
+    trainer.json        the step, the options, the loss history and oarlock's random-generator state
+
+Each file is written under a temporary name and renamed, and trainer.json
+goes last: it names the step the other two belong to, so an interrupted save
+leaves the previous checkpoint readable rather than a mix of two steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import oarlock
+from oarlock_train.trainer import History, TrainConfig, Trainer
+
+MODEL_FILE = "model.safetensors"
+OPTIMIZER_FILE = "optimizer.pdopt"
+STATE_FILE = "trainer.json"
+SCHEDULER_KEY = "LR_Scheduler"
+
+
+def _replace_into(out_dir, name, write):
+    """write(tmp_path) then rename to name; the temporary name keeps the suffix that picks the format."""
+    stem, ext = os.path.splitext(name)
+    tmp = os.path.join(out_dir, f"{stem}.tmp{ext}")
+    write(tmp)
+    os.replace(tmp, os.path.join(out_dir, name))
+
+
+def _write_json(obj):
+    def write(path):
+        with open(path, "w") as fh:
+            json.dump(obj, fh, indent=1)
+    return write
+
+
+def save(trainer: Trainer, out_dir) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    optimizer_state = dict(trainer.optimizer.state_dict())
+    optimizer_state[SCHEDULER_KEY] = trainer.scheduler.state_dict()
+    state = {
+        "step": trainer.step,
+        "config": dataclasses.asdict(trainer.cfg),
+        "rng_state": oarlock.get_rng_state(),
+        "history": {"train": trainer.history.train, "valid": trainer.history.valid},
+    }
+    _replace_into(out_dir, MODEL_FILE, lambda p: oarlock.save(trainer.model.state_dict(), p))
+    _replace_into(out_dir, OPTIMIZER_FILE, lambda p: oarlock.save(optimizer_state, p))
+    _replace_into(out_dir, STATE_FILE, _write_json(state))
+
+
+def read_state(out_dir) -> dict:
+    path = os.path.join(out_dir, STATE_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"--resume: no checkpoint in {os.fspath(out_dir)!r} (expected {STATE_FILE}, "
+                                f"{MODEL_FILE} and {OPTIMIZER_FILE}, written by an earlier `oarlock train` "
+                                f"with the same --out)")
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def config_mismatches(saved: dict, cfg: TrainConfig) -> list[str]:
+    """'--option: checkpoint X, now Y' for every option whose value differs from the checkpoint's."""
+    current = dataclasses.asdict(cfg)
+    return [f"--{key.replace('_', '-')}: checkpoint {saved.get(key)!r}, now {value!r}"
+            for key, value in current.items() if saved.get(key) != value]
+
+
+def load(trainer: Trainer, out_dir, state: dict | None = None) -> None:
+    """Restore model, optimizer, scheduler, step, history and RNG state from out_dir into trainer."""
+    state = state or read_state(out_dir)
+    trainer.model.set_state_dict(oarlock.load(os.path.join(out_dir, MODEL_FILE)))
+    optimizer_state = dict(oarlock.load(os.path.join(out_dir, OPTIMIZER_FILE)))
+    scheduler_state = optimizer_state.pop(SCHEDULER_KEY, None)
+    trainer.optimizer.set_state_dict(optimizer_state)
+    if scheduler_state is not None:
+        trainer.scheduler.set_state_dict(scheduler_state)
+    trainer.step = int(state["step"])
+    trainer.history = History(train=list(state["history"]["train"]),
+                              valid=[tuple(p) for p in state["history"]["valid"]])
+    oarlock.set_rng_state(state["rng_state"])

@@ -1,0 +1,239 @@
+"""`oarlock train`: train a small byte-level GPT on the standard library's docstrings.
+
+configure(parser) declares the options; run(args) trains and returns the exit
+status; main(argv) runs the command without going through `oarlock` (the tests
+and `python -m oarlock_train` use it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+HELP = "train a small byte-level GPT on the Python standard library's docstrings"
+
+DESCRIPTION = """\
+Train a byte-level GPT (vocab 256, width 128, 4 layers, 4 heads, rotary position
+embeddings; about 0.86 M parameters) on the module docstrings of the Python
+standard library, read from the source files. Every 20th document is held out
+for validation. Losses are cross entropies in nats per byte; the unigram entropy
+of the training bytes (printed at the start, dashed line in the plot) is what a
+model that ignores context would reach.
+
+Writes to --out: model.safetensors, optimizer.pdopt and trainer.json (the
+checkpoint, also written at every evaluation), loss.png (train and validation
+loss against step) and sample.txt (text generated from --prompt)."""
+
+DEFAULT_STEPS = 500
+DEFAULT_OUT = "oarlock-train-out"
+
+
+def _typed(kind, accepts, check):
+    """An argparse type whose error says what the option accepts (argparse prefixes the option's name)."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {accepts}, got {text!r}") from None
+        if not check(value):
+            raise argparse.ArgumentTypeError(f"expected {accepts}, got {text!r}")
+        return value
+    return parse
+
+
+positive_int = _typed(int, "a positive integer", lambda v: v >= 1)
+nonnegative_int = _typed(int, "an integer >= 0", lambda v: v >= 0)
+positive_float = _typed(float, "a positive number", lambda v: v > 0)
+dropout_rate = _typed(float, "a number in [0, 1)", lambda v: 0 <= v < 1)
+seq_length = _typed(int, "an integer from 2 to 4096", lambda v: 2 <= v <= 4096)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    add = parser.add_argument
+    add("--steps", type=positive_int, default=DEFAULT_STEPS,
+        help=f"optimisation steps in all, the span of the learning-rate schedule (default {DEFAULT_STEPS}: "
+             f"about 2.5 minutes on 2 idle CPU cores)")
+    add("--seed", type=int, default=0,
+        help="seed for oarlock.seed(): initialisation, batch order and dropout; the same seed and options give "
+             "the same losses (default 0)")
+    add("--batch-size", type=positive_int, default=16, help="sequences per step (default 16)")
+    add("--seq-len", type=seq_length, default=128,
+        help="bytes of context per sequence, 2 to 4096; the model's maximum length (default 128)")
+    add("--lr", type=positive_float, default=6e-3,
+        help="peak learning rate of AdamW: linear warmup from 0 over --warmup steps, then cosine decay to "
+             "lr/10 at --steps (default 6e-3)")
+    add("--warmup", type=nonnegative_int, default=None,
+        help="warmup steps, fewer than --steps (default: 5%% of --steps, at most 100)")
+    add("--dropout", type=dropout_rate, default=0.0,
+        help="dropout rate of the embedding, the attention weights and the attention and MLP outputs, in "
+             "[0, 1) (default 0)")
+    add("--eval-every", type=positive_int, default=50,
+        help="evaluate on the whole validation split and write the checkpoint every this many steps, and at "
+             "the end (default 50)")
+    add("--stop-after", type=positive_int, default=None, metavar="STEPS",
+        help="stop after this many steps of this invocation (checkpoint written) without changing the "
+             "schedule, to train in pieces with --resume (default: run to --steps)")
+    add("--out", default=DEFAULT_OUT, metavar="DIR",
+        help=f"output directory, created if missing (default ./{DEFAULT_OUT})")
+    add("--resume", action="store_true",
+        help="continue from the checkpoint in --out (model, optimizer, scheduler, step, random state); the "
+             "options that shape the run (--steps, --seed, --batch-size, --seq-len, --lr, --warmup, --dropout) "
+             "must equal the checkpoint's, and the losses then equal an uninterrupted run's")
+    add("--device", default="cpu",
+        help="device passed to oarlock.set_device(): cpu, or gpu, gpu:N or another plugin device when one is "
+             "installed (default cpu)")
+    add("--prompt", default="The ", help="start of the generated sample (default 'The ')")
+    add("--sample-len", type=nonnegative_int, default=300,
+        help="bytes to generate after the prompt; 0 skips the sample (default 300)")
+    add("--top-k", type=nonnegative_int, default=5,
+        help="sample each byte from the k most likely ones with a generator seeded by --seed; 0 means greedy "
+             "(default 5)")
+
+
+def _fail(message: str) -> int:
+    print(f"oarlock train: error: {message}", file=sys.stderr)
+    return 2
+
+
+class UsageError(Exception):
+    """A bad option value found after parsing (the message names the option)."""
+
+
+def run(args) -> int:
+    # Imported here so that `oarlock --help` does not pay for the imports of every command.
+    import oarlock
+
+    previous = oarlock.get_device()
+    try:
+        try:
+            oarlock.set_device(args.device)
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"argument --device: {exc}") from None
+        return _run(args)
+    except UsageError as exc:
+        return _fail(str(exc))
+    finally:
+        oarlock.set_device(previous)  # an in-process caller (a test, a notebook) keeps its device
+
+
+def _run(args) -> int:
+    from oarlock_train.corpus import build_corpus
+    from oarlock_train.trainer import TrainConfig
+
+    warmup = min(100, args.steps // 20) if args.warmup is None else args.warmup
+    if warmup >= args.steps:
+        raise UsageError(f"argument --warmup: expected fewer steps than --steps ({args.steps}), got {warmup}")
+    if "\0" in args.prompt:
+        raise UsageError("argument --prompt: expected text without NUL bytes (NUL separates documents)")
+    cfg = TrainConfig(steps=args.steps, seed=args.seed, batch_size=args.batch_size, seq_len=args.seq_len,
+                      lr=args.lr, warmup=warmup, dropout=args.dropout)
+    try:
+        corpus = build_corpus(cfg.seq_len)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(corpus.summary(), flush=True)
+    t0 = time.perf_counter()
+    trainer = _start(args, cfg, corpus)
+    if not _train(args, trainer):
+        return 130
+    _finish(args, trainer, time.perf_counter() - t0)
+    return 0
+
+
+def _start(args, cfg, corpus):
+    """A new Trainer, restored from the checkpoint in --out with --resume."""
+    import oarlock
+    from oarlock_train import checkpoint
+    from oarlock_train.trainer import Trainer
+
+    state = None
+    if args.resume:  # checked before the model is built: a refusal should come at once
+        try:
+            state = checkpoint.read_state(args.out)
+        except FileNotFoundError as exc:
+            raise UsageError(str(exc)) from None
+        mismatches = checkpoint.config_mismatches(state["config"], cfg)
+        if mismatches:
+            raise UsageError("--resume needs the options of the checkpoint's run, or the losses would not "
+                             "continue it: " + "; ".join(mismatches))
+    trainer = Trainer(cfg, corpus)
+    print(f"model: {trainer.model.num_parameters():,} parameters; {cfg.steps} steps of {cfg.batch_size} x "
+          f"{cfg.seq_len} bytes, AdamW lr {cfg.lr:g} (warmup {cfg.warmup}, cosine), device {oarlock.get_device()}",
+          flush=True)
+    if state is not None:
+        checkpoint.load(trainer, args.out, state)
+        print(f"resumed from {os.path.join(args.out, checkpoint.STATE_FILE)} at step {trainer.step}", flush=True)
+    return trainer
+
+
+def _train(args, trainer) -> bool:
+    """Train to --steps (or --stop-after more steps), evaluating and saving as asked; False if interrupted."""
+    from oarlock_train import checkpoint
+    from oarlock_train.progress import ProgressBar
+
+    cfg, entropy = trainer.cfg, trainer.corpus.entropy_nats
+    last = cfg.steps if args.stop_after is None else min(cfg.steps, trainer.step + args.stop_after)
+    bar = ProgressBar(total=cfg.steps, start=trainer.step)
+    try:
+        while trainer.step < last:
+            loss = trainer.train_step()
+            bar.update(trainer.step, loss, trainer.tokens_per_step)
+            if trainer.step % args.eval_every == 0 or trainer.step == last:
+                valid = trainer.evaluate()
+                checkpoint.save(trainer, args.out)
+                bar.message(f"step {trainer.step}: validation loss {valid:.4f} nats/byte "
+                            f"({valid / entropy:.1%} of the unigram entropy {entropy:.4f}); checkpoint saved")
+    except KeyboardInterrupt:
+        bar.close()
+        saved = trainer.history.valid[-1][0] if trainer.history.valid else None
+        print(f"interrupted at step {trainer.step}; " + (f"the checkpoint in {args.out} is from step {saved}, "
+              f"continue with --resume" if saved else "no checkpoint was written"), file=sys.stderr)
+        return False
+    bar.close()
+    return True
+
+
+def _finish(args, trainer, seconds: float) -> None:
+    """Report the final validation loss against the unigram entropy, write the plot and the sample."""
+    from oarlock_train import checkpoint
+    from oarlock_train.generate import generate
+    from oarlock_train.plotting import plot_losses
+
+    cfg, corpus = trainer.cfg, trainer.corpus
+    os.makedirs(args.out, exist_ok=True)
+    if not trainer.history.valid or trainer.history.valid[-1][0] != trainer.step:
+        trainer.evaluate()  # e.g. --resume of a finished run: report the loss of the weights we have
+    valid, entropy = trainer.history.valid[-1][1], corpus.entropy_nats
+    png = os.path.join(args.out, "loss.png")
+    plot_losses(png, trainer.history.train, trainer.history.valid, entropy)
+    print(f"trained to step {trainer.step}/{cfg.steps} in {seconds:.1f} s; validation loss {valid:.4f} nats/byte "
+          f"({valid / math.log(2):.3f} bits/byte) vs unigram entropy {entropy:.4f} nats/byte "
+          f"({corpus.entropy_bits:.3f} bits/byte)")
+    print(f"wrote {os.path.join(args.out, checkpoint.MODEL_FILE)}, {checkpoint.OPTIMIZER_FILE}, "
+          f"{checkpoint.STATE_FILE} and {png}")
+    if args.sample_len:
+        text = generate(trainer.model, args.prompt, args.sample_len, top_k=args.top_k, seed=cfg.seed)
+        path = os.path.join(args.out, "sample.txt")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+        how = "greedy" if args.top_k == 0 else f"top-{args.top_k} sampling, seed {cfg.seed}"
+        print(f"sample ({how}), saved to {path}:\n{text}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="oarlock train")
+    configure(parser)
+    return parser
+
+
+def main(argv=None) -> int:
+    return run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""The training loop of `oarlock train`: model, AdamW with warmup + cosine decay, batches, evaluation.
+
+Everything random (initialisation, the batches drawn, dropout) comes from
+oarlock's generators after `oarlock.seed(seed)`, so a run is a function of its
+options; the checkpoint stores those generators' state, so a resumed run draws
+exactly the batches the uninterrupted run would have drawn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import oarlock
+from oarlock_train.corpus import Corpus
+from oarlock_train.model import GPT, GPTConfig
+
+
+EVAL_BATCH = 64  # rows per forward pass in evaluation: no graph is kept, so larger batches cost little memory
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The options a run's losses depend on; resuming requires the same values."""
+
+    steps: int
+    seed: int = 0
+    batch_size: int = 16
+    seq_len: int = 128
+    lr: float = 6e-3
+    min_lr_ratio: float = 0.1
+    warmup: int = 0
+    weight_decay: float = 0.01
+    clip_norm: float = 1.0
+    dropout: float = 0.0
+
+
+@dataclass
+class History:
+    """Losses so far (nats per byte): one train loss per step, validation losses as (step, loss)."""
+
+    train: list = field(default_factory=list)
+    valid: list = field(default_factory=list)
+
+
+def build_schedule(cfg: TrainConfig):
+    """Linear warmup from 0 to lr over `warmup` steps, then cosine decay to lr * min_lr_ratio at `steps`."""
+    lr = oarlock.optimizer.lr
+    decay_steps = max(1, cfg.steps - cfg.warmup)
+    cosine = lr.CosineAnnealingDecay(learning_rate=cfg.lr, T_max=decay_steps, eta_min=cfg.lr * cfg.min_lr_ratio)
+    if cfg.warmup == 0:
+        return cosine
+    return lr.LinearWarmup(learning_rate=cosine, warmup_steps=cfg.warmup, start_lr=0.0, end_lr=cfg.lr)
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, corpus: Corpus):
+        self.cfg, self.corpus = cfg, corpus
+        oarlock.seed(cfg.seed)  # before the model is built: initialisation is the first use of the stream
+        self.model = GPT(GPTConfig(max_seq_len=cfg.seq_len, dropout=cfg.dropout))
+        self.scheduler = build_schedule(cfg)
+        self.optimizer = oarlock.optimizer.AdamW(
+            learning_rate=self.scheduler, parameters=self.model.parameters(), beta1=0.9, beta2=0.95,
+            weight_decay=cfg.weight_decay, grad_clip=oarlock.nn.ClipGradByGlobalNorm(cfg.clip_norm))
+        self.train_rows = oarlock.to_tensor(corpus.train)
+        self.valid_rows = oarlock.to_tensor(corpus.valid)
+        self.step = 0
+        self.history = History()
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.cfg.batch_size * self.cfg.seq_len
+
+    def train_step(self) -> float:
+        """One optimisation step on a batch of rows drawn uniformly (with replacement) from the train split."""
+        index = oarlock.randint(0, len(self.corpus.train), [self.cfg.batch_size])
+        loss = self.model.loss(oarlock.index_select(self.train_rows, index, axis=0))
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.clear_grad()
+        self.scheduler.step()
+        self.step += 1
+        value = float(loss.item())
+        self.history.train.append(value)
+        return value
+
+    def evaluate(self) -> float:
+        """Mean loss per byte over the whole validation split (dropout off, no graph)."""
+        self.model.eval()
+        total, count = 0.0, 0
+        try:
+            with oarlock.no_grad():
+                for start in range(0, len(self.corpus.valid), EVAL_BATCH):
+                    rows = self.valid_rows[start:start + EVAL_BATCH]
+                    total += float(self.model.loss(rows).item()) * rows.shape[0]
+                    count += rows.shape[0]
+        finally:
+            self.model.train()
+        value = total / count
+        self.history.valid.append((self.step, value))
+        return value
