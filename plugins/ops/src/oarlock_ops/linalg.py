@@ -77,13 +77,12 @@ def _linear(xp, x, weight, bias=None):
     if bias is None:
         return out
     try:
-        result = out + bias
-    except ValueError:  # numpy's "operands could not be broadcast"
-        result = None
-    if result is None or result.shape != out.shape:
+        # in place: out is the matmul's fresh array, and a new one would cost a page-faulting allocation
+        xp.add(out, bias, out=out)  # promote=True gave bias the dtype of out
+    except ValueError:  # numpy: "non-broadcastable output operand"
         raise ValueError(f"bias of shape {list(bias.shape)} does not broadcast to the output shape "
-                         f"{list(out.shape)}; it should be [out_features] = [{weight.shape[1]}]")
-    return result
+                         f"{list(out.shape)}; it should be [out_features] = [{weight.shape[1]}]") from None
+    return out
 
 
 # -- gradients ----------------------------------------------------------------------------------------
