@@ -249,3 +249,15 @@ def test_backend_without_the_extension_fails_loudly(monkeypatch):
         cpu.max_memory_allocated()
     with pytest.raises(RuntimeError):
         cpu.reset_max_memory_allocated()
+
+
+def test_malloc_is_tuned_to_reuse_heap_memory_on_glibc():
+    import platform
+
+    from oarlock_cpu import _memstat
+    from oarlock_cpu.backend import MMAP_THRESHOLD, TRIM_THRESHOLD
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt thresholds exist only in glibc")
+    assert _memstat.tune_malloc(MMAP_THRESHOLD, TRIM_THRESHOLD) is True
+    with pytest.raises(ValueError, match="tune_malloc"):
+        _memstat.tune_malloc(-1, 0)
