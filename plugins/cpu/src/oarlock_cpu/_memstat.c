@@ -248,17 +248,28 @@ refresh_hugepage_setting(void)
     }
 }
 
+/* 1 if numpy's handler in the current context is ours, 0 if not, -1 with an exception set. */
+static int
+current_handler_is_ours(void)
+{
+    PyObject *handler = PyDataMem_GetHandler();
+    if (handler == NULL) {
+        return -1;
+    }
+    int ours = handler_is_ours(handler);
+    Py_DECREF(handler);
+    return ours;
+}
+
 static PyObject *
 memstat_install(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
-    PyObject *handler = PyDataMem_GetHandler();
-    if (handler == NULL) {
+    int ours = current_handler_is_ours();
+    if (ours < 0) {
         return NULL;
     }
-    int ours = handler_is_ours(handler);
-    Py_DECREF(handler);
     if (ours) {
         Py_RETURN_FALSE;
     }
@@ -276,13 +287,8 @@ memstat_installed(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
-    PyObject *handler = PyDataMem_GetHandler();
-    if (handler == NULL) {
-        return NULL;
-    }
-    int ours = handler_is_ours(handler);
-    Py_DECREF(handler);
-    return PyBool_FromLong(ours);
+    int ours = current_handler_is_ours();
+    return ours < 0 ? NULL : PyBool_FromLong(ours);
 }
 
 static PyObject *
