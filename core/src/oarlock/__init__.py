@@ -5,6 +5,7 @@ plugin hooks. Everything else (backends, ops, layers) comes from plugins,
 loaded on first use: `import oarlock` imports no plugin.
 """
 
+import oarlock.nn.attention
 import oarlock.nn.functional
 import oarlock.nn.initializer
 import oarlock.nn.utils

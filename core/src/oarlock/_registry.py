@@ -16,6 +16,7 @@ GENERIC = None  # device key of the generic array-API kernels
 ANY_DTYPE = None
 
 NAMESPACES = ("oarlock", "oarlock.nn", "oarlock.nn.functional", "oarlock.nn.utils", "oarlock.nn.initializer",
+              "oarlock.nn.attention",
               "oarlock.linalg",
               "oarlock.compat", "oarlock.optimizer", "oarlock.optimizer.lr", "oarlock.io", "Tensor")
 
