@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 import oarlock.nn.functional as F
+
 from op_specs.base import ALL, ALL_REAL, FLOATS, INTS, Case, In, OpSpec
 
 F32_TOL = (2e-5, 2e-6)  # integer inputs to float math compute in float32
@@ -177,3 +178,15 @@ SELECTION = [
 ]
 
 SPECS = ARITHMETIC + UNARY_REAL + FLOAT_MATH + ACTIVATIONS + COMPARISONS + PREDICATES + SELECTION
+
+
+def _silu_grad_ref(x, g):
+    s = 1 / (1 + np.exp(-x))
+    return g * s * (1 + x * (1 - s))
+
+
+SPECS.append(OpSpec("silu_grad", [
+    Case([In((3, 4)), In((3, 4))], name="same"),
+    Case([In(()), In(())], name="0d"),
+    Case([In((0, 2)), In((0, 2))], name="empty"),
+], ref=_silu_grad_ref, grad=False, call=lambda x, g: F._silu_grad(x, g)))

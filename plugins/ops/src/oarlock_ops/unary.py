@@ -29,13 +29,22 @@ def _in_float32(fn):
     return kernel
 
 
+def _in_float32_pair(fn):
+    """_in_float32 for kernels of two same-dtype arrays."""
+    def kernel(xp, x, y):
+        if x.dtype.itemsize >= 4:
+            return fn(xp, x, y)
+        return fn(xp, x.astype(xp.float32), y.astype(xp.float32)).astype(x.dtype)
+    return kernel
+
+
 def _as_1d(fn):
     """For kernels that work in place: numpy returns a scalar, not an array, from a ufunc on 0-d
-    arrays, and out= can't write to that; so a 0-d input runs as a 1-element array."""
-    def kernel(xp, x, **attrs):
+    arrays, and out= can't write to that; so 0-d inputs run as 1-element arrays."""
+    def kernel(xp, x, *more, **attrs):
         if x.ndim:
-            return fn(xp, x, **attrs)
-        return fn(xp, x.reshape(1), **attrs).reshape(())
+            return fn(xp, x, *more, **attrs)
+        return fn(xp, x.reshape(1), *(m.reshape(1) for m in more), **attrs).reshape(())
     return kernel
 
 
@@ -166,8 +175,22 @@ def _gelu_grad(ctx, g):
 
 def _silu_grad(ctx, g):
     (x,) = ctx.saved
-    s = oarlock.sigmoid(x)
-    return g * s * (1 + x * (1 - s))
+    if oarlock.is_grad_enabled():  # create_graph: a recorded (differentiable) backward
+        s = oarlock.sigmoid(x)
+        return g * s * (1 + x * (1 - s))
+    return oarlock.nn.functional._silu_grad(x, g)
+
+
+@_as_1d
+def _silu_grad_kernel(xp, x, g):
+    """g * s * (1 + x * (1 - s)), s = sigmoid(x), in one buffer: six ops' worth of temporaries in one."""
+    s = _sigmoid(xp, x)
+    out = 1.0 - s
+    out *= x
+    out += 1.0
+    out *= s
+    out *= g
+    return out
 
 
 def _leaky_relu_grad(ctx, g):
@@ -208,6 +231,10 @@ def register(ops):
         ops.define(name + "(x: Tensor) -> Tensor", public=public(name, functional=activation), to_float=True,
                    dtypes=REAL, grad=rule, saves=(saves,), aliases={"input": "x"})
         ops.kernel(name)(_in_float32(kernel))
+
+    ops.define("silu_grad(x: Tensor, g: Tensor) -> Tensor", public=["oarlock.nn.functional._silu_grad"],
+               promote=True, dtypes=("float",), doc="The first-order backward of silu, fused (g * silu'(x)).")
+    ops.kernel("silu_grad")(_in_float32_pair(_silu_grad_kernel))
 
     ops.define("gelu(x: Tensor, approximate: Any = False) -> Tensor", public=public("gelu", functional=True),
                to_float=True, dtypes=REAL, grad=_gelu_grad, saves=("x",), aliases={"input": "x"})
