@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import oarlock
-from oarlock_train.model import GPT, GPTConfig, apply_rotary, rotary_tables
+from oarlock_train.model import GPT, GPTConfig, apply_rotary, document_mask_of, rotary_tables, segment_ids
 
 
 def test_parameter_count_and_layouts():
@@ -32,6 +32,32 @@ def test_forward_is_causal():
     assert a.shape == (2, 16, 256)
     np.testing.assert_allclose(a[:, :10], b[:, :10], rtol=1e-5, atol=1e-6)
     assert not np.allclose(a[:, 10:], b[:, 10:])
+
+
+def test_segment_ids_start_a_document_at_each_separator():
+    tokens = np.array([[5, 6, 0, 7, 0, 0, 8, 9], [0, 1, 2, 3, 4, 5, 6, 7]])
+    np.testing.assert_array_equal(segment_ids(tokens), [[0, 0, 1, 1, 2, 3, 3, 3], [1, 1, 1, 1, 1, 1, 1, 1]])
+    sri = document_mask_of(oarlock.to_tensor(tokens))
+    assert list(sri.shape) == [2, 1, 8, 1] and str(sri.dtype).endswith("int32")
+    # LTS[j] = end of j's document (REFERENCE.md's causal-document encoding)
+    np.testing.assert_array_equal(sri.numpy()[:, 0, :, 0], [[2, 2, 4, 4, 5, 8, 8, 8], [8] * 8])
+
+
+def test_document_mask_keeps_attention_inside_each_document():
+    oarlock.seed(0)
+    model = GPT(GPTConfig(max_seq_len=16))
+    model.eval()
+    tokens = np.random.default_rng(0).integers(1, 256, (2, 16))
+    tokens[:, 6] = 0  # a separator: positions 6.. are the second document
+    changed = tokens.copy()
+    changed[:, :6] = (changed[:, :6] + 1) % 255 + 1  # another first document, no separator added
+    with oarlock.no_grad():
+        masked = [model(oarlock.to_tensor(t), document_mask_of(t)).numpy() for t in (tokens, changed)]
+        plain = [model(oarlock.to_tensor(t)).numpy() for t in (tokens, changed)]
+    np.testing.assert_allclose(masked[0][:, 6:], masked[1][:, 6:], rtol=1e-5, atol=1e-5)
+    assert not np.allclose(plain[0][:, 6:], plain[1][:, 6:])  # without the mask the first document leaks
+    # inside the first document the mask changes nothing: causal attention is already in-document there
+    np.testing.assert_allclose(masked[0][:, :6], plain[0][:, :6], rtol=1e-4, atol=1e-5)
 
 
 def test_rotary_depends_only_on_relative_position():

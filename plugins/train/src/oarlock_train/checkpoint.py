@@ -64,11 +64,23 @@ def read_state(out_dir) -> dict:
         return json.load(fh)
 
 
+# Options added after checkpoints were first written, with the value the older runs had.
+LEGACY_CONFIG = {"document_mask": False}
+
+
 def config_mismatches(saved: dict, cfg: TrainConfig) -> list[str]:
     """'--option: checkpoint X, now Y' for every option whose value differs from the checkpoint's."""
     current = dataclasses.asdict(cfg)
-    return [f"--{key.replace('_', '-')}: checkpoint {saved.get(key)!r}, now {value!r}"
-            for key, value in current.items() if saved.get(key) != value]
+    saved = {**LEGACY_CONFIG, **saved}
+    out = []
+    for key, value in current.items():
+        if saved.get(key) == value:
+            continue
+        if key == "document_mask":  # the option is the negation: --no-document-mask
+            out.append(f"--no-document-mask: checkpoint {not saved.get(key)!r}, now {not value!r}")
+        else:
+            out.append(f"--{key.replace('_', '-')}: checkpoint {saved.get(key)!r}, now {value!r}")
+    return out
 
 
 def load(trainer: Trainer, out_dir, state: dict | None = None) -> None:

@@ -23,6 +23,12 @@ for validation. Losses are cross entropies in nats per byte; the unigram entropy
 of the training bytes (printed at the start, dashed line in the plot) is what a
 model that ignores context would reach.
 
+Each training row packs several documents separated by a NUL byte. By default
+attention is masked at those boundaries: a byte attends only to earlier bytes of
+its own document (a NUL starts a new document), through flashmask_attention with
+the causal-document mask. --no-document-mask trains with plain causal attention
+across the whole row.
+
 Writes to --out: model.safetensors, optimizer.pdopt and trainer.json (the
 checkpoint, also written at every evaluation), loss.png (train and validation
 loss against step) and sample.txt (text generated from --prompt)."""
@@ -72,6 +78,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--dropout", type=dropout_rate, default=0.0,
         help="dropout rate of the embedding, the attention weights and the attention and MLP outputs, in "
              "[0, 1) (default 0)")
+    add("--no-document-mask", action="store_true",
+        help="plain causal attention over the whole packed row (scaled_dot_product_attention(is_causal=True)) "
+             "instead of the default causal-document mask, which keeps attention inside each NUL-separated "
+             "document (flashmask_attention)")
     add("--eval-every", type=positive_int, default=50,
         help="evaluate on the whole validation split and write the checkpoint every this many steps, and at "
              "the end (default 50)")
@@ -82,7 +92,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"output directory, created if missing (default ./{DEFAULT_OUT})")
     add("--resume", action="store_true",
         help="continue from the checkpoint in --out (model, optimizer, scheduler, step, random state); the "
-             "options that shape the run (--steps, --seed, --batch-size, --seq-len, --lr, --warmup, --dropout) "
+             "options that shape the run (--steps, --seed, --batch-size, --seq-len, --lr, --warmup, --dropout, "
+             "--no-document-mask) "
              "must equal the checkpoint's, and the losses then equal an uninterrupted run's")
     add("--device", default="cpu",
         help="device passed to oarlock.set_device(): cpu, or gpu, gpu:N or another plugin device when one is "
@@ -131,7 +142,7 @@ def _run(args) -> int:
     if "\0" in args.prompt:
         raise UsageError("argument --prompt: expected text without NUL bytes (NUL separates documents)")
     cfg = TrainConfig(steps=args.steps, seed=args.seed, batch_size=args.batch_size, seq_len=args.seq_len,
-                      lr=args.lr, warmup=warmup, dropout=args.dropout)
+                      lr=args.lr, warmup=warmup, dropout=args.dropout, document_mask=not args.no_document_mask)
     try:
         corpus = build_corpus(cfg.seq_len)
     except ValueError as exc:
@@ -163,7 +174,8 @@ def _start(args, cfg, corpus):
                              "continue it: " + "; ".join(mismatches))
     trainer = Trainer(cfg, corpus)
     print(f"model: {trainer.model.num_parameters():,} parameters; {cfg.steps} steps of {cfg.batch_size} x "
-          f"{cfg.seq_len} bytes, AdamW lr {cfg.lr:g} (warmup {cfg.warmup}, cosine), device {oarlock.get_device()}",
+          f"{cfg.seq_len} bytes, AdamW lr {cfg.lr:g} (warmup {cfg.warmup}, cosine), "
+          f"{'causal-document' if cfg.document_mask else 'plain causal'} attention, device {oarlock.get_device()}",
           flush=True)
     if state is not None:
         checkpoint.load(trainer, args.out, state)

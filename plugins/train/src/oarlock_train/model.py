@@ -3,7 +3,9 @@
 token embedding -> N x [x + attn(rmsnorm(x)), x + mlp(rmsnorm(x))] -> rmsnorm -> untied output head,
 with a SiLU MLP of 4x the width.
 Attention uses a fused qkv Linear, rotary position embeddings on q and k, and
-`scaled_dot_product_attention(is_causal=True)` in Paddle's [batch, seq, heads, head_dim] layout.
+`scaled_dot_product_attention(is_causal=True)` in Paddle's [batch, seq, heads, head_dim] layout; given
+`startend_row_indices` (a FlashMask mask, e.g. the causal-document mask of `document_mask_of`), it calls
+`flashmask_attention(..., causal=True)` instead, so packed documents do not attend to each other.
 With the defaults (vocab 256, width 128, 4 layers, 4 heads) it has 857,728 parameters.
 """
 
@@ -16,6 +18,7 @@ import numpy as np
 import oarlock
 import oarlock.nn as nn
 import oarlock.nn.functional as F
+from oarlock_train.corpus import SEPARATOR
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,23 @@ def apply_rotary(x, cos, sin):
     return x * cos + swapped * sin
 
 
+def segment_ids(tokens: np.ndarray) -> np.ndarray:
+    """Document index of every position of tokens [B, T] (int32): each SEPARATOR starts a new document.
+
+    The separator belongs to the document it starts: as an input it predicts that document's first byte.
+    """
+    return np.cumsum(np.asarray(tokens) == SEPARATOR, axis=1, dtype=np.int32)
+
+
+def document_mask_of(tokens):
+    """The causal-document FlashMask startend_row_indices [B, 1, T, 1] (int32) of tokens [B, T] (a Tensor or
+    array): position i attends to position j <= i only when no separator lies in (j, i]."""
+    ids = segment_ids(tokens.numpy() if hasattr(tokens, "numpy") else tokens)
+    startend_row_indices, causal = oarlock.nn.attention.causal_document_mask(segment_ids=ids)
+    assert causal, "causal_document_mask returns a mask for causal=True"
+    return startend_row_indices
+
+
 def _linear(fan_in, fan_out, std, bias=True):
     # GPT-2's init (normal, std 0.02) trains faster in a short run than Paddle's Xavier default.
     return nn.Linear(fan_in, fan_out, weight_attr=nn.ParamAttr(initializer=nn.initializer.Normal(0.0, std)),
@@ -84,14 +104,19 @@ class CausalSelfAttention(nn.Layer):
         self.proj = _linear(cfg.width, cfg.width, out_std)
         self.dropout = cfg.dropout
 
-    def forward(self, x, cos, sin):
+    def forward(self, x, cos, sin, startend_row_indices=None):
         batch, seq, width = x.shape
         # One matmul for q, k and v, and one rotary call for q and k together ([B, T, 2H, D]): on numpy
         # every op call costs, so fewer, larger ones are faster.
         qkv = self.qkv(x).reshape([batch, seq, 3 * self.heads, self.head_dim])
         qk, v = oarlock.split(qkv, [2 * self.heads, self.heads], axis=2)
         q, k = oarlock.split(apply_rotary(qk, cos, sin), 2, axis=2)
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout, is_causal=True, training=self.training)
+        if startend_row_indices is None:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout, is_causal=True,
+                                               training=self.training)
+        else:
+            y = F.flashmask_attention(q, k, v, startend_row_indices, dropout=self.dropout, causal=True,
+                                      training=self.training)
         return self.proj(y.reshape([batch, seq, width]))
 
 
@@ -121,13 +146,17 @@ class Block(nn.Layer):
         self.mlp = MLP(cfg, out_std)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, cos, sin):
-        x = x + self.drop(self.attn(self.attn_norm(x), cos, sin))
+    def forward(self, x, cos, sin, startend_row_indices=None):
+        x = x + self.drop(self.attn(self.attn_norm(x), cos, sin, startend_row_indices))
         return x + self.drop(self.mlp(self.mlp_norm(x)))
 
 
 class GPT(nn.Layer):
-    """forward(tokens [B, T] int64) -> logits [B, T, vocab_size]."""
+    """forward(tokens [B, T] int64, startend_row_indices=None) -> logits [B, T, vocab_size].
+
+    startend_row_indices: None for plain causal attention, or an int32 FlashMask mask [B, 1, T, 1]
+    (causal encoding, as `document_mask_of` returns) applied on top of the causal mask in every layer.
+    """
 
     def __init__(self, cfg: GPTConfig | None = None):
         super().__init__()
@@ -143,20 +172,24 @@ class GPT(nn.Layer):
         self.register_buffer("rope_cos", cos, persistable=False)
         self.register_buffer("rope_sin", sin, persistable=False)
 
-    def forward(self, tokens):
+    def forward(self, tokens, startend_row_indices=None):
         seq = tokens.shape[1]
         if seq > self.cfg.max_seq_len:
             raise ValueError(f"GPT: sequence length {seq} exceeds max_seq_len {self.cfg.max_seq_len}")
         cos, sin = self.rope_cos[:, :seq], self.rope_sin[:, :seq]
         x = self.drop(self.embed(tokens))
         for block in self.blocks:
-            x = block(x, cos, sin)
+            x = block(x, cos, sin, startend_row_indices)
         return self.head(self.norm(x))
 
     def num_parameters(self) -> int:
         return sum(int(p.size) for p in self.parameters())
 
-    def loss(self, rows):
-        """Mean next-byte cross entropy (nats per byte) of rows [B, T + 1]: inputs rows[:, :-1], targets rows[:, 1:]."""
-        logits = self(rows[:, :-1])
+    def loss(self, rows, document_mask: bool = False):
+        """Mean next-byte cross entropy (nats per byte) of rows [B, T + 1]: inputs rows[:, :-1], targets rows[:, 1:].
+
+        With document_mask, attention does not cross the document separators of the inputs (see `document_mask_of`).
+        """
+        inputs = rows[:, :-1]
+        logits = self(inputs, document_mask_of(inputs) if document_mask else None)
         return F.cross_entropy(logits.reshape([-1, self.cfg.vocab_size]), rows[:, 1:].reshape([-1]))

@@ -32,6 +32,7 @@ class TrainConfig:
     weight_decay: float = 0.01
     clip_norm: float = 1.0
     dropout: float = 0.0
+    document_mask: bool = True  # attention stays inside each packed document (flashmask_attention)
 
 
 @dataclass
@@ -73,7 +74,7 @@ class Trainer:
     def train_step(self) -> float:
         """One optimisation step on a batch of rows drawn uniformly (with replacement) from the train split."""
         index = oarlock.randint(0, len(self.corpus.train), [self.cfg.batch_size])
-        loss = self.model.loss(oarlock.index_select(self.train_rows, index, axis=0))
+        loss = self.model.loss(oarlock.index_select(self.train_rows, index, axis=0), self.cfg.document_mask)
         loss.backward()
         self.optimizer.step()
         self.optimizer.clear_grad()
@@ -91,7 +92,7 @@ class Trainer:
             with oarlock.no_grad():
                 for start in range(0, len(self.corpus.valid), EVAL_BATCH):
                     rows = self.valid_rows[start:start + EVAL_BATCH]
-                    total += float(self.model.loss(rows).item()) * rows.shape[0]
+                    total += float(self.model.loss(rows, self.cfg.document_mask).item()) * rows.shape[0]
                     count += rows.shape[0]
         finally:
             self.model.train()
