@@ -63,7 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--steps", type=positive_int, default=DEFAULT_STEPS,
         help=f"optimisation steps in all, the span of the learning-rate schedule (default {DEFAULT_STEPS}: "
-             f"about 2.5 minutes on 2 idle CPU cores)")
+             f"about 2 minutes on 2 idle CPU cores)")
     add("--seed", type=int, default=0,
         help="seed for oarlock.seed(): initialisation, batch order and dropout; the same seed and options give "
              "the same losses (default 0)")
