@@ -17,6 +17,17 @@ _new = object.__new__
 _LOW_PRECISION = {"bfloat16", "float8_e4m3fn", "float8_e5m2"}
 
 
+def _optional_slot(slot: str, default, convert=None, doc=""):
+    """A property over a slot that is set only when used (most tensors never get a grad or a name),
+    reading `default` while it is unset."""
+    def get(self):
+        return getattr(self, slot, default)
+
+    def set(self, value):
+        setattr(self, slot, value if convert is None else convert(value))
+    return property(get, set, doc=doc)
+
+
 class Tensor:
     """An n-dimensional array on a device, with Paddle's autograd flags.
 
@@ -87,52 +98,14 @@ class Tensor:
         self.requires_grad = requires_grad
         return self
 
-    @property
-    def grad(self):
-        try:
-            return self._grad
-        except AttributeError:
-            return None
-
-    @grad.setter
-    def grad(self, value):
-        self._grad = value
-
-    @property
-    def name(self):
-        try:
-            return self._name
-        except AttributeError:
-            return None
-
-    @name.setter
-    def name(self, value):
-        self._name = value
-
-    @property
-    def persistable(self) -> bool:
-        """Whether the tensor belongs in a saved state (parameters and persistable buffers)."""
-        try:
-            return self._persistable
-        except AttributeError:
-            return False
-
-    @persistable.setter
-    def persistable(self, value: bool):
-        self._persistable = bool(value)
-
-    @property
-    def param_attrs(self):
-        """The parameter attributes (trainable, learning-rate multiplier, ...) if this is a
-        parameter (see oarlock.nn.Parameter), else None."""
-        try:
-            return self._param
-        except AttributeError:
-            return None
-
-    @param_attrs.setter
-    def param_attrs(self, value):
-        self._param = value
+    grad = _optional_slot("_grad", None, doc="The accumulated gradient, or None.")
+    name = _optional_slot("_name", None, doc="The tensor's name, or None.")
+    persistable = _optional_slot("_persistable", False, convert=bool,
+                                 doc="Whether the tensor belongs in a saved state (parameters and persistable "
+                                     "buffers).")
+    param_attrs = _optional_slot("_param", None,
+                                 doc="The parameter attributes (trainable, learning-rate multiplier, ...) if this "
+                                     "is a parameter (see oarlock.nn.Parameter), else None.")
 
     @property
     def trainable(self) -> bool:

@@ -108,7 +108,7 @@ class OpDef:
 
     def __init__(self, signature, *, public=(), aliases=None, grad=None, saves=(), promote=False,
                  to_float=False, dtypes=None, nondiff=(), random=False, amp=None, doc=None,
-                 varargs=None, kernel_attrs=None, inplace=None, intermediate=0):
+                 varargs=None, inplace=None, intermediate=0):
         self.name, self.params, self.returns = _parse_signature(signature)
         self.signature = signature
         self.n_outputs = _n_outputs(self.returns)
@@ -138,7 +138,6 @@ class OpDef:
         self.creation = not self.tensor_params
         # attributes the frontend handles itself and never passes to kernels
         self.frontend_attrs = {"place", "device", "stop_gradient", "requires_grad"}
-        self.kernel_attrs = kernel_attrs
         self._save_plan = tuple(self._plan_save(s, tensor_names) for s in saves)
         self.saves_inputs = any(kind == "in" for kind, _ in self._save_plan)
         self.saves_outputs = any(kind == "out" for kind, _ in self._save_plan)
