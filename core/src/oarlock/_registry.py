@@ -17,7 +17,7 @@ ANY_DTYPE = None
 
 NAMESPACES = ("oarlock", "oarlock.nn", "oarlock.nn.functional", "oarlock.nn.utils", "oarlock.nn.initializer",
               "oarlock.nn.attention",
-              "oarlock.linalg",
+              "oarlock.linalg", "oarlock.distributed",
               "oarlock.compat", "oarlock.optimizer", "oarlock.optimizer.lr", "oarlock.io", "Tensor")
 
 
@@ -35,6 +35,7 @@ class Registry:
         self.api: dict[str, dict[str, tuple]] = {ns: {} for ns in NAMESPACES}
         self.commands: dict[str, tuple] = {}       # name -> (help, configure, run, plugin)
         self.formats: dict[str, object] = {}       # checkpoint format name -> CheckpointFormat
+        self.comms: dict[str, object] = {}         # communication backend name -> backend
         self.owner: dict[tuple, str] = {}          # (table, key) -> plugin
         self.kernel_count: Counter = Counter()
         self.devices_of: dict[str, list[str]] = defaultdict(list)
@@ -142,11 +143,32 @@ class Registry:
         self._claim("command", name, plugin, f"command 'oarlock {name}'")
         self.commands[name] = (help, configure, run, plugin)
 
-
     def add_format(self, fmt, plugin: str):
         self._claim("format", fmt.name, plugin, f"checkpoint format {fmt.name!r}")
         fmt.plugin = plugin
         self.formats[fmt.name] = fmt
+
+
+    def add_comm(self, backend, plugin: str):
+        name = getattr(backend, "name", None)
+        if not name or not getattr(backend, "device_types", None):
+            raise ValueError(f"plugin {plugin!r} registered a communication backend without a name or "
+                             f"device_types: {backend!r}")
+        self._claim("comm", name, plugin, f"communication backend {name!r}")
+        backend.plugin = plugin
+        self.comms[name] = backend
+
+    def comms_for_device(self, device_type: str) -> list:
+        """The communication backends that move arrays of `device_type` (or of the device it derives from)."""
+        current, seen = device_type, set()
+        while current is not None and current not in seen:
+            seen.add(current)
+            found = [c for c in self.comms.values() if current in c.device_types]
+            if found:
+                return found
+            backend = self.backends.get(current)
+            current = backend.parent if backend is not None else None
+        return []
 
 
 class BackendRegistrar:
@@ -182,6 +204,18 @@ class FormatRegistrar:
 
     def register(self, fmt):
         self._registry.add_format(fmt, self.plugin)
+
+    __call__ = register
+
+
+class CommRegistrar:
+    """Passed to `oarlock_register_comm_backends`."""
+
+    def __init__(self, registry: Registry, plugin: str):
+        self._registry, self.plugin = registry, plugin
+
+    def register(self, backend):
+        self._registry.add_comm(backend, self.plugin)
 
     __call__ = register
 

@@ -42,7 +42,23 @@ def oarlock_register_api(api):
     ``api.export("oarlock.nn.functional", "relu6", fn)`` makes
     ``oarlock.nn.functional.relu6`` resolve to ``fn``. Namespaces are
     "oarlock", "oarlock.nn", "oarlock.nn.functional", "oarlock.linalg",
-    "oarlock.compat" and "Tensor" (methods).
+    "oarlock.compat", "oarlock.distributed" and "Tensor" (methods); the full list is
+    ``oarlock._registry.NAMESPACES``.
+    """
+
+
+@hookspec
+def oarlock_register_comm_backends(comms):
+    """Add collective-communication libraries (MPI, NCCL, a vendor's XCCL).
+
+    ``comms.register(backend)``: ``backend.name`` ("mpi", "nccl") names it,
+    ``backend.device_types`` lists the device types whose arrays it moves
+    ("cpu"; "gpu", which CUDA-like devices inherit through their parent).
+    Its methods follow NCCL's shape: unique-id creation, communicator init by
+    (nranks, unique id, rank) and destroy, all_reduce, broadcast, reduce,
+    all_gather, reduce_scatter, optional all_to_all, send, recv, and
+    group_start/group_end; ``oarlock_xccl.CommBackend`` documents each one.
+    ``oarlock.distributed`` picks the backend from a tensor's device.
     """
 
 

@@ -19,8 +19,8 @@ from importlib.metadata import entry_points
 import pluggy
 
 from oarlock import hookspecs
-from oarlock._registry import (ApiRegistrar, BackendRegistrar, CommandRegistrar, FormatRegistrar, Registry,
-                               set_default_registry)
+from oarlock._registry import (ApiRegistrar, BackendRegistrar, CommandRegistrar, CommRegistrar, FormatRegistrar,
+                               Registry, set_default_registry)
 
 ENTRY_POINT_GROUP = "oarlock.plugins"
 
@@ -29,6 +29,7 @@ _REGISTRATION_HOOKS = (
     ("oarlock_register_backends", "backends", BackendRegistrar),
     ("oarlock_register_ops", "ops", None),       # OpRegistrar lives in dispatch (imported lazily)
     ("oarlock_register_api", "api", ApiRegistrar),
+    ("oarlock_register_comm_backends", "comms", CommRegistrar),
     ("oarlock_register_checkpoint_formats", "formats", FormatRegistrar),
     ("oarlock_register_commands", "cli", CommandRegistrar),
 )

@@ -1,0 +1,170 @@
+"""One collective call: the group, the backend chosen from the tensors' device, its communicator,
+the raw arrays handed to the backend, and what to finish once the backend is done.
+
+Tensors whose arrays the backend can use as they are (C-contiguous, writable,
+on a device it serves) are passed without copies. Anything else is staged:
+copied into a contiguous array (on the host when the backend does not serve the
+device, e.g. GPU tensors over MPI) and written back on completion.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from oarlock import Tensor
+from oarlock_xccl import groups, watchdog
+from oarlock_xccl.backend import ReduceOp
+
+
+class Task:
+    """What a collective returns: `wait()` blocks (under the watchdog) until it completes and its
+    results are in place; `is_completed()` polls. sync_op=True calls return completed tasks."""
+
+    def __init__(self, work, call):
+        self._work, self._call = work, call
+
+    def wait(self, timeout=None) -> bool:
+        if self._call is not None:
+            call = self._call
+            watchdog.wait(self._work, call.group, call.sequence, call.name, call.peers)
+            self._finish()
+        return True
+
+    def is_completed(self) -> bool:
+        if self._call is not None and self._work.test():
+            self._finish()
+        return self._call is None
+
+    def _finish(self):
+        call, self._call = self._call, None
+        for step in call.afterwards + call.writebacks:
+            step()
+
+    def __repr__(self):
+        return f"Task({'completed' if self._call is None else 'in flight'})"
+
+
+class Call:
+    """The state of one collective on one group (see `begin`)."""
+
+    def __init__(self, name, group, place, backend, sequence):
+        self.name, self.group, self.place, self.backend = name, group, place, backend
+        self.sequence = sequence
+        self.staged = place.type not in _served_types(backend)
+        self.xp = np if self.staged else place.backend.xp
+        self.comm = group.communicator(backend)
+        self.afterwards: list = []      # steps once the backend is done (fill lists, unpack buffers)
+        self.writebacks: list = []      # then: copy staged arrays back into their tensors
+
+    # -- arrays for the backend ----------------------------------------------------------------
+    def input(self, tensor) -> object:
+        """A C-contiguous array with `tensor`'s values, without a copy where possible."""
+        array = tensor.numpy() if self.staged else tensor._data
+        return array if array.flags.c_contiguous else array.copy(order="C")
+
+    def inout(self, tensor) -> object:
+        """The array the backend reads and overwrites; staged arrays are written back afterwards."""
+        array = tensor.numpy() if self.staged else tensor._data
+        if array.flags.c_contiguous and getattr(array.flags, "writeable", True) and not self.staged:
+            return array
+        array = array.copy(order="C")
+        self.writebacks.append(lambda: tensor.set_value(self.tensor(array)))
+        return array
+
+    def empty(self, shape, dtype):
+        return self.xp.empty(tuple(shape), dtype=dtype.np)
+
+    def tensor(self, array) -> Tensor:
+        """A Tensor over a result array, on the call's device."""
+        if self.staged:
+            array = self.place.backend.asarray(array, None, self.place.index)
+        return Tensor._wrap(array, self.place)
+
+    def then(self, step) -> None:
+        self.afterwards.append(step)
+
+    def finish(self, work, sync_op: bool) -> Task:
+        task = Task(work, self)
+        if sync_op:
+            task.wait()
+        return task
+
+
+def _served_types(backend) -> set:
+    from oarlock._registry import default_registry
+    registry = default_registry()
+    return {device for device in registry.backends if backend in registry.comms_for_device(device)}
+
+
+def check_tensor(value, what: str, argument: str) -> Tensor:
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{what}(): {argument} must be a Tensor, got {type(value).__name__}")
+    return value
+
+
+def check_op(op, what: str) -> ReduceOp:
+    try:
+        return ReduceOp(op)
+    except ValueError:
+        raise ValueError(f"{what}(): op must be a ReduceOp (SUM, MAX, MIN, PROD, AVG), got {op!r}") from None
+
+
+def group_rank(group, rank, what: str, argument: str) -> int:
+    """The group rank of global rank `rank`; an error names the argument when it is not a member."""
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
+        raise TypeError(f"{what}(): {argument} must be an int global rank, got {rank!r}")
+    index = group.get_group_rank(int(rank))
+    if index < 0:
+        raise ValueError(f"{what}(): {argument}={rank} is not a member of group {group.id} (ranks {group.ranks})")
+    return index
+
+
+def begin(name: str, group, tensors: list, peers=None) -> Call | None:
+    """Start collective `name` on `group` for `tensors` (all on one device); None if this rank is
+    not a member of the group (Paddle returns at once there). Point-to-point calls pass their
+    `peers` (global ranks) instead of being counted as collectives of the group."""
+    group = groups.resolve(group, name)
+    if group.broken:
+        raise RuntimeError(f"{name}(): group {group.id} cannot be used after an earlier collective timed out: "
+                           f"{group.broken}")
+    if not group.is_member():
+        return None
+    place = tensors[0].place
+    for tensor in tensors[1:]:
+        if tensor.place is not place:
+            raise ValueError(f"{name}(): all tensors must be on one device; got {place} and {tensor.place}")
+    call = Call(name, group, place, choose_backend(group, place, name),
+                watchdog.enter(group.id) if peers is None else None)
+    call.peers = peers
+    return call
+
+
+def choose_backend(group, place, what: str):
+    """The group's backend if it names one, else the first available backend serving the device."""
+    from oarlock._registry import default_registry
+    registry = default_registry()
+    if group.backend_name:
+        backend = registry.comms[group.backend_name]
+        if place.type not in _served_types(backend) and "cpu" not in backend.device_types:
+            raise ValueError(f"{what}(): group {group.id} uses backend {backend.name!r}, which cannot move "
+                             f"{place.type} tensors (it serves {', '.join(backend.device_types)})")
+        candidates = [backend]
+    else:
+        candidates = registry.comms_for_device(place.type)
+        if not candidates:
+            raise ValueError(f"{what}(): no installed communication backend moves {place.type} tensors; installed: "
+                             + ", ".join(f"{c.name} ({'/'.join(c.device_types)})" for c in registry.comms.values()))
+    reasons = []
+    for backend in candidates:
+        usable, reason = backend.available()
+        if usable:
+            return backend
+        reasons.append(f"{backend.name}: {reason}")
+    raise RuntimeError(f"{what}(): no usable communication backend for {place.type} tensors: " + "; ".join(reasons))
+
+
+def same_dtype(tensors, dtype, what: str, argument: str):
+    for index, tensor in enumerate(tensors):
+        if tensor.dtype is not dtype:
+            raise ValueError(f"{what}(): {argument}[{index}] has dtype {tensor.dtype.name}, expected {dtype.name} "
+                             f"like the other tensors")

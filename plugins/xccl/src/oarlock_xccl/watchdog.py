@@ -1,0 +1,138 @@
+"""The collective watchdog: a rank that waits on a collective longer than its group's timeout
+raises CollectiveTimeoutError naming the collective, the group and the ranks that have not
+arrived, instead of hanging forever.
+
+Each rank counts the collectives it has entered on each group. On a timeout the
+waiting rank asks every other member, over a private communicator, how far it
+got; a small responder thread in every rank answers (it polls, so an idle rank
+costs nothing), even while its main thread computes or waits elsewhere. A rank
+that does not answer is reported as such: hung outside oarlock, or gone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+
+from oarlock_xccl import world
+
+_QUERY, _REPLY = 1, 2
+_POLL_S = 0.05
+_entered: dict[int, int] = {}          # group id -> collectives entered on it
+_waiting: tuple | None = None           # (group id, sequence, collective name) the main thread waits on
+_responder: tuple | None = None         # (thread, stop event)
+_query_ids = itertools.count(1)
+
+
+class CollectiveTimeoutError(RuntimeError):
+    """A collective did not complete within its group's timeout."""
+
+
+def enter(group_id: int) -> int:
+    """Count a collective entered on group `group_id`; returns its sequence number (from 1)."""
+    sequence = _entered.get(group_id, 0) + 1
+    _entered[group_id] = sequence
+    return sequence
+
+
+def wait(work, group, sequence: int | None, name: str, peers=None) -> None:
+    """Poll `work` until it completes; past the group's timeout, raise CollectiveTimeoutError.
+    `sequence` is the collective's number on the group; point-to-point calls pass None and
+    their `peers` instead."""
+    if work.test():
+        return
+    global _waiting
+    _waiting = (group.id, sequence, name)
+    deadline = time.monotonic() + group.timeout
+    spins = 0
+    try:
+        while not work.test():
+            spins += 1
+            if spins > 2000:
+                os.sched_yield()       # oversubscribed ranks (more ranks than cores) must let peers run
+                if spins & 255 == 0 and time.monotonic() > deadline:
+                    raise _timed_out(group, sequence, name, peers)
+    finally:
+        _waiting = None
+
+
+def _where(wait_state) -> str:
+    if not wait_state:
+        return "is not in a collective"
+    group_id, sequence, name = wait_state
+    return f"waits in {name}()" + (f" #{sequence}" if sequence else "") + f" on group {group_id}"
+
+
+def _timed_out(group, sequence, name: str, peers) -> CollectiveTimeoutError:
+    me = world.MPI.COMM_WORLD.rank
+    asked = [rank for rank in (group.ranks if peers is None else peers) if rank != me]
+    replies = _ask(asked, group.id, group.timeout)
+    late, details = [], []
+    for rank in asked:
+        reply = replies.get(rank)
+        if reply is None:
+            late.append(rank)
+            details.append(f"rank {rank} did not answer (busy outside oarlock, hung or exited)")
+        elif peers is not None or reply[0] < sequence:
+            late.append(rank)
+            details.append(f"rank {rank} has entered {reply[0]} collective(s) on this group and {_where(reply[1])}")
+    what = (f"this is collective #{sequence} on that group; ranks that have not arrived: {late}" if peers is None
+            else f"its peer(s) {late} have not matched it")
+    message = (f"oarlock.distributed.{name}() timed out after {group.timeout:g} s on group {group.id} "
+               f"({group.name!r}, ranks {group.ranks}); {what}: " + "; ".join(details) +
+               ". The group is unusable from now on. Set the timeout with OARLOCK_COLLECTIVE_TIMEOUT, "
+               "`oarlock launch --timeout` or new_group(timeout=...)")
+    group.broken = message
+    world.mark_broken(message)
+    return CollectiveTimeoutError(message)
+
+
+def _ask(others: list, group_id: int, timeout: float) -> dict:
+    """{world rank: (collectives entered on the group, what it waits on)} from the ranks that answer."""
+    MPI, comm = world.MPI, world.watchdog_comm()
+    query_id = next(_query_ids)
+    sends = [comm.isend((query_id, group_id), dest=rank, tag=_QUERY) for rank in others]
+    replies, status = {}, MPI.Status()
+    deadline = time.monotonic() + min(3.0, max(0.5, timeout))
+    while len(replies) < len(others) and time.monotonic() < deadline:
+        if comm.Iprobe(source=MPI.ANY_SOURCE, tag=_REPLY, status=status):
+            answer = comm.recv(source=status.source, tag=_REPLY)
+            if answer[0] == query_id:
+                replies[status.source] = answer[1:]
+        else:
+            time.sleep(0.005)
+    for request in sends:
+        request.Test()
+    return replies
+
+
+def _respond(stop: threading.Event) -> None:
+    MPI, comm = world.MPI, world.watchdog_comm()
+    status, pending = MPI.Status(), []
+    while not stop.is_set():
+        while comm.Iprobe(source=MPI.ANY_SOURCE, tag=_QUERY, status=status):
+            query_id, group_id = comm.recv(source=status.source, tag=_QUERY)
+            answer = (query_id, _entered.get(group_id, 0), _waiting)
+            pending.append(comm.isend(answer, dest=status.source, tag=_REPLY))
+        pending = [request for request in pending if not request.Test()]
+        stop.wait(_POLL_S)
+
+
+def start_responder() -> None:
+    global _responder
+    if _responder is None:
+        stop = threading.Event()
+        thread = threading.Thread(target=_respond, args=(stop,), name="oarlock-watchdog", daemon=True)
+        thread.start()
+        _responder = (thread, stop)
+
+
+def stop_responder() -> None:
+    global _responder
+    if _responder is not None:
+        thread, stop = _responder
+        stop.set()
+        thread.join()
+        _responder = None

@@ -1,0 +1,79 @@
+"""The MPI world every rank starts with: mpi4py's start-up, the private communicators the
+plugin uses for its own traffic, and a clean exit.
+
+MPI is the bootstrap transport for every backend (NCCL's unique ids travel over
+it too), so it starts with the first process group. Two duplicates of
+COMM_WORLD keep the plugin's messages apart from the user's: one for
+bootstrapping communicators, one for the collective watchdog.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+
+MPI = None            # mpi4py.MPI once started
+_bootstrap = None
+_watchdog = None
+_broken: list[str] = []   # why this process may not finalize MPI (a collective that never completed)
+
+
+def start():
+    """Start MPI (collective over COMM_WORLD: every rank calls it at the same point); idempotent."""
+    global MPI, _bootstrap, _watchdog
+    if MPI is not None:
+        return MPI
+    from mpi4py import MPI as mpi
+    MPI = mpi
+    _bootstrap = mpi.COMM_WORLD.Dup()
+    _watchdog = mpi.COMM_WORLD.Dup()
+    # registered after mpi4py's own exit hook, so it runs before MPI_Finalize
+    atexit.register(_exit_hook)
+    _install_excepthook()
+    return mpi
+
+
+def started() -> bool:
+    return MPI is not None
+
+
+def bootstrap_comm():
+    start()
+    return _bootstrap
+
+
+def watchdog_comm():
+    start()
+    return _watchdog
+
+
+def mark_broken(reason: str) -> None:
+    """A collective was abandoned; MPI_Finalize would wait for it forever, so exit without it."""
+    _broken.append(reason)
+
+
+def _exit_hook():
+    from oarlock_xccl import watchdog
+    watchdog.stop_responder()
+    if _broken:
+        from oarlock_xccl import failure
+        failure.record_failure(1, _broken[0])
+        print(f"oarlock.distributed: exiting without MPI_Finalize: {_broken[0]}", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
+def _install_excepthook():
+    """An uncaught exception on one rank of several aborts the job (like `python -m mpi4py`)
+    instead of leaving the other ranks blocked in their next collective."""
+    previous = sys.excepthook
+
+    def abort_on_uncaught(exc_type, exc, tb):
+        if MPI.COMM_WORLD.size > 1 and not MPI.Is_finalized():
+            from oarlock_xccl import failure
+            failure.fail(exc)
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = abort_on_uncaught
