@@ -65,6 +65,11 @@ def _where(wait_state) -> str:
     return f"waits in {name}()" + (f" #{sequence}" if sequence else "") + f" on group {group_id}"
 
 
+def _called_other(wait_state, group_id: int, sequence: int, name: str) -> bool:
+    """A rank at the same position on the group in another collective (it skipped one)."""
+    return bool(wait_state) and wait_state[:2] == (group_id, sequence) and wait_state[2] != name
+
+
 def _timed_out(group, sequence, name: str, peers) -> CollectiveTimeoutError:
     me = world.MPI.COMM_WORLD.rank
     asked = [rank for rank in (group.ranks if peers is None else peers) if rank != me]
@@ -75,7 +80,7 @@ def _timed_out(group, sequence, name: str, peers) -> CollectiveTimeoutError:
         if reply is None:
             late.append(rank)
             details.append(f"rank {rank} did not answer (busy outside oarlock, hung or exited)")
-        elif peers is not None or reply[0] < sequence:
+        elif peers is not None or reply[0] < sequence or _called_other(reply[1], group.id, sequence, name):
             late.append(rank)
             details.append(f"rank {rank} has entered {reply[0]} collective(s) on this group and {_where(reply[1])}")
     what = (f"this is collective #{sequence} on that group; ranks that have not arrived: {late}" if peers is None
