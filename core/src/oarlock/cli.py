@@ -29,9 +29,19 @@ def _plugins_command(args) -> int:
         print(f"    hooks:   {', '.join(row.hooks) or '-'}")
         print(f"    devices: {', '.join(row.devices) or '-'}")
         print(f"    kernels: {row.kernels}")
+        if row.comms:
+            print(f"    comms:   {', '.join(_describe_comm(name) for name in row.comms)}")
         if row.error:
             print(f"    ERROR:   {row.error}")
     return 0
+
+
+def _describe_comm(name: str) -> str:
+    """ "mpi (cpu)", or with the reason when the library or device is missing."""
+    from oarlock._registry import default_registry
+    comm = default_registry().comms[name]
+    usable, reason = comm.available() if hasattr(comm, "available") else (True, "")
+    return f"{name} ({', '.join(comm.device_types)}" + ("" if usable else f"; unavailable: {reason}") + ")"
 
 
 def build_parser() -> argparse.ArgumentParser:

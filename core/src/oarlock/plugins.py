@@ -49,6 +49,7 @@ class PluginInfo:
     hooks: list[str] = field(default_factory=list)
     devices: list[str] = field(default_factory=list)
     kernels: int = 0
+    comms: list[str] = field(default_factory=list)
     error: str | None = None
 
 
@@ -130,8 +131,9 @@ class PluginManager:
                 continue
             dist, version = self.distributions.get(name, (None, None))
             hooks = sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or ())
+            comms = [comm.name for comm in self.registry.comms.values() if comm.plugin == name]
             rows.append(PluginInfo(name, dist, version, hooks, list(self.registry.devices_of.get(name, [])),
-                                   self.registry.kernel_count.get(name, 0), self.failures.get(name)))
+                                   self.registry.kernel_count.get(name, 0), comms, self.failures.get(name)))
         for name, error in sorted(self.failures.items()):
             if not self.pm.has_plugin(name):
                 rows.append(PluginInfo(name, error=error))

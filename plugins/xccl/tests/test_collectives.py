@@ -1,5 +1,6 @@
 """Every collective checked against numpy in real MPI jobs: 1 process (MPI singleton), 2 ranks under
-`oarlock launch` and 4 ranks (oversubscribing the 2 cores) under plain `mpiexec`.
+`oarlock launch` and 4 ranks (oversubscribing the 2 cores) under plain `mpiexec`, and 2 ranks
+again with OARLOCK_DISTRIBUTED_DEBUG=1 (no false alarms from the agreement check).
 
 Each job runs tests/scripts/collectives_job.py once; one pytest test per check
 and world size reports that check's failures from every rank.
@@ -25,14 +26,14 @@ _spec = importlib.util.spec_from_file_location("collectives_job", JOB)
 job = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(job)
 
-# (world size, how it is started)
-RUNS = [(1, "python"), (2, "oarlock launch"), (4, "mpiexec")]
+# (world size, how it is started); the debug run also checks every call's cross-rank agreement
+RUNS = [(1, "python"), (2, "oarlock launch"), (4, "mpiexec"), (2, "debug")]
 
 
 def _command(size: int, how: str, out: Path) -> list:
     if how == "python":
         return [sys.executable, str(JOB), str(out)]
-    if how == "oarlock launch":
+    if how in ("oarlock launch", "debug"):
         return [sys.executable, "-m", "oarlock.cli", "launch", "-n", str(size), str(JOB), str(out)]
     mpiexec = shutil.which("mpiexec") or str(Path(sys.executable).parent / "mpiexec")
     return [mpiexec, "-n", str(size), sys.executable, str(JOB), str(out)]
@@ -46,7 +47,8 @@ def results(tmp_path_factory):
     def get(size: int, how: str) -> dict:
         if (size, how) not in cache:
             out = tmp_path_factory.mktemp(f"job{size}") / "report.json"
-            env = dict(os.environ, OARLOCK_COLLECTIVE_TIMEOUT="120", PYTHONWARNINGS="ignore")
+            env = dict(os.environ, OARLOCK_COLLECTIVE_TIMEOUT="120", PYTHONWARNINGS="ignore",
+                       OARLOCK_DISTRIBUTED_DEBUG="1" if how == "debug" else "0")
             done = subprocess.run(_command(size, how, out), capture_output=True, text=True, timeout=600, env=env)
             assert done.returncode == 0 and out.exists(), (
                 f"{how} job with {size} rank(s) failed ({done.returncode}):\n{done.stdout[-3000:]}\n"

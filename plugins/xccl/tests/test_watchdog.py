@@ -46,3 +46,15 @@ def test_unmatched_recv_names_its_peer():
     assert done.returncode != 0
     message = re.search(r"\[rank 0\] WATCHDOG after [\d.]+: (.*)", done.stdout).group(1)
     assert "recv() timed out" in message and "its peer(s) [1] have not matched it" in message
+
+
+def test_debug_mode_names_ranks_that_call_different_collectives(monkeypatch):
+    """Rank 2 calls barrier() where the others call all_reduce(): MPI would match the two and
+    exchange mismatched data; OARLOCK_DISTRIBUTED_DEBUG=1 fails every rank at once instead."""
+    monkeypatch.setenv("OARLOCK_DISTRIBUTED_DEBUG", "1")
+    done, wall = _launch(4, 2, "barrier")
+    assert done.returncode != 0
+    message = re.search(r"\[rank \d\] WATCHDOG after [\d.]+: (.*)", done.stdout).group(1)
+    assert "disagree on collective #2" in message
+    assert "rank 2: barrier, int32" in message and "rank 0: all_reduce, float32, SUM, [3]" in message
+    assert wall < 40

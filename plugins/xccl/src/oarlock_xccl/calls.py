@@ -9,6 +9,9 @@ device, e.g. GPU tensors over MPI) and written back on completion.
 
 from __future__ import annotations
 
+import hashlib
+import os
+
 import numpy as np
 
 from oarlock import Tensor
@@ -119,10 +122,11 @@ def group_rank(group, rank, what: str, argument: str) -> int:
     return index
 
 
-def begin(name: str, group, tensors: list, peers=None) -> Call | None:
+def begin(name: str, group, tensors: list, peers=None, agree=()) -> Call | None:
     """Start collective `name` on `group` for `tensors` (all on one device); None if this rank is
     not a member of the group (Paddle returns at once there). Point-to-point calls pass their
-    `peers` (global ranks) instead of being counted as collectives of the group."""
+    `peers` (global ranks) instead of being counted as collectives of the group. `agree` holds
+    what every rank must pass alike (op, shape), checked with OARLOCK_DISTRIBUTED_DEBUG=1."""
     group = groups.resolve(group, name)
     if group.broken:
         raise RuntimeError(f"{name}(): group {group.id} cannot be used after an earlier collective timed out: "
@@ -136,7 +140,27 @@ def begin(name: str, group, tensors: list, peers=None) -> Call | None:
     call = Call(name, group, place, choose_backend(group, place, name),
                 watchdog.enter(group.id) if peers is None else None)
     call.peers = peers
+    if peers is None and os.environ.get("OARLOCK_DISTRIBUTED_DEBUG", "0") not in ("", "0"):
+        _check_agreement(call, (name, tensors[0].dtype.name, *map(str, agree)))
     return call
+
+
+def _check_agreement(call, fingerprint: tuple) -> None:
+    """Debug mode: before the collective, the members compare what they are about to call; ranks
+    that call different collectives (or pass a different op or shape) fail at once with every
+    rank's call listed, instead of exchanging mismatched data or hanging."""
+    from oarlock._registry import default_registry
+    group = call.group
+    comm = group.communicator(default_registry().comms["mpi"])
+    digest = np.frombuffer(hashlib.blake2b(repr(fingerprint).encode(), digest_size=16).digest(), dtype=np.uint8)
+    digests = np.empty((group.nranks, 16), dtype=np.uint8)
+    work = default_registry().comms["mpi"].all_gather(digest, digests, 16, None, comm)
+    watchdog.wait(work, group, call.sequence, call.name)
+    if (digests != digest).any():
+        calls = comm.allgather(fingerprint)
+        listing = "; ".join(f"rank {rank}: {', '.join(f)}" for rank, f in zip(group.ranks, calls))
+        raise RuntimeError(f"{call.name}(): the ranks of group {group.id} disagree on collective #{call.sequence} "
+                           f"(OARLOCK_DISTRIBUTED_DEBUG check): {listing}")
 
 
 def choose_backend(group, place, what: str):

@@ -19,7 +19,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, sync_op=True):
     """Reduce `tensor` over the group with `op`; every rank gets the result in place."""
     check_tensor(tensor, "all_reduce", "tensor")
     op = check_op(op, "all_reduce")
-    call = begin("all_reduce", group, [tensor])
+    call = begin("all_reduce", group, [tensor], agree=(op.name, tensor.shape))
     if call is None:
         return None
     array = call.inout(tensor)
@@ -29,7 +29,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, sync_op=True):
 def broadcast(tensor, src, group=None, sync_op=True):
     """Copy `tensor` of global rank `src` into `tensor` on every rank of the group."""
     check_tensor(tensor, "broadcast", "tensor")
-    call = begin("broadcast", group, [tensor])
+    call = begin("broadcast", group, [tensor], agree=(src, tensor.shape))
     if call is None:
         return None
     root = group_rank(call.group, src, "broadcast", "src")
@@ -41,7 +41,7 @@ def reduce(tensor, dst, op=ReduceOp.SUM, group=None, sync_op=True):
     """Reduce `tensor` over the group into `tensor` on global rank `dst`; the others keep theirs."""
     check_tensor(tensor, "reduce", "tensor")
     op = check_op(op, "reduce")
-    call = begin("reduce", group, [tensor])
+    call = begin("reduce", group, [tensor], agree=(dst, op.name, tensor.shape))
     if call is None:
         return None
     root = group_rank(call.group, dst, "reduce", "dst")
@@ -108,7 +108,7 @@ def reduce_scatter(tensor, tensor_list, op=ReduceOp.SUM, group=None, sync_op=Tru
     split along axis 0) with `op` into `tensor` on rank r."""
     check_tensor(tensor, "reduce_scatter", "tensor")
     op = check_op(op, "reduce_scatter")
-    call = begin("reduce_scatter", group, [tensor])
+    call = begin("reduce_scatter", group, [tensor], agree=(op.name,))
     if call is None:
         return None
     n, shape = call.group.nranks, list(tensor.shape)
@@ -161,9 +161,10 @@ def alltoall(out_tensor_list, in_tensor_list, group=None, sync_op=True):
     """Send in_tensor_list[i] to rank i and receive out_tensor_list[i] from it (Paddle 3.2's
     argument order: outputs first). An empty out_tensor_list is filled with tensors shaped like
     the inputs; tensors may differ in shape per peer when the outputs are given."""
-    n_inputs = len(in_tensor_list) if isinstance(in_tensor_list, list) else 0
-    call = begin("alltoall", group, [check_tensor(t, "alltoall", "in_tensor_list[0]") for t in in_tensor_list[:1]]
-                 if n_inputs else [])
+    if not isinstance(in_tensor_list, list) or not in_tensor_list:
+        raise TypeError(f"alltoall(): in_tensor_list must be a non-empty list of Tensors (one per rank), "
+                        f"got {in_tensor_list!r}")
+    call = begin("alltoall", group, [check_tensor(in_tensor_list[0], "alltoall", "in_tensor_list[0]")])
     if call is None:
         return None
     n = call.group.nranks
@@ -234,7 +235,7 @@ def _pieces(flat, counts):
 def scatter(tensor, tensor_list=None, src=0, group=None, sync_op=True):
     """Global rank `src` sends tensor_list[i] to group rank i, which receives it into `tensor`."""
     check_tensor(tensor, "scatter", "tensor")
-    call = begin("scatter", group, [tensor])
+    call = begin("scatter", group, [tensor], agree=(src,))
     if call is None:
         return None
     root, n, backend = group_rank(call.group, src, "scatter", "src"), call.group.nranks, call.backend
@@ -262,7 +263,7 @@ def gather(tensor, gather_list=None, dst=0, group=None, sync_op=True):
     """Global rank `dst` receives every rank's `tensor` into gather_list (filled in place; an empty
     list is extended); the other ranks only send."""
     check_tensor(tensor, "gather", "tensor")
-    call = begin("gather", group, [tensor])
+    call = begin("gather", group, [tensor], agree=(dst,))
     if call is None:
         return None
     root, n, backend = group_rank(call.group, dst, "gather", "dst"), call.group.nranks, call.backend

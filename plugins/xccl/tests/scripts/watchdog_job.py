@@ -1,6 +1,7 @@
 """A rank that skips a collective, for test_watchdog.py: argv = skipping rank, what it does instead
-("sleep": computes for 60 s; "barrier": goes on to the next collective; "p2p": rank 0 waits
-for a message the skipping rank never sends). The waiting ranks print the watchdog's error
+("sleep": computes for 60 s; "barrier": goes on to the next collective, which
+OARLOCK_DISTRIBUTED_DEBUG=1 catches; "p2p": rank 0 waits for a message the skipping rank never
+sends). The waiting ranks print the watchdog's error
 after "WATCHDOG after <seconds>:" and re-raise it, which fails the job."""
 
 import sys
@@ -29,6 +30,6 @@ try:
             time.sleep(60)
     else:
         dist.all_reduce(x)              # collective #2, which the skipping rank never enters
-except dist.CollectiveTimeoutError as exc:
+except (dist.CollectiveTimeoutError, RuntimeError) as exc:
     print(f"WATCHDOG after {time.monotonic() - start:.2f}: {exc}", flush=True)
     raise
