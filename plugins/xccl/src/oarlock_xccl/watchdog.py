@@ -20,6 +20,7 @@ from oarlock_xccl import world
 
 _QUERY, _REPLY = 1, 2
 _POLL_S = 0.05
+_IDLE_S = 50e-6                         # an oversubscribed rank's pause between polls
 _entered: dict[int, int] = {}          # group id -> collectives entered on it
 _waiting: tuple | None = None           # (group id, sequence, collective name) the main thread waits on
 _responder: tuple | None = None         # (thread, stop event)
@@ -46,12 +47,17 @@ def wait(work, group, sequence: int | None, name: str, peers=None) -> None:
     global _waiting
     _waiting = (group.id, sequence, name)
     deadline = time.monotonic() + group.timeout
-    spins = 0
+    spins, idle = 0, _IDLE_S if world.oversubscribed() else 0.0
     try:
         while not work.test():
             spins += 1
             if spins > 2000:
-                os.sched_yield()       # oversubscribed ranks (more ranks than cores) must let peers run
+                # More ranks than cores: a rank that spins takes the core its peers need to
+                # arrive, so it sleeps between polls (Open MPI's yield_when_idle does the same).
+                if idle:
+                    time.sleep(idle)
+                else:
+                    os.sched_yield()
                 if spins & 255 == 0 and time.monotonic() > deadline:
                     raise _timed_out(group, sequence, name, peers)
     finally:

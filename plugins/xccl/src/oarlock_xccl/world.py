@@ -16,6 +16,7 @@ import sys
 MPI = None            # mpi4py.MPI once started
 _bootstrap = None
 _watchdog = None
+_oversubscribed = False
 _broken: list[str] = []   # why this process may not finalize MPI (a collective that never completed)
 
 
@@ -28,10 +29,25 @@ def start():
     MPI = mpi
     _bootstrap = mpi.COMM_WORLD.Dup()
     _watchdog = mpi.COMM_WORLD.Dup()
+    _count_local_ranks(mpi)
     # registered after mpi4py's own exit hook, so it runs before MPI_Finalize
     atexit.register(_exit_hook)
     _install_excepthook()
     return mpi
+
+
+def _count_local_ranks(mpi) -> None:
+    """Note whether this node runs more ranks than this process may use cores."""
+    global _oversubscribed
+    node = mpi.COMM_WORLD.Split_type(mpi.COMM_TYPE_SHARED)
+    try:
+        _oversubscribed = node.size > len(os.sched_getaffinity(0))
+    finally:
+        node.Free()
+
+
+def oversubscribed() -> bool:
+    return _oversubscribed
 
 
 def started() -> bool:
