@@ -1,0 +1,609 @@
+"""`oarlock launch -n N script.py [args...]`: run a Python script as N ranks of an MPI job.
+
+The ranks are started by the installed MPI launcher (`mpiexec -n N python -u -m
+oarlock_xccl.rank script.py args...`); this command adds what mpiexec lacks:
+
+* rank-prefixed output. Every rank connects its fds 1 and 2 to two FIFOs in a
+  private launch directory (see oarlock_xccl.rank); one thread per FIFO prints
+  each line as "[rank R] line" on the launcher's stdout or stderr. Working at
+  the fd level catches C-level output and child processes too.
+* failure detection. A rank that fails writes a record (oarlock_xccl.failure);
+  one that vanishes without a record (os._exit, a signal) is noticed through
+  the pid it recorded at start. MPICH's Hydra waits for the remaining ranks
+  when one exits non-zero, so the launcher names the failed rank, gives the job
+  --grace seconds to end by itself, then stops it.
+* no leftovers. Hydra starts its proxy and every rank in sessions of their own
+  (setsid), so signalling mpiexec's process group does not reach them. The
+  launcher finds the job's processes through /proc instead: the descendants of
+  mpiexec plus every process in the sessions of mpiexec and of the ranks (which
+  also catches a rank's children that were re-parented to init), and sends
+  them SIGTERM, then SIGKILL. This runs on every exit path, including SIGINT,
+  SIGTERM and SIGHUP to the launcher.
+
+Single node only: the ranks reach the launcher through files and FIFOs in a
+local temporary directory, and are followed through this machine's /proc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from oarlock_xccl import failure
+
+HELP = "run a Python script as N MPI ranks (through mpiexec) with rank-prefixed output; stops the job when a rank fails"
+
+EPILOG = """\
+The script and its arguments come last; everything after the script is passed to it untouched.
+
+environment of every rank (besides mpiexec's own, e.g. PMI_RANK):
+  OARLOCK_LAUNCH_DIR          a temporary directory owned by the launcher and deleted when it ends; the ranks'
+                              output pipes and their start, done and failure records live there
+  OARLOCK_COMM_BACKEND        the --backend value; set only when --backend is mpi or nccl
+  OARLOCK_COLLECTIVE_TIMEOUT  the --timeout value in seconds; set only when --timeout is given
+
+Every line a rank writes to stdout or stderr is printed as "[rank R] line" on the launcher's stdout or stderr.
+When a rank fails (an exception, a non-zero exit status, os._exit or a signal) the launcher names it, waits
+--grace seconds for the job to end by itself, then stops the remaining ranks (SIGTERM, SIGKILL 2 s later).
+
+exit status: the exit code of the first rank that failed (for a rank that vanished without one: mpiexec's, else
+1); else mpiexec's; 128+N when the launcher was stopped by signal N (130 for Ctrl-C).
+
+The ranks run on this machine: the launch directory must be theirs too.
+"""
+
+BACKENDS = ("auto", "mpi", "nccl")
+BACKEND_ENV = "OARLOCK_COMM_BACKEND"
+TIMEOUT_ENV = "OARLOCK_COLLECTIVE_TIMEOUT"
+
+POLL_S = 0.1            # how often the launcher looks at mpiexec and the rank records
+TERM_WAIT_S = 2.0       # between SIGTERM and SIGKILL
+PUMP_CLOSE_S = 5.0      # how long the output threads may take to drain once the job has ended
+_LINE_LIMIT = 1 << 16   # a longer line without newline is printed in pieces
+_FORWARDED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class LaunchError(Exception):
+    """A problem with the command line or the MPI installation, reported without a traceback."""
+
+
+class _FifoError(Exception):
+    """mkfifo failed in the launch directory (the cause is the OSError)."""
+
+
+# -- command line ----------------------------------------------------------------------------------------------------
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the `oarlock launch` arguments to `parser` (the subcommand's parser)."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.usage = ("%(prog)s [-h] -n N [--backend {auto,mpi,nccl}] [--timeout SECONDS] [--grace SECONDS] "
+                    "[--mpiexec PATH] SCRIPT [ARGS ...]")
+    parser.add_argument("-n", "--nproc", type=int, required=True, metavar="N", help="number of ranks to start")
+    parser.add_argument("--backend", choices=BACKENDS, default="auto",
+                        help="communication backend of the ranks' process groups, passed as OARLOCK_COMM_BACKEND; "
+                             "auto (default) leaves the choice to oarlock.distributed")
+    parser.add_argument("--timeout", type=float, metavar="SECONDS",
+                        help="collective timeout of the ranks, passed as OARLOCK_COLLECTIVE_TIMEOUT")
+    parser.add_argument("--grace", type=float, default=3.0, metavar="SECONDS",
+                        help="after a rank failed, how long the job may take to end by itself before the launcher "
+                             "stops the other ranks (default 3)")
+    parser.add_argument("--mpiexec", metavar="PATH",
+                        help="the MPI launcher to use (default: mpiexec next to this Python, else on PATH)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS ...]",
+                        help="the Python script to run in every rank and its arguments")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `oarlock launch`; returns the exit status."""
+    try:
+        script, script_args = _check_args(args)
+        mpiexec = find_mpiexec(args.mpiexec)
+        extra = launcher_options(mpiexec)
+    except LaunchError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    directory = tempfile.mkdtemp(prefix="oarlock-launch-")
+    try:
+        command = [mpiexec, *extra, "-n", str(args.nproc), sys.executable, "-u", "-m", "oarlock_xccl.rank",
+                   script, *script_args]
+        job = _Job(command, _rank_environment(args, directory), directory, args.nproc, args.grace)
+        try:
+            return job.run()
+        except _FifoError as exc:
+            print(f"oarlock launch: cannot create the ranks' output FIFOs in {directory}: {exc.__cause__}; the "
+                  f"launch directory comes from TMPDIR, which must be a local file system", file=sys.stderr)
+            return 1
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _check_args(args) -> tuple[str, list[str]]:
+    """Validate the parsed arguments; returns the script and its arguments."""
+    command = list(args.command)
+    if command[:1] == ["--"]:  # `oarlock launch -n 2 -- script.py ...`
+        command = command[1:]
+    if not command:
+        raise LaunchError("oarlock launch: no script given; usage: oarlock launch -n N [options] SCRIPT [ARGS ...]")
+    if args.nproc < 1:
+        raise LaunchError(f"oarlock launch: -n/--nproc must be a number of ranks >= 1, got {args.nproc}")
+    if args.timeout is not None and not args.timeout > 0:
+        raise LaunchError(f"oarlock launch: --timeout must be a positive number of seconds, got {args.timeout:g}")
+    if not args.grace >= 0:
+        raise LaunchError(f"oarlock launch: --grace must be a number of seconds >= 0, got {args.grace:g}")
+    script = command[0]
+    if not os.path.exists(script):
+        where = "" if os.path.isabs(script) else f" in {os.getcwd()}"
+        raise LaunchError(f"oarlock launch: script {script!r} not found{where}; expected the path of a Python "
+                          f"script")
+    return script, command[1:]
+
+
+def _rank_environment(args, directory: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env[failure.LAUNCH_DIR_ENV] = directory
+    if args.backend != "auto":
+        env[BACKEND_ENV] = args.backend
+    if args.timeout is not None:
+        env[TIMEOUT_ENV] = format(args.timeout, "g")
+    return env
+
+
+def find_mpiexec(explicit: str | None = None) -> str:
+    """The MPI launcher: `explicit` if given, else mpiexec next to sys.executable, else on PATH.
+
+    The one next to this Python comes first: it belongs to the MPI (e.g. the mpich wheel) that
+    mpi4py in this environment uses, while PATH may hold another MPI's.
+    """
+    if explicit:
+        found = shutil.which(explicit)
+        if found is None:
+            raise LaunchError(f"oarlock launch: --mpiexec {explicit!r} is not an executable file")
+        return found
+    beside_python = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    for candidate in (beside_python, shutil.which("mpiexec")):
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise LaunchError(f"oarlock launch: no MPI launcher found: looked for mpiexec in {os.path.dirname(beside_python)}"
+                      f" and on PATH; install one with `pip install mpich` (or give --mpiexec PATH)")
+
+
+def launcher_options(mpiexec: str) -> list[str]:
+    """Options the MPI launcher needs to start more ranks than there are cores.
+
+    Hydra (MPICH) oversubscribes by itself; Open MPI refuses unless told --oversubscribe.
+    """
+    try:
+        version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, errors="replace",
+                                 timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return []  # starting the job reports the problem with the right context
+    text = version.stdout + version.stderr
+    return ["--oversubscribe"] if "Open MPI" in text or "OpenRTE" in text else []
+
+
+# -- /proc -------------------------------------------------------------------------------------------------------------
+_HAVE_PROC = os.path.isdir("/proc/self")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcStat:
+    """What the launcher needs of a process: its identity (pid + start time) and its place in the tree."""
+    pid: int
+    ppid: int
+    sid: int
+    state: str
+    start: int | None   # clock ticks since boot; tells a process from a later one with the same pid
+
+
+def read_proc_stat(pid: int) -> ProcStat | None:
+    """The process's /proc/PID/stat, or None when it does not exist (or there is no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    fields = data.rpartition(b")")[2].split()  # the command name before ")" may contain anything
+    try:
+        return ProcStat(pid, int(fields[1]), int(fields[3]), fields[0].decode(), int(fields[19]))
+    except (IndexError, ValueError):
+        return None
+
+
+def _all_processes() -> list[ProcStat]:
+    if not _HAVE_PROC:
+        return []
+    stats = (read_proc_stat(int(name)) for name in os.listdir("/proc") if name.isdigit())
+    return [stat for stat in stats if stat is not None]
+
+
+def is_alive(pid: int, start: int | None) -> bool:
+    """Whether the process `pid` that started at `start` still runs (a zombie has ended)."""
+    if not _HAVE_PROC:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+    stat = read_proc_stat(pid)
+    return stat is not None and stat.state not in ("Z", "X") and (start is None or stat.start == start)
+
+
+def job_processes(root: int | None, sessions: set[int]) -> dict[int, ProcStat]:
+    """The live processes of a job: the descendants of `root` and all members of `sessions` and of the
+    descendants' sessions. Never this process or a member of its session."""
+    table = _all_processes()
+    children: dict[int, list[ProcStat]] = {}
+    for stat in table:
+        children.setdefault(stat.ppid, []).append(stat)
+    found: dict[int, ProcStat] = {}
+    stack = list(children.get(root, [])) if root is not None else []
+    while stack:
+        stat = stack.pop()
+        if stat.pid not in found:
+            found[stat.pid] = stat
+            stack.extend(children.get(stat.pid, []))
+    own_session = os.getsid(0)
+    sessions = (set(sessions) | {stat.sid for stat in found.values()}) - {0, own_session}
+    found.update((stat.pid, stat) for stat in table if stat.sid in sessions)
+    return {pid: stat for pid, stat in found.items()
+            if pid != os.getpid() and stat.sid != own_session and stat.state not in ("Z", "X")}
+
+
+def send_signal(stat: ProcStat, sig: int) -> None:
+    """Signal the process `stat` describes, if it is still that process (not a later one with its pid)."""
+    pidfd = None
+    try:
+        if hasattr(os, "pidfd_open"):
+            try:
+                pidfd = os.pidfd_open(stat.pid)  # pins the process: no pid reuse between check and kill
+            except ProcessLookupError:
+                return
+            except OSError:
+                pidfd = None  # kernel without pidfds
+        current = read_proc_stat(stat.pid) if _HAVE_PROC else stat
+        if current is None or current.start != stat.start:
+            return
+        if pidfd is not None:
+            signal.pidfd_send_signal(pidfd, sig)
+        else:
+            os.kill(stat.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+# -- output ------------------------------------------------------------------------------------------------------------
+class _OutputPump:
+    """Two FIFOs per rank in the launch directory and one thread per FIFO printing its lines with the rank prefix."""
+
+    _write_lock = threading.Lock()  # one line at a time, whichever stream
+
+    def __init__(self, directory: str, nproc: int):
+        self.fifos = [(rank, stream, failure.launch_file(directory, rank, kind))
+                      for rank in range(nproc) for kind, stream in ((failure.OUT, "stdout"), (failure.ERR, "stderr"))]
+        self.threads: list[tuple[threading.Thread, str]] = []
+
+    def start(self) -> None:
+        for rank, stream, path in self.fifos:
+            try:
+                os.mkfifo(path, 0o600)
+            except OSError as exc:
+                self.close()  # the threads already waiting for their FIFOs
+                raise _FifoError() from exc
+            thread = threading.Thread(target=self._pump, args=(rank, stream, path), daemon=True,
+                                      name=f"oarlock-launch-rank{rank}-{stream}")
+            thread.start()
+            self.threads.append((thread, path))
+
+    def close(self, timeout: float = PUMP_CLOSE_S) -> None:
+        """Wait for the threads to print what is left; release those still waiting for a rank that never started."""
+        deadline = time.monotonic() + timeout
+        for thread, path in self.threads:
+            while thread.is_alive() and time.monotonic() < deadline:
+                _release_reader(path)
+                thread.join(0.05)
+
+    def _pump(self, rank: int, stream: str, path: str) -> None:
+        prefix = f"[rank {rank}] "
+        fd = os.open(path, os.O_RDONLY)  # waits for the rank (or _release_reader) to open the write end
+        pending = b""
+        with open(fd, "rb", buffering=0) as fifo:
+            while chunk := fifo.read(_LINE_LIMIT):
+                *lines, pending = (pending + chunk).split(b"\n")
+                if len(pending) >= _LINE_LIMIT:
+                    lines.append(pending)
+                    pending = b""
+                self._print(stream, prefix, lines)
+        if pending:  # the last line had no newline
+            self._print(stream, prefix, [pending])
+
+    @classmethod
+    def _print(cls, stream: str, prefix: str, lines: list[bytes]) -> None:
+        if not lines:
+            return
+        text = "".join(f"{prefix}{line.decode('utf-8', errors='replace')}\n" for line in lines)
+        with cls._write_lock:
+            out = getattr(sys, stream)
+            if out is None:
+                return
+            try:
+                out.write(text)
+                out.flush()
+            except UnicodeEncodeError:
+                out.write(text.encode(out.encoding or "ascii", errors="replace").decode(out.encoding or "ascii"))
+                out.flush()
+            except (OSError, ValueError):
+                pass  # our stdout is gone (closed pipe); keep draining so the rank never blocks on a full FIFO
+
+
+def _release_reader(path: str) -> None:
+    """Open and close the FIFO's write end, which ends a reader waiting in open() (it then reads EOF).
+
+    ENXIO means no reader has the FIFO open right now: nothing to release (yet)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass
+
+
+# -- ranks ------------------------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    rank: int
+    exit_code: int | None   # None: the rank vanished without telling
+    summary: str
+
+    def detail(self) -> str:
+        code = "unknown" if self.exit_code is None else self.exit_code
+        return f"(exit code {code}): {self.summary}"
+
+
+VANISHED = "exited without reporting (os._exit or killed by a signal)"
+
+
+@dataclasses.dataclass
+class _Rank:
+    pid: int
+    start: int | None
+    sid: int
+    ended: bool = False
+
+
+class _RankMonitor:
+    """Follows the ranks through their records in the launch directory and their pids."""
+
+    def __init__(self, directory: str, nproc: int):
+        self.directory = directory
+        self.nproc = nproc
+        self.ranks: dict[int, _Rank] = {}
+        self.failures: list[Failure] = []
+
+    def sessions(self) -> set[int]:
+        return {rank.sid for rank in self.ranks.values()}
+
+    def poll(self, detect_vanished: bool = True) -> list[Failure]:
+        """Look for new failures; returns them in the order found.
+
+        Which ranks have ended is decided before the records are read: a rank writes its
+        records before it exits, so a rank seen gone without a record never wrote one.
+        A rank that vanished counts as failed only while no failure is known: once one
+        rank failed, MPI_Abort or the launcher itself kills the others without records.
+        """
+        names = set(os.listdir(self.directory))
+        self._read_pid_records(names)
+        ended = [number for number, rank in sorted(self.ranks.items())
+                 if not rank.ended and not is_alive(rank.pid, rank.start)]
+        for number in ended:
+            self.ranks[number].ended = True
+        names = set(os.listdir(self.directory))
+        known = {item.rank for item in self.failures}
+        new = [record for record in map(self._read_failure, sorted(self._ranks_with(names, failure.FAILED) - known))
+               if record is not None]
+        if detect_vanished and not self.failures and not new:
+            finished = self._ranks_with(names, failure.DONE) | self._ranks_with(names, failure.FAILED)
+            new = [Failure(number, None, VANISHED) for number in ended if number not in finished]
+        self.failures.extend(new)
+        return new
+
+    def _ranks_with(self, names: set[str], kind: str) -> set[int]:
+        return {rank for rank in range(self.nproc) if failure.file_name(rank, kind) in names}
+
+    def _read_json(self, rank: int, kind: str) -> dict | None:
+        try:
+            with open(failure.launch_file(self.directory, rank, kind)) as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _read_pid_records(self, names: set[str]) -> None:
+        for number in sorted(self._ranks_with(names, failure.PID) - set(self.ranks)):
+            data = self._read_json(number, failure.PID)
+            if data is not None and isinstance(data.get("pid"), int):
+                self.ranks[number] = _Rank(data["pid"], data.get("start"), int(data.get("sid") or 0))
+
+    def _read_failure(self, rank: int) -> Failure | None:
+        data = self._read_json(rank, failure.FAILED)
+        if data is None:
+            return None
+        code = data.get("exit_code")
+        return Failure(rank, code if isinstance(code, int) else None, str(data.get("summary") or "no summary"))
+
+
+# -- the job -----------------------------------------------------------------------------------------------------------
+class _Job:
+    """One mpiexec run: start it, watch it, stop it, and say how it went."""
+
+    def __init__(self, command: list[str], env: dict[str, str], directory: str, nproc: int, grace: float):
+        self.command = command
+        self.env = env
+        self.grace = grace
+        self.pump = _OutputPump(directory, nproc)
+        self.monitor = _RankMonitor(directory, nproc)
+        self.proc: subprocess.Popen | None = None
+        self.signals: list[int] = []
+        self.stopped = False   # the launcher ended the job (rather than mpiexec exiting by itself)
+
+    def run(self) -> int:
+        with _SignalForwarding(self.signals):
+            self.pump.start()
+            try:
+                try:
+                    # A session of its own: a Ctrl-C meant for the launcher does not hit mpiexec
+                    # half-way; the launcher forwards it in order.
+                    self.proc = subprocess.Popen(self.command, env=self.env, start_new_session=True)
+                except OSError as exc:
+                    print(f"oarlock launch: cannot start {self.command[0]}: {exc}", file=sys.stderr)
+                    return 127
+                self._supervise()
+            finally:
+                if self.proc is not None:
+                    self._shut_down()  # on every path, an error in the launcher included
+                self.pump.close()
+        return self._exit_status()
+
+    def _supervise(self) -> None:
+        """Wait for mpiexec to exit, a rank to fail (then --grace more seconds) or a signal to the launcher."""
+        deadline = None
+        while True:
+            returncode = self.proc.poll()
+            self._note(self.monitor.poll(), running=returncode is None)
+            if returncode is not None or self.signals:
+                break
+            if self.monitor.failures and deadline is None:
+                deadline = time.monotonic() + self.grace
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            time.sleep(POLL_S)
+        if self.signals:
+            name = signal.Signals(self.signals[0]).name
+            print(f"oarlock launch: got {name}; stopping the job", file=sys.stderr, flush=True)
+
+    def _note(self, failures: list[Failure], running: bool) -> None:
+        """Announce the job's first failure (once)."""
+        if not failures or failures[0] is not self.monitor.failures[0]:
+            return
+        first = failures[0]
+        tail = "; stopping the other ranks" if running else ""
+        print(f"oarlock launch: rank {first.rank} failed {first.detail()}{tail}", file=sys.stderr, flush=True)
+        if first.exit_code is None and len(failures) > 1:
+            # e.g. one rank killed by a signal, and mpiexec killing the others at once
+            ranks = ", ".join(str(item.rank) for item in failures)
+            print(f"oarlock launch: ranks {ranks} all ended without reporting within {POLL_S:g} s; which of them "
+                  f"ended first is unknown (mpiexec's own message may name the process)", file=sys.stderr, flush=True)
+
+    def _shut_down(self) -> None:
+        """End every process of the job: SIGTERM, then SIGKILL what is left TERM_WAIT_S later.
+
+        While mpiexec runs, SIGTERM goes to mpiexec (which forwards it through its proxies) and
+        to the ranks' sessions (the ranks and their children), not to the proxies themselves:
+        killing those first only makes mpiexec complain it cannot reach them. SIGKILL goes to
+        everything. This also runs after mpiexec exited by itself, for what the ranks left behind.
+        """
+        self.stopped = self.proc.poll() is None
+        targets: dict[int, ProcStat] = {}
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            found = self._processes()  # collected before signalling: children are found through live parents
+            if not found and self.proc.poll() is not None:
+                break
+            if not self.stopped and not targets:
+                print(f"oarlock launch: ending {len(found)} process(es) the job left behind: "
+                      f"{', '.join(map(str, sorted(found)))}", file=sys.stderr, flush=True)
+            targets.update(found)
+            direct = found
+            if self.proc.poll() is None:
+                try:
+                    os.killpg(self.proc.pid, sig)  # not reaped yet, so the group id cannot have been reused
+                except ProcessLookupError:
+                    pass
+                if sig == signal.SIGTERM:
+                    sessions = self.monitor.sessions()
+                    direct = {pid: stat for pid, stat in found.items() if stat.sid in sessions}
+            for stat in direct.values():
+                send_signal(stat, sig)
+            if self._wait_gone(targets, TERM_WAIT_S):
+                break
+        self.proc.wait()
+        # records written just before the end: by ranks that failed on their own while being stopped, or
+        # (when mpiexec ended by itself) by any rank
+        self._note(self.monitor.poll(detect_vanished=not self.stopped), running=False)
+
+    def _processes(self) -> dict[int, ProcStat]:
+        root = self.proc.pid if self.proc.poll() is None else None
+        return job_processes(root, self.monitor.sessions() | {self.proc.pid})
+
+    def _wait_gone(self, targets: dict[int, ProcStat], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            alive = [stat.pid for stat in targets.values() if is_alive(stat.pid, stat.start)]
+            if not alive and self.proc.poll() is not None:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+    def _exit_status(self) -> int:
+        failures = self.monitor.failures
+        if failures:
+            ranks = "; ".join(f"rank {item.rank} {item.detail()}" for item in failures)
+            print(f"oarlock launch: {len(failures)} of {self.monitor.nproc} rank(s) failed: {ranks}", file=sys.stderr)
+        if self.signals:
+            return 128 + self.signals[0]
+        returncode = self.proc.returncode if self.proc is not None else None
+        if failures:
+            code = failures[0].exit_code
+            if code is None:  # a vanished rank: mpiexec's status is the best guess when it ended by itself
+                code = returncode if not self.stopped and returncode and returncode > 0 else 1
+            return code or 1
+        if returncode is None:
+            return 127
+        if returncode < 0:
+            print(f"oarlock launch: mpiexec was killed by signal {_signal_name(-returncode)}", file=sys.stderr)
+            return 128 - returncode
+        if returncode > 0:
+            print(f"oarlock launch: mpiexec exited with status {returncode} without a rank reporting a failure",
+                  file=sys.stderr)
+        return returncode
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+class _SignalForwarding:
+    """While active, SIGINT, SIGTERM and SIGHUP to the launcher are noted in `received` instead of ending it;
+    the supervision loop then stops the job in order. Only the main thread may install handlers."""
+
+    def __init__(self, received: list[int]):
+        self.received = received
+        self.previous: dict[int, object] = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in _FORWARDED_SIGNALS:
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.received.append(signum)
+
+    def __exit__(self, *exc_info):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        return False

@@ -1,0 +1,208 @@
+"""`oarlock launch`: real MPI jobs of 2 and 4 ranks started through mpiexec.
+
+Checked: rank-prefixed and complete output on the right stream, untouched script
+arguments, the ranks' environment, and the failure paths (an exception, sys.exit,
+os._exit, Ctrl-C to the launcher, a launcher that cannot start any rank): the
+launcher names the failed rank, ends within a bounded time and leaves no process
+of the job behind. Every job costs about half a second of mpiexec start-up, so the
+failure cases use a short --grace and the helper scripts live in tests/scripts.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+pytest.importorskip("mpi4py")
+
+from oarlock_xccl import launch  # noqa: E402 - only once mpi4py is known to be there
+
+try:
+    launch.find_mpiexec()
+except launch.LaunchError as exc:
+    pytest.skip(f"no MPI launcher: {exc}", allow_module_level=True)
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
+HELLO = os.path.join(SCRIPTS, "launch_hello.py")
+FAIL = os.path.join(SCRIPTS, "launch_fail.py")
+OARLOCK_LAUNCH = [sys.executable, "-m", "oarlock.cli", "launch"]
+TIMEOUT_S = 60   # a hanging launcher fails the test instead of the run
+
+
+def environment() -> dict:
+    """The test process's environment without launcher variables a surrounding job might have set."""
+    env = dict(os.environ)
+    for name in ("OARLOCK_LAUNCH_DIR", launch.BACKEND_ENV, launch.TIMEOUT_ENV):
+        env.pop(name, None)
+    return env
+
+
+def run_launch(*args, command=OARLOCK_LAUNCH):
+    """Run the launcher to its end; returns (CompletedProcess, seconds taken)."""
+    started = time.monotonic()
+    done = subprocess.run([*command, *map(str, args)], capture_output=True, text=True, timeout=TIMEOUT_S,
+                          env=environment(), stdin=subprocess.DEVNULL)
+    return done, time.monotonic() - started
+
+
+def leftovers(marker: str) -> list[str]:
+    """Command lines of live processes that mention `marker` (zombies have an empty command line)."""
+    if not os.path.isdir("/proc"):
+        table = subprocess.run(["ps", "-eo", "pid=,stat=,args="], capture_output=True, text=True, check=True).stdout
+        return [row for row in table.splitlines() if marker in row and "Z" not in row.split()[1]]
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline:
+            found.append(f"{name}: {cmdline}")
+    return found
+
+
+def lines(text: str) -> list[str]:
+    return text.splitlines()
+
+
+def hello_lines(stdout: str, size: int, args: list[str]) -> None:
+    for rank in range(size):
+        assert f"[rank {rank}] hello rank={rank} size={size} args={json.dumps(args)}" in lines(stdout)
+        assert f"[rank {rank}] child of rank {rank}" in lines(stdout)
+        assert f"[rank {rank}] partial line of rank {rank}" in lines(stdout)
+
+
+def rank_environment(stdout: str, rank: int) -> dict:
+    prefix = f"[rank {rank}] environment "
+    return json.loads(next(line for line in lines(stdout) if line.startswith(prefix))[len(prefix):])
+
+
+# -- jobs that succeed -------------------------------------------------------------------------------------------------
+HELLO_ARGS = ["--foo", "-n", "3", "--", "a b"]
+
+
+@pytest.fixture(scope="module")
+def two_ranks():
+    """One 2-rank job shared by the output tests."""
+    done, _ = run_launch("-n", 2, "--backend", "mpi", "--timeout", 30, HELLO, *HELLO_ARGS)
+    return done
+
+
+def test_two_ranks_print_every_line_with_their_rank(two_ranks):
+    assert two_ranks.returncode == 0, two_ranks.stderr
+    hello_lines(two_ranks.stdout, 2, HELLO_ARGS)  # also: C-level output of a child and a last line without newline
+    # everything the ranks write is prefixed; nothing is lost or doubled
+    rank_lines = [line for line in lines(two_ranks.stdout) if line.startswith("[rank ")]
+    assert len(rank_lines) == 2 * 4 and len(set(rank_lines)) == 8
+
+
+def test_stderr_lines_are_prefixed_and_stay_on_stderr(two_ranks):
+    for rank in range(2):
+        assert f"[rank {rank}] to stderr from rank {rank}" in lines(two_ranks.stderr)
+        assert f"[rank {rank}] fd-level from rank {rank}" in lines(two_ranks.stderr)
+        assert f"[rank {rank}] to stderr from rank {rank}" not in lines(two_ranks.stdout)
+    assert "hello" not in two_ranks.stderr
+
+
+def test_ranks_get_the_launch_environment_and_the_directory_is_removed(two_ranks):
+    first, second = rank_environment(two_ranks.stdout, 0), rank_environment(two_ranks.stdout, 1)
+    assert first == second
+    assert first["OARLOCK_COMM_BACKEND"] == "mpi" and first["OARLOCK_COLLECTIVE_TIMEOUT"] == "30"
+    assert first["OARLOCK_LAUNCH_DIR"] and not os.path.exists(first["OARLOCK_LAUNCH_DIR"])
+
+
+def test_four_ranks_oversubscribe_two_cores():
+    done, _ = run_launch("-n", 4, HELLO)
+    assert done.returncode == 0, done.stderr
+    hello_lines(done.stdout, 4, [])
+    # --backend auto and no --timeout: the variables are not set
+    assert rank_environment(done.stdout, 3)["OARLOCK_COMM_BACKEND"] is None
+    assert rank_environment(done.stdout, 3)["OARLOCK_COLLECTIVE_TIMEOUT"] is None
+
+
+def test_python_m_oarlock_distributed_launch_is_the_same_command():
+    done, _ = run_launch("-n", 2, HELLO, "--x", command=[sys.executable, "-m", "oarlock.distributed.launch"])
+    assert done.returncode == 0, done.stderr
+    hello_lines(done.stdout, 2, ["--x"])
+
+
+# -- jobs that fail ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode, size, code, summary", [
+    ("raise", 2, 1, "ValueError: boom on rank 1"),            # the others wait in MPI_Barrier: MPI_Abort ends them
+    ("raise-sleeping", 3, 1, "ValueError: boom on rank 1"),   # the others sleep outside MPI: the launcher ends them
+    ("exit", 2, 3, "SystemExit: 3"),
+    ("os_exit", 3, None, "exited without reporting (os._exit or killed by a signal)"),
+])
+def test_a_failing_rank_ends_the_job_and_is_named(mode, size, code, summary):
+    marker = f"oarlock-launch-test-{uuid.uuid4().hex}"
+    done, seconds = run_launch("-n", size, "--grace", 0.5, FAIL, marker, mode, 1)
+    assert seconds < 30  # the other ranks would sleep for 120 s
+    assert leftovers(marker) == []  # ranks, their children and mpiexec are all gone
+    assert done.returncode == (code or done.returncode) and done.returncode != 0, done.stderr
+    shown = "unknown" if code is None else code
+    assert f"oarlock launch: rank 1 failed (exit code {shown}): {summary}" in done.stderr
+    assert f"oarlock launch: 1 of {size} rank(s) failed: rank 1 (exit code {shown}): {summary}" in lines(done.stderr)
+    if mode.startswith("raise"):
+        assert "[rank 1] Traceback (most recent call last):" in lines(done.stderr)
+        assert "oarlock_xccl" not in done.stderr.split("Traceback", 1)[1].split("ValueError")[0]  # the script's frames
+
+
+def test_ctrl_c_to_the_launcher_stops_the_job():
+    marker = f"oarlock-launch-test-{uuid.uuid4().hex}"
+    proc = subprocess.Popen([*OARLOCK_LAUNCH, "-n", "2", FAIL, marker, "none", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=environment(), stdin=subprocess.DEVNULL)
+    watchdog = threading.Timer(TIMEOUT_S, proc.kill)
+    watchdog.start()
+    try:
+        ready = [proc.stdout.readline() for _ in range(2)]
+        assert sorted(line.split()[-1] for line in ready) == ["0", "1"], ready
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        watchdog.cancel()
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "oarlock launch: got SIGINT; stopping the job" in stderr
+    assert leftovers(marker) == []
+
+
+# -- the launcher's own errors -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args, message", [
+    (["-n", "2", "no_such_script.py"], "script 'no_such_script.py' not found"),
+    (["-n", "0", HELLO], "-n/--nproc must be a number of ranks >= 1, got 0"),
+    (["-n", "2"], "no script given"),
+    (["-n", "2", "--timeout", "-1", HELLO], "--timeout must be a positive number of seconds, got -1"),
+    (["-n", "2", "--mpiexec", "/no/such/mpiexec", HELLO], "--mpiexec '/no/such/mpiexec' is not an executable file"),
+])
+def test_bad_arguments_are_reported_without_starting_a_job(args, message):
+    done, seconds = run_launch(*args)
+    assert done.returncode == 2
+    assert f"oarlock launch: {message}" in done.stderr
+    assert seconds < 15
+
+
+@pytest.mark.skipif(shutil.which("false") is None, reason="needs the `false` command")
+def test_a_launcher_that_starts_no_rank_does_not_hang():
+    # the output threads wait in open() for ranks that never come; the launcher must release them
+    done, seconds = run_launch("-n", 2, "--mpiexec", shutil.which("false"), HELLO)
+    assert done.returncode == 1
+    assert "oarlock launch: mpiexec exited with status 1 without a rank reporting a failure" in done.stderr
+    assert seconds < 15
+
+
+def test_help_lists_the_options_and_the_environment():
+    done, _ = run_launch("--help")
+    assert done.returncode == 0
+    for text in ("-n N", "--backend", "--timeout", "--grace", "--mpiexec", "OARLOCK_LAUNCH_DIR",
+                 "OARLOCK_COMM_BACKEND", "OARLOCK_COLLECTIVE_TIMEOUT"):
+        assert text in done.stdout
