@@ -39,6 +39,8 @@ import threading
 import time
 
 from oarlock_xccl import failure
+from oarlock_xccl.output import FifoError, OutputPump
+from oarlock_xccl.processes import ProcStat, is_alive, job_processes, send_signal
 
 HELP = "run a Python script as N MPI ranks (through mpiexec) with rank-prefixed output; stops the job when a rank fails"
 
@@ -67,17 +69,11 @@ TIMEOUT_ENV = "OARLOCK_COLLECTIVE_TIMEOUT"
 
 POLL_S = 0.1            # how often the launcher looks at mpiexec and the rank records
 TERM_WAIT_S = 2.0       # between SIGTERM and SIGKILL
-PUMP_CLOSE_S = 5.0      # how long the output threads may take to drain once the job has ended
-_LINE_LIMIT = 1 << 16   # a longer line without newline is printed in pieces
 _FORWARDED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 class LaunchError(Exception):
     """A problem with the command line or the MPI installation, reported without a traceback."""
-
-
-class _FifoError(Exception):
-    """mkfifo failed in the launch directory (the cause is the OSError)."""
 
 
 # -- command line ----------------------------------------------------------------------------------------------------
@@ -118,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         job = _Job(command, _rank_environment(args, directory), directory, args.nproc, args.grace)
         try:
             return job.run()
-        except _FifoError as exc:
+        except FifoError as exc:
             print(f"oarlock launch: cannot create the ranks' output FIFOs in {directory}: {exc.__cause__}; the "
                   f"launch directory comes from TMPDIR, which must be a local file system", file=sys.stderr)
             return 1
@@ -188,175 +184,6 @@ def launcher_options(mpiexec: str) -> list[str]:
         return []  # starting the job reports the problem with the right context
     text = version.stdout + version.stderr
     return ["--oversubscribe"] if "Open MPI" in text or "OpenRTE" in text else []
-
-
-# -- /proc -------------------------------------------------------------------------------------------------------------
-_HAVE_PROC = os.path.isdir("/proc/self")
-
-
-@dataclasses.dataclass(frozen=True)
-class ProcStat:
-    """What the launcher needs of a process: its identity (pid + start time) and its place in the tree."""
-    pid: int
-    ppid: int
-    sid: int
-    state: str
-    start: int | None   # clock ticks since boot; tells a process from a later one with the same pid
-
-
-def read_proc_stat(pid: int) -> ProcStat | None:
-    """The process's /proc/PID/stat, or None when it does not exist (or there is no /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    fields = data.rpartition(b")")[2].split()  # the command name before ")" may contain anything
-    try:
-        return ProcStat(pid, int(fields[1]), int(fields[3]), fields[0].decode(), int(fields[19]))
-    except (IndexError, ValueError):
-        return None
-
-
-def _all_processes() -> list[ProcStat]:
-    if not _HAVE_PROC:
-        return []
-    stats = (read_proc_stat(int(name)) for name in os.listdir("/proc") if name.isdigit())
-    return [stat for stat in stats if stat is not None]
-
-
-def is_alive(pid: int, start: int | None) -> bool:
-    """Whether the process `pid` that started at `start` still runs (a zombie has ended)."""
-    if not _HAVE_PROC:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass
-        return True
-    stat = read_proc_stat(pid)
-    return stat is not None and stat.state not in ("Z", "X") and (start is None or stat.start == start)
-
-
-def job_processes(root: int | None, sessions: set[int]) -> dict[int, ProcStat]:
-    """The live processes of a job: the descendants of `root` and all members of `sessions` and of the
-    descendants' sessions. Never this process or a member of its session."""
-    table = _all_processes()
-    children: dict[int, list[ProcStat]] = {}
-    for stat in table:
-        children.setdefault(stat.ppid, []).append(stat)
-    found: dict[int, ProcStat] = {}
-    stack = list(children.get(root, [])) if root is not None else []
-    while stack:
-        stat = stack.pop()
-        if stat.pid not in found:
-            found[stat.pid] = stat
-            stack.extend(children.get(stat.pid, []))
-    own_session = os.getsid(0)
-    sessions = (set(sessions) | {stat.sid for stat in found.values()}) - {0, own_session}
-    found.update((stat.pid, stat) for stat in table if stat.sid in sessions)
-    return {pid: stat for pid, stat in found.items()
-            if pid != os.getpid() and stat.sid != own_session and stat.state not in ("Z", "X")}
-
-
-def send_signal(stat: ProcStat, sig: int) -> None:
-    """Signal the process `stat` describes, if it is still that process (not a later one with its pid)."""
-    pidfd = None
-    try:
-        if hasattr(os, "pidfd_open"):
-            try:
-                pidfd = os.pidfd_open(stat.pid)  # pins the process: no pid reuse between check and kill
-            except ProcessLookupError:
-                return
-            except OSError:
-                pidfd = None  # kernel without pidfds
-        current = read_proc_stat(stat.pid) if _HAVE_PROC else stat
-        if current is None or current.start != stat.start:
-            return
-        if pidfd is not None:
-            signal.pidfd_send_signal(pidfd, sig)
-        else:
-            os.kill(stat.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
-
-
-# -- output ------------------------------------------------------------------------------------------------------------
-class _OutputPump:
-    """Two FIFOs per rank in the launch directory and one thread per FIFO printing its lines with the rank prefix."""
-
-    _write_lock = threading.Lock()  # one line at a time, whichever stream
-
-    def __init__(self, directory: str, nproc: int):
-        self.fifos = [(rank, stream, failure.launch_file(directory, rank, kind))
-                      for rank in range(nproc) for kind, stream in ((failure.OUT, "stdout"), (failure.ERR, "stderr"))]
-        self.threads: list[tuple[threading.Thread, str]] = []
-
-    def start(self) -> None:
-        for rank, stream, path in self.fifos:
-            try:
-                os.mkfifo(path, 0o600)
-            except OSError as exc:
-                self.close()  # the threads already waiting for their FIFOs
-                raise _FifoError() from exc
-            thread = threading.Thread(target=self._pump, args=(rank, stream, path), daemon=True,
-                                      name=f"oarlock-launch-rank{rank}-{stream}")
-            thread.start()
-            self.threads.append((thread, path))
-
-    def close(self, timeout: float = PUMP_CLOSE_S) -> None:
-        """Wait for the threads to print what is left; release those still waiting for a rank that never started."""
-        deadline = time.monotonic() + timeout
-        for thread, path in self.threads:
-            while thread.is_alive() and time.monotonic() < deadline:
-                _release_reader(path)
-                thread.join(0.05)
-
-    def _pump(self, rank: int, stream: str, path: str) -> None:
-        prefix = f"[rank {rank}] "
-        fd = os.open(path, os.O_RDONLY)  # waits for the rank (or _release_reader) to open the write end
-        pending = b""
-        with open(fd, "rb", buffering=0) as fifo:
-            while chunk := fifo.read(_LINE_LIMIT):
-                *lines, pending = (pending + chunk).split(b"\n")
-                if len(pending) >= _LINE_LIMIT:
-                    lines.append(pending)
-                    pending = b""
-                self._print(stream, prefix, lines)
-        if pending:  # the last line had no newline
-            self._print(stream, prefix, [pending])
-
-    @classmethod
-    def _print(cls, stream: str, prefix: str, lines: list[bytes]) -> None:
-        if not lines:
-            return
-        text = "".join(f"{prefix}{line.decode('utf-8', errors='replace')}\n" for line in lines)
-        with cls._write_lock:
-            out = getattr(sys, stream)
-            if out is None:
-                return
-            try:
-                out.write(text)
-                out.flush()
-            except UnicodeEncodeError:
-                out.write(text.encode(out.encoding or "ascii", errors="replace").decode(out.encoding or "ascii"))
-                out.flush()
-            except (OSError, ValueError):
-                pass  # our stdout is gone (closed pipe); keep draining so the rank never blocks on a full FIFO
-
-
-def _release_reader(path: str) -> None:
-    """Open and close the FIFO's write end, which ends a reader waiting in open() (it then reads EOF).
-
-    ENXIO means no reader has the FIFO open right now: nothing to release (yet)."""
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-    except OSError:
-        pass
 
 
 # -- ranks ------------------------------------------------------------------------------------------------------------
@@ -451,7 +278,7 @@ class _Job:
         self.command = command
         self.env = env
         self.grace = grace
-        self.pump = _OutputPump(directory, nproc)
+        self.pump = OutputPump(directory, nproc)
         self.monitor = _RankMonitor(directory, nproc)
         self.proc: subprocess.Popen | None = None
         self.signals: list[int] = []

@@ -105,7 +105,7 @@ def _open_fifo(path: str) -> int:
 
 def _identity() -> dict:
     """This process as the launcher should recognise it: pid, start time (against pid reuse), session."""
-    from oarlock_xccl.launch import read_proc_stat
+    from oarlock_xccl.processes import read_proc_stat
     stat = read_proc_stat(os.getpid())
     return {"rank": failure.launch_rank(), "pid": os.getpid(), "start": stat.start if stat else None,
             "sid": os.getsid(0)}
