@@ -18,10 +18,10 @@ JOB = Path(__file__).parent / "scripts" / "watchdog_job.py"
 TIMEOUT_S = 2
 
 
-def _launch(size: int, skipper: int, mode: str):
+def _launch(size: int, skipper: int, mode: str, *options: str):
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "oarlock.cli", "launch", "-n", str(size), "--timeout", str(TIMEOUT_S),
-                           str(JOB), str(skipper), mode], capture_output=True, text=True, timeout=120)
+                           *options, str(JOB), str(skipper), mode], capture_output=True, text=True, timeout=120)
     return done, time.monotonic() - start
 
 
@@ -48,11 +48,11 @@ def test_unmatched_recv_names_its_peer():
     assert "recv() timed out" in message and "its peer(s) [1] have not matched it" in message
 
 
-def test_debug_mode_names_ranks_that_call_different_collectives(monkeypatch):
+def test_debug_mode_names_ranks_that_call_different_collectives():
     """Rank 2 calls barrier() where the others call all_reduce(): MPI would match the two and
-    exchange mismatched data; OARLOCK_DISTRIBUTED_DEBUG=1 fails every rank at once instead."""
-    monkeypatch.setenv("OARLOCK_DISTRIBUTED_DEBUG", "1")
-    done, wall = _launch(4, 2, "barrier")
+    exchange mismatched data; `oarlock launch --debug` (OARLOCK_DISTRIBUTED_DEBUG=1) fails every
+    rank at once instead."""
+    done, wall = _launch(4, 2, "barrier", "--debug")
     assert done.returncode != 0
     message = re.search(r"\[rank \d\] WATCHDOG after [\d.]+: (.*)", done.stdout).group(1)
     assert "disagree on collective #2" in message

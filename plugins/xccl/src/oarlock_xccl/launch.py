@@ -52,6 +52,7 @@ environment of every rank (besides mpiexec's own, e.g. PMI_RANK):
                               output pipes and their start, done and failure records live there
   OARLOCK_COMM_BACKEND        the --backend value; set only when --backend is mpi or nccl
   OARLOCK_COLLECTIVE_TIMEOUT  the --timeout value in seconds; set only when --timeout is given
+  OARLOCK_DISTRIBUTED_DEBUG   1 with --debug
 
 Every line a rank writes to stdout or stderr is printed as "[rank R] line" on the launcher's stdout or stderr.
 When a rank fails (an exception, a non-zero exit status, os._exit or a signal) the launcher names it, waits
@@ -63,9 +64,9 @@ exit status: the exit code of the first rank that failed (for a rank that vanish
 The ranks run on this machine: the launch directory must be theirs too.
 """
 
-BACKENDS = ("auto", "mpi", "nccl")
 BACKEND_ENV = "OARLOCK_COMM_BACKEND"
 TIMEOUT_ENV = "OARLOCK_COLLECTIVE_TIMEOUT"
+DEBUG_ENV = "OARLOCK_DISTRIBUTED_DEBUG"
 
 POLL_S = 0.1            # how often the launcher looks at mpiexec and the rank records
 TERM_WAIT_S = 2.0       # between SIGTERM and SIGKILL
@@ -84,11 +85,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.usage = ("%(prog)s [-h] -n N [--backend {auto,mpi,nccl}] [--timeout SECONDS] [--grace SECONDS] "
                     "[--mpiexec PATH] SCRIPT [ARGS ...]")
     parser.add_argument("-n", "--nproc", type=int, required=True, metavar="N", help="number of ranks to start")
-    parser.add_argument("--backend", choices=BACKENDS, default="auto",
+    from oarlock._registry import default_registry
+    backends = ["auto", *sorted(default_registry().comms)]    # every installed library, third-party ones too
+    parser.add_argument("--backend", choices=backends, default="auto",
                         help="communication backend of the ranks' process groups, passed as OARLOCK_COMM_BACKEND; "
                              "auto (default) leaves the choice to oarlock.distributed")
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
                         help="collective timeout of the ranks, passed as OARLOCK_COLLECTIVE_TIMEOUT")
+    parser.add_argument("--debug", action="store_true",
+                        help="before every collective the ranks check that they call the same one (same op, root "
+                             "and shape) and fail at once, naming every rank's call, when they do not "
+                             "(OARLOCK_DISTRIBUTED_DEBUG=1; costs one small all_gather per collective)")
     parser.add_argument("--grace", type=float, default=3.0, metavar="SECONDS",
                         help="after a rank failed, how long the job may take to end by itself before the launcher "
                              "stops the other ranks (default 3)")
@@ -150,6 +157,8 @@ def _rank_environment(args, directory: str) -> dict[str, str]:
         env[BACKEND_ENV] = args.backend
     if args.timeout is not None:
         env[TIMEOUT_ENV] = format(args.timeout, "g")
+    if args.debug:
+        env[DEBUG_ENV] = "1"
     return env
 
 
