@@ -18,6 +18,9 @@ from oarlock import Tensor
 from oarlock_xccl import groups, watchdog
 from oarlock_xccl.backend import ReduceOp
 
+# read once: the ranks of a job get it from their environment (`oarlock launch --debug`)
+_DEBUG = os.environ.get("OARLOCK_DISTRIBUTED_DEBUG", "0") not in ("", "0")
+
 
 class Task:
     """What a collective returns: `wait()` blocks (under the watchdog) until it completes and its
@@ -50,12 +53,13 @@ class Task:
 class Call:
     """The state of one collective on one group (see `begin`)."""
 
-    def __init__(self, name, group, place, backend, sequence):
-        self.name, self.group, self.place, self.backend = name, group, place, backend
-        self.sequence = sequence
-        self.staged = place.type not in _served_types(backend)
+    __slots__ = ("name", "group", "place", "backend", "comm", "staged", "xp", "sequence", "peers", "afterwards",
+                 "writebacks")
+
+    def __init__(self, name, group, place, route, sequence, peers):
+        self.name, self.group, self.place, self.sequence, self.peers = name, group, place, sequence, peers
+        self.backend, self.comm, self.staged = route
         self.xp = np if self.staged else place.backend.xp
-        self.comm = group.communicator(backend)
         self.afterwards: list = []      # steps once the backend is done (fill lists, unpack buffers)
         self.writebacks: list = []      # then: copy staged arrays back into their tensors
 
@@ -122,11 +126,12 @@ def group_rank(group, rank, what: str, argument: str) -> int:
     return index
 
 
-def begin(name: str, group, tensors: list, peers=None, agree=()) -> Call | None:
+def begin(name: str, group, tensors: list, peers=None, agree=(), same_shape=False) -> Call | None:
     """Start collective `name` on `group` for `tensors` (all on one device); None if this rank is
     not a member of the group (Paddle returns at once there). Point-to-point calls pass their
     `peers` (global ranks) instead of being counted as collectives of the group. `agree` holds
-    what every rank must pass alike (op, shape), checked with OARLOCK_DISTRIBUTED_DEBUG=1."""
+    what every rank must pass alike (op, root), and `same_shape` says the tensors' shapes must
+    match too; both are checked with OARLOCK_DISTRIBUTED_DEBUG=1."""
     group = groups.resolve(group, name)
     if group.broken:
         raise RuntimeError(f"{name}(): group {group.id} cannot be used after an earlier collective timed out: "
@@ -137,12 +142,26 @@ def begin(name: str, group, tensors: list, peers=None, agree=()) -> Call | None:
     for tensor in tensors[1:]:
         if tensor.place is not place:
             raise ValueError(f"{name}(): all tensors must be on one device; got {place} and {tensor.place}")
-    call = Call(name, group, place, choose_backend(group, place, name),
-                watchdog.enter(group.id) if peers is None else None)
-    call.peers = peers
-    if peers is None and os.environ.get("OARLOCK_DISTRIBUTED_DEBUG", "0") not in ("", "0"):
-        _check_agreement(call, (name, tensors[0].dtype.name, *map(str, agree)))
+    call = Call(name, group, place, _route(group, place, name), watchdog.enter(group.id) if peers is None else None,
+                peers)
+    if _DEBUG and peers is None:
+        agree = (*agree, tensors[0].shape) if same_shape else agree
+        _check_agreement(call, (name, tensors[0].dtype.name, *(getattr(a, "name", a) for a in agree)))
     return call
+
+
+def _route(group, place, what: str) -> tuple:
+    """(backend, communicator, staged) for `place`'s tensors on `group`, remembered per device
+    type until a plugin registers something new."""
+    from oarlock._registry import default_registry
+    generation = default_registry().generation
+    cached = group.routes.get(place.type)
+    if cached is not None and cached[0] == generation:
+        return cached[1]
+    backend = choose_backend(group, place, what)
+    route = (backend, group.communicator(backend), place.type not in _served_types(backend))
+    group.routes[place.type] = (generation, route)
+    return route
 
 
 def _check_agreement(call, fingerprint: tuple) -> None:
@@ -158,7 +177,7 @@ def _check_agreement(call, fingerprint: tuple) -> None:
     watchdog.wait(work, group, call.sequence, call.name)
     if (digests != digest).any():
         calls = comm.allgather(fingerprint)
-        listing = "; ".join(f"rank {rank}: {', '.join(f)}" for rank, f in zip(group.ranks, calls))
+        listing = "; ".join(f"rank {rank}: {', '.join(map(str, f))}" for rank, f in zip(group.ranks, calls))
         raise RuntimeError(f"{call.name}(): the ranks of group {group.id} disagree on collective #{call.sequence} "
                            f"(OARLOCK_DISTRIBUTED_DEBUG check): {listing}")
 

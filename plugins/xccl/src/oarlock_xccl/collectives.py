@@ -19,7 +19,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, sync_op=True):
     """Reduce `tensor` over the group with `op`; every rank gets the result in place."""
     check_tensor(tensor, "all_reduce", "tensor")
     op = check_op(op, "all_reduce")
-    call = begin("all_reduce", group, [tensor], agree=(op.name, tensor.shape))
+    call = begin("all_reduce", group, [tensor], agree=(op,), same_shape=True)
     if call is None:
         return None
     array = call.inout(tensor)
@@ -29,7 +29,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, sync_op=True):
 def broadcast(tensor, src, group=None, sync_op=True):
     """Copy `tensor` of global rank `src` into `tensor` on every rank of the group."""
     check_tensor(tensor, "broadcast", "tensor")
-    call = begin("broadcast", group, [tensor], agree=(src, tensor.shape))
+    call = begin("broadcast", group, [tensor], agree=(src,), same_shape=True)
     if call is None:
         return None
     root = group_rank(call.group, src, "broadcast", "src")
@@ -41,7 +41,7 @@ def reduce(tensor, dst, op=ReduceOp.SUM, group=None, sync_op=True):
     """Reduce `tensor` over the group into `tensor` on global rank `dst`; the others keep theirs."""
     check_tensor(tensor, "reduce", "tensor")
     op = check_op(op, "reduce")
-    call = begin("reduce", group, [tensor], agree=(dst, op.name, tensor.shape))
+    call = begin("reduce", group, [tensor], agree=(dst, op), same_shape=True)
     if call is None:
         return None
     root = group_rank(call.group, dst, "reduce", "dst")
@@ -108,7 +108,7 @@ def reduce_scatter(tensor, tensor_list, op=ReduceOp.SUM, group=None, sync_op=Tru
     split along axis 0) with `op` into `tensor` on rank r."""
     check_tensor(tensor, "reduce_scatter", "tensor")
     op = check_op(op, "reduce_scatter")
-    call = begin("reduce_scatter", group, [tensor], agree=(op.name,))
+    call = begin("reduce_scatter", group, [tensor], agree=(op,))
     if call is None:
         return None
     n, shape = call.group.nranks, list(tensor.shape)

@@ -48,6 +48,7 @@ class Group:
         self.backend_name, self.timeout = backend, timeout
         self.broken: str | None = None
         self._comms: dict = {}      # backend name -> communicator
+        self.routes: dict = {}      # device type -> (registry generation, (backend, communicator, staged))
 
     world_size = property(lambda self: self.nranks)
     process_group = property(lambda self: self)
@@ -92,6 +93,7 @@ class Group:
         for name, comm in self._comms.items():
             comms[name].comm_destroy(comm)
         self._comms.clear()
+        self.routes.clear()
 
 
 # -- Paddle's functions -------------------------------------------------------------------------

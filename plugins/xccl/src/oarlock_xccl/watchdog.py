@@ -47,11 +47,13 @@ def wait(work, group, sequence: int | None, name: str, peers=None) -> None:
     global _waiting
     _waiting = (group.id, sequence, name)
     deadline = time.monotonic() + group.timeout
-    spins, idle = 0, _IDLE_S if world.oversubscribed() else 0.0
+    idle = _IDLE_S if world.oversubscribed() else 0.0
+    patience = 50 if idle else 2000     # polls before the first pause: ~25 us oversubscribed, ~1 ms otherwise
+    spins = 0
     try:
         while not work.test():
             spins += 1
-            if spins > 2000:
+            if spins > patience:
                 # More ranks than cores: a rank that spins takes the core its peers need to
                 # arrive, so it sleeps between polls (Open MPI's yield_when_idle does the same).
                 if idle:
