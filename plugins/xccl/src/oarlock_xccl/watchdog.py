@@ -20,7 +20,7 @@ from oarlock_xccl import world
 
 _QUERY, _REPLY = 1, 2
 _POLL_S = 0.05
-_IDLE_S = 50e-6                         # an oversubscribed rank's pause between polls
+_IDLE_S = 100e-6                        # an oversubscribed rank's pause between polls in a long wait
 _entered: dict[int, int] = {}          # group id -> collectives entered on it
 _waiting: tuple | None = None           # (group id, sequence, collective name) the main thread waits on
 _responder: tuple | None = None         # (thread, stop event)
@@ -47,17 +47,19 @@ def wait(work, group, sequence: int | None, name: str, peers=None) -> None:
     global _waiting
     _waiting = (group.id, sequence, name)
     deadline = time.monotonic() + group.timeout
-    idle = _IDLE_S if world.oversubscribed() else 0.0
-    patience = 50 if idle else 2000     # polls before the first pause: ~25 us oversubscribed, ~1 ms otherwise
+    # With more ranks than cores a spinning rank takes the core its peers need to arrive: it
+    # yields between polls (Open MPI's yield_when_idle) and, when the wait drags on
+    # (a peer still computing), sleeps between polls. Sleeping from the start made small
+    # collectives 10x slower; yielding alone let waiting ranks starve a computing one.
+    oversubscribed = world.oversubscribed()
+    patience, drowsy = (0, 2000) if oversubscribed else (2000, None)
     spins = 0
     try:
         while not work.test():
             spins += 1
             if spins > patience:
-                # More ranks than cores: a rank that spins takes the core its peers need to
-                # arrive, so it sleeps between polls (Open MPI's yield_when_idle does the same).
-                if idle:
-                    time.sleep(idle)
+                if drowsy is not None and spins > drowsy:
+                    time.sleep(_IDLE_S)
                 else:
                     os.sched_yield()
                 if spins & 255 == 0 and time.monotonic() > deadline:
