@@ -7,9 +7,10 @@ loaded on first use: `import oarlock` imports no plugin.
 
 import oarlock.nn.attention
 import oarlock.nn.functional
+import oarlock.nn.init
 import oarlock.nn.initializer
 import oarlock.nn.utils
-from oarlock import compat, device, distributed, io, linalg, nn, optimizer
+from oarlock import amp, autograd, compat, device, distributed, io, linalg, nn, optimizer, special
 from oarlock._namespace import lazy_namespace
 from oarlock._tensor import Tensor, from_dlpack
 from oarlock.autograd import (PyLayer, enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled)

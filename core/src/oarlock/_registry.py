@@ -16,7 +16,7 @@ GENERIC = None  # device key of the generic array-API kernels
 ANY_DTYPE = None
 
 NAMESPACES = ("oarlock", "oarlock.nn", "oarlock.nn.functional", "oarlock.nn.utils", "oarlock.nn.initializer",
-              "oarlock.nn.attention",
+              "oarlock.nn.init", "oarlock.nn.attention", "oarlock.amp", "oarlock.special",
               "oarlock.linalg", "oarlock.distributed",
               "oarlock.compat", "oarlock.optimizer", "oarlock.optimizer.lr", "oarlock.io", "Tensor")
 
