@@ -2,10 +2,11 @@
 
 from oarlock import hookimpl
 
-from oarlock_ops import (attention, conv, creation, data, elementwise, indexing, layers, linalg, loss, nn, norm,
-                         optim, reduction, shape, unary)
+from oarlock_ops import (attention, compat, complex, conv, creation, data, elementwise, indexing, layers, linalg, loss,
+                         matrix, nn, norm, optim, reduction, sampling, scatter, shape, sorting, unary)
 
-FAMILIES = (creation, elementwise, unary, reduction, shape, indexing, linalg, nn, conv, norm, attention, loss, optim)
+FAMILIES = (creation, elementwise, unary, reduction, shape, indexing, linalg, nn, conv, norm, attention, loss, optim,
+            sorting, scatter, complex, matrix, sampling)
 
 
 @hookimpl
@@ -15,7 +16,7 @@ def oarlock_register_ops(ops):
 
 
 # Python-level APIs (layers, optimizers, data) export their classes into public namespaces.
-API_MODULES = (layers, optim, data)
+API_MODULES = (layers, optim, data, compat)
 
 
 @hookimpl

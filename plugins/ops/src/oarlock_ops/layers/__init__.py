@@ -1,7 +1,7 @@
 """nn layers: the Layer base, Parameter, containers, initializers and the layer families; each
 family module lists what it exports in EXPORTS = {namespace: [classes or (name, object) pairs]}."""
 
-from oarlock_ops.layers import (activation, attention, base, common, containers, conv, initializer, loss,
+from oarlock_ops.layers import (activation, attention, base, common, containers, conv, init, initializer, loss,
                                 norm)
 
 CORE_EXPORTS = {
@@ -10,7 +10,7 @@ CORE_EXPORTS = {
                    ("Module", base.Layer), ("ModuleList", containers.LayerList), ("ModuleDict", containers.LayerDict)],
     "oarlock.nn.initializer": list(initializer.INITIALIZERS),
 }
-FAMILIES = (common, activation, conv, norm, attention, loss)
+FAMILIES = (common, activation, conv, norm, attention, loss, init)
 
 
 def register_api(api):

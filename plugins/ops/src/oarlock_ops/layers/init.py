@@ -1,0 +1,3 @@
+"""(being written) oarlock.nn.init."""
+
+EXPORTS: dict = {}
