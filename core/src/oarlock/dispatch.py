@@ -30,7 +30,7 @@ from oarlock._registry import GENERIC, Registry
 from oarlock._tensor import Tensor
 from oarlock.autograd import GRAD_MODE, Node
 
-__all__ = ["OpDef", "OpRegistrar", "OpError", "define_frontend"]
+__all__ = ["OpDef", "OpRegistrar", "OpError", "define_frontend", "AUTOCAST", "set_autocast"]
 
 TENSOR_KINDS = ("Tensor", "TensorOrScalar", "OptTensor", "TensorList")
 _MISSING = object()
@@ -327,6 +327,7 @@ def define_frontend(op: OpDef, apply_fn):
             body.append(f"            if {n} is not _UNSET: raise TypeError({message!r})")
             body.append(f"            {n} = _rest[{k}]")
     body.append("    if _kw:")
+    body.append(f"        if 'out' in _kw: return _with_out(_op, _kw.pop('out'), {_recall(op)})")
     for alias, target in op.aliases.items():
         body.append(f"        if {alias!r} in _kw: {target} = _take_alias(_op, _kw, {alias!r}, {target}, {target!r})")
     body.append("        if _kw: raise _unexpected(_op, _kw)")
@@ -352,14 +353,54 @@ def define_frontend(op: OpDef, apply_fn):
     for p in op.params:
         namespace[f"_D_{p.name}"] = None if p.default is _MISSING else p.default
         namespace[f"_P_{p.name}"] = p
+    namespace["_with_out"] = _with_out
     exec(compile(source, f"<oarlock op {op.name}>", "exec"), namespace)
     fn = namespace[op.name]
+    namespace["_self"] = fn
     fn.__doc__ = op.__doc__ or f"{op.display}{op.signature[len(op.name):]}"
     fn.__qualname__ = op.name
     fn.__module__ = "oarlock"
     fn.opdef = op
     fn.__source__ = source
     return fn
+
+
+def _recall(op) -> str:
+    """Source of a call of the frontend itself with this call's arguments (minus `out`), by keyword:
+    varargs have already been folded into their parameter when this runs."""
+    names = [p.name for p in op.params]
+    args = [f"{n}={n}" for n in names]
+    if "name" not in names:
+        args.append("name=name")
+    return f"lambda: _self({', '.join(args + ['**_kw'])})"
+
+
+def _with_out(op, out, compute):
+    """`out=`: run the op, then write its result(s) into `out` (a Tensor, or a tuple of Tensors for
+    several outputs), which is returned. Shapes must match exactly; the result is cast to out's
+    dtype when that loses no kind (float into int, complex into real are refused), as in torch."""
+    result = compute()
+    single = not isinstance(result, (tuple, list))
+    results, outs = ((result,), (out,)) if single else (tuple(result), out)
+    if not isinstance(outs, (tuple, list)) or len(outs) != len(results) or not all(
+            o.__class__ is Tensor for o in outs):
+        expected = "a Tensor" if single else f"a tuple of {len(results)} Tensors"
+        raise TypeError(f"{op.display}(): out must be {expected}, got {_describe(out)}")
+    order = {"bool": 0, "int": 1, "float": 2, "complex": 3}
+    for i, (r, o) in enumerate(zip(results, outs)):
+        where = "out" if single else f"out[{i}]"
+        if r._data.shape != o._data.shape:
+            raise ValueError(f"{op.display}(): {where} has shape {o.shape} but the result has shape {r.shape}")
+        if o._place is not r._place:
+            raise ValueError(f"{op.display}(): {where} is on {o._place} but the result is on {r._place}")
+        if order[r._dtype.kind] > order[o._dtype.kind]:
+            raise TypeError(f"{op.display}(): the result has dtype {r._dtype.name}, which cannot be written into "
+                            f"{where} of dtype {o._dtype.name}")
+        if GRAD_MODE.enabled and not r.stop_gradient:
+            raise RuntimeError(f"{op.display}(): out= does not support autograd (an input requires a gradient); "
+                               f"call it without out=, or under oarlock.no_grad()")
+        o._data = r._data if r._dtype is o._dtype else r._data.astype(o._dtype.np)
+    return out
 
 
 def _fast_path_lines(op):
@@ -462,6 +503,53 @@ def _fast_cacheable(op, flat, args, dtype) -> bool:
     return True
 
 
+# -- autocast -------------------------------------------------------------------------------------------
+
+class Autocast:
+    """The autocast state the call path consults; `oarlock.amp.auto_cast` (a plugin) sets it through
+    `set_autocast`. Each op declares its policy (OpDef `amp`): "white" ops compute in the low
+    precision dtype, "black" ops in float32, the rest (None, "promote") in their inputs' dtype under
+    O1 and in the low precision dtype under O2. `white` / `black` hold op names that override."""
+
+    __slots__ = ("enabled", "dtype", "level", "white", "black")
+
+    def __init__(self):
+        self.enabled, self.dtype, self.level, self.white, self.black = False, None, "O1", frozenset(), frozenset()
+
+    def state(self) -> tuple:
+        return (self.enabled, self.dtype, self.level, self.white, self.black)
+
+
+AUTOCAST = Autocast()
+
+
+def set_autocast(enabled: bool, dtype=None, level: str = "O1", white=(), black=()) -> tuple:
+    """Set the autocast state; returns the previous one (pass it back with `set_autocast(*previous)`)."""
+    previous = AUTOCAST.state()
+    AUTOCAST.enabled, AUTOCAST.dtype, AUTOCAST.level = bool(enabled), dtype, level
+    AUTOCAST.white, AUTOCAST.black = frozenset(white), frozenset(black)
+    if AUTOCAST.enabled:
+        # the generated fast paths know nothing of autocast: empty their caches, and `apply` does
+        # not refill them while autocast is on, so every call goes through the cast below
+        from oarlock._registry import default_registry
+        for op in default_registry().ops.values():
+            op.fast.clear()
+    return previous
+
+
+def _autocast(op, flat: list) -> list:
+    """Cast the floating-point inputs of `op` as its autocast policy says (differentiably)."""
+    policy = "white" if op.name in AUTOCAST.white else "black" if op.name in AUTOCAST.black else op.amp
+    if policy == "white" or (policy not in ("black",) and AUTOCAST.level == "O2"):
+        source, target = (_dtypes.float32,), AUTOCAST.dtype
+    elif policy == "black":
+        source, target = (_dtypes.float16, _dtypes.bfloat16), _dtypes.float32
+    else:
+        return flat
+    cast = lambda a: _cast(a, target) if a.__class__ is Tensor and a._dtype in source else a  # noqa: E731
+    return [[cast(x) for x in a] if a.__class__ is list else cast(a) for a in flat]
+
+
 # -- the call path ------------------------------------------------------------------------------------
 
 def _describe(t) -> str:
@@ -517,6 +605,8 @@ def apply(op: OpDef, args: tuple, attrs: dict):
             from oarlock.device import default_place
             place = default_place()
     backend = place.backend
+    if AUTOCAST.enabled:
+        flat = _autocast(op, flat)
     # 2. dtype: promotion among the promoted inputs, then the float policy and the accepted kinds
     dtype = None
     if op.promote:
@@ -578,7 +668,7 @@ def apply(op: OpDef, args: tuple, attrs: dict):
         except Exception:
             error = OpError(message)
         raise error from exc
-    if op.fast_eligible and _fast_cacheable(op, flat, args, dtype):
+    if op.fast_eligible and not AUTOCAST.enabled and _fast_cacheable(op, flat, args, dtype):
         op.fast[(place, dtype)] = (kernel, backend.xp, backend.array_types[0])
     if op.inplace is not None:  # the kernel wrote into that input's array: hand back the tensor itself
         return args[op.inplace]
