@@ -1,0 +1,27 @@
+"""docs/api.md is generated from the registry (tools/api_docs.py): it must match what the installed
+plugins register, so the page cannot drift from the code."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_api_page_matches_the_registry():
+    pytest.importorskip("torch")      # the page's torch and Paddle columns come from the installed oracles
+    pytest.importorskip("paddle")
+    done = subprocess.run([sys.executable, "-W", "ignore", str(ROOT / "tools" / "api_docs.py"), "--check"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_api_page_lists_every_public_name():
+    import oarlock  # noqa: F401
+    from oarlock._registry import default_registry
+    page = (ROOT / "docs" / "api.md").read_text()
+    missing = [f"{namespace}.{name}" for namespace, names in default_registry().api.items() for name in names
+               if f"`{namespace}.{name}`" not in page]
+    assert not missing, f"docs/api.md lacks {missing[:10]} (run python tools/api_docs.py)"
