@@ -535,14 +535,13 @@ def test_exports():
     assert callable(oarlock.nn.utils.clip_grad_norm_) and callable(oarlock.nn.utils.clip_grad_value_)
 
 
-def test_step_closure_and_multi_precision_warning():
+def test_step_closure_and_multi_precision():
     params = oarlock_params()
     opt = OPT.SGD(0.1, parameters=_ps(params))
     loss = opt.step(lambda: oarlock_backward(params, *BATCHES[0]))
     assert float(loss) > 0 and not np.array_equal(params["w1"].numpy(), WEIGHTS["w1"])
     half = oarlock.nn.Parameter(oarlock.ones([2], dtype="bfloat16"))
-    with pytest.warns(UserWarning, match="multi_precision=True is not implemented"):
-        OPT.AdamW(0.1, parameters=[half], multi_precision=True)
+    assert OPT.AdamW(0.1, parameters=[half], multi_precision=True)._multi_precision
 
 
 def test_group_grad_clip_is_checked_and_used():

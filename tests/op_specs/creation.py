@@ -1,5 +1,7 @@
-"""Specs for the creation family. Ops without tensor inputs are checked by functions (their dtype
-rules, the torch-style keywords, the values); random ops by seeding and statistics."""
+"""Specs for the creation family (and the ops of oarlock_ops.tensor_api: ravel, copy_). Ops without
+tensor inputs are checked by functions (their dtype rules, the torch-style keywords, the values);
+random ops by seeding and statistics. The Python-level functions over these ops (the *_like family,
+as_tensor, Tensor.new_*, ...) and the torch/Paddle oracles are in tests/test_paddle32_creation.py."""
 
 import numpy as np
 import pytest
@@ -28,7 +30,7 @@ def _check_to_tensor(paddle):
 
 def _check_fill(paddle, fn, value):
     a, b, c = fn(2, 3), fn([2, 3]), fn(size=(2, 3), dtype="int32")
-    assert a.shape == b.shape == c.shape == [2, 3] and c.dtype == paddle.int32
+    assert a.shape == b.shape == c.shape == fn(shape=[2, 3]).shape == [2, 3] and c.dtype == paddle.int32
     assert a.dtype == paddle.float32 and a.stop_gradient
     if value is not None:
         assert (a.numpy() == value).all() and (c.numpy() == value).all()
@@ -36,7 +38,15 @@ def _check_fill(paddle, fn, value):
     assert fn([2], dtype="float64", device="cpu").dtype == paddle.float64
     assert fn([2], requires_grad=True).stop_gradient is False
     assert fn(2, dtype="bfloat16").dtype == paddle.bfloat16
+    assert fn(2, pin_memory=True).shape == [2] and fn(2, 3, pin_memory=False, device="cpu").shape == [2, 3]
+    out = paddle.full([2, 3], 5.0)
+    assert fn(2, 3, out=out) is out and out.dtype == paddle.float32
+    if value is not None:
+        assert (out.numpy() == value).all()
     _raises(lambda: fn([2, -1.5]), "shape")
+    _raises(lambda: fn(2, -3), fn.__name__, "shape", "-3")
+    _raises(lambda: fn(2, 3, out=paddle.zeros([3])), fn.__name__, "out", "[3]")
+    _raises(lambda: fn(2, pin_memory="yes"), fn.__name__, "pin_memory")
 
 
 def _check_zeros(paddle):
@@ -65,6 +75,24 @@ def _check_full(paddle):
     assert paddle.full([3], 0.5, requires_grad=True).stop_gradient is False
     assert paddle.full([0], 1.0).shape == [0]
     _raises(lambda: paddle.full([2], "x"), "full", "fill_value")
+
+
+def _check_tensor(paddle):
+    assert paddle.tensor([1.0, 2.0]).dtype == paddle.float32 and paddle.tensor([1, 2]).dtype == paddle.int64
+    assert paddle.tensor(np.zeros(2)).dtype == paddle.float64 and paddle.tensor(3).shape == []
+    t = paddle.tensor([1, 2], dtype="float64", device="cpu", requires_grad=True, pin_memory=False)
+    assert t.dtype == paddle.float64 and t.place == "cpu" and t.requires_grad
+    assert paddle.tensor([1.0], place="cpu").stop_gradient
+    src = np.arange(3.0)
+    copied = paddle.tensor(src)
+    src[0] = 9
+    assert copied.numpy()[0] == 0, "tensor() must copy its data"
+    leaf = paddle.ones([2])
+    leaf.stop_gradient = False
+    c = paddle.tensor(leaf)
+    assert c.stop_gradient and c.is_leaf, "tensor() of a tensor is a detached copy"
+    _raises(lambda: paddle.tensor([1.0], dtype="float33"), "tensor", "dtype")
+    _raises(lambda: paddle.tensor([1.0], requires_grad=1), "tensor", "requires_grad")
 
 
 def _check_eye(paddle):
@@ -96,6 +124,26 @@ def _check_arange(paddle):
     _raises(lambda: paddle.arange(3, dtype="bool"), "arange", "bool")
 
 
+def _check_range(paddle):
+    # closed interval [start, end]; the default float dtype whatever the arguments
+    r = paddle.range(0, 5)
+    assert r.dtype == paddle.float32 and r.numpy().tolist() == [0, 1, 2, 3, 4, 5]
+    assert paddle.range(5).numpy().tolist() == [0, 1, 2, 3, 4, 5]
+    assert paddle.range(5, 1, -2).numpy().tolist() == [5, 3, 1]
+    assert paddle.range(0.5, 2.7, 0.5).numpy().tolist() == [0.5, 1, 1.5, 2, 2.5]
+    assert paddle.range(0, 4, 2, dtype="int64").numpy().tolist() == [0, 2, 4]
+    assert paddle.range(0, 4, dtype="int64").dtype == paddle.int64
+    assert paddle.range(3, 3).numpy().tolist() == [3] and paddle.range(3, 2).shape == [0]
+    assert paddle.range(0, 3, dtype="bfloat16").numpy().astype(float).tolist() == [0, 1, 2, 3]
+    assert paddle.range(end=2, device="cpu", requires_grad=True).stop_gradient is False
+    out = paddle.zeros([3])
+    assert paddle.range(1, 3, out=out) is out and out.numpy().tolist() == [1, 2, 3]
+    _raises(lambda: paddle.range(0, 5, 0), "range", "step", "0")
+    _raises(lambda: paddle.range(0, 5, 0.5, dtype="int64"), "range", "step", "int64")
+    _raises(lambda: paddle.range(3, dtype="bool"), "range", "bool")
+    _raises(lambda: paddle.range(0, float("inf")), "range", "finite")
+
+
 def _check_linspace(paddle):
     a = paddle.linspace(0, 1, 5)
     assert a.dtype == paddle.float32 and a.numpy().tolist() == [0, 0.25, 0.5, 0.75, 1]
@@ -105,13 +153,24 @@ def _check_linspace(paddle):
     _raises(lambda: paddle.linspace(0, 1, -1), "linspace", "num")
 
 
-def _check_empty_like(paddle):
-    for dtype in ALL:
-        x = paddle.zeros([2, 3], dtype=dtype)
-        out = paddle.empty_like(x)
-        assert out.shape == [2, 3] and out.dtype == dtype
-    assert paddle.empty_like(x, dtype="float64").dtype == paddle.float64
-    assert paddle.empty_like(paddle.zeros([0])).shape == [0]
+def _check_copy_(paddle):
+    x = paddle.zeros([2, 3])
+    assert x.copy_(paddle.to_tensor([1, 2, 3])) is x, "copy_ returns the tensor itself"
+    assert x.dtype == paddle.float32 and x.numpy().tolist() == [[1, 2, 3], [1, 2, 3]]  # broadcast, cast
+    view = x.reshape([6])  # a view: copy_ writes through it
+    x.copy_(paddle.full([2, 3], 2.5), non_blocking=True)
+    assert (view.numpy() == 2.5).all()
+    i = paddle.zeros([2], dtype="int32")
+    i.copy_(paddle.to_tensor([1.9, -2.9]))
+    assert i.dtype == paddle.int32 and i.numpy().tolist() == [1, -2]  # truncates, as torch does
+    _raises(lambda: x.copy_(paddle.ones([2])), "copy_", "src", "[2]", "[2, 3]")
+    _raises(lambda: x.copy_([1, 2, 3]), "copy_", "src", "Tensor")
+    leaf = paddle.zeros([2])
+    leaf.stop_gradient = False
+    _raises(lambda: leaf.copy_(paddle.ones([2])), "copy_", "leaf")
+    with paddle.no_grad():
+        leaf.copy_(paddle.ones([2]))
+    assert leaf.numpy().tolist() == [1, 1]
 
 
 def _seeded(paddle, fn):
@@ -199,24 +258,23 @@ def _check_normal(paddle):
 # dtypes: what each op accepts (documentation for the check-based specs, which test it themselves)
 SPECS = [
     OpSpec("to_tensor", [], dtypes=ALL, check=_check_to_tensor, grad=False),
+    OpSpec("tensor", [], dtypes=ALL, check=_check_tensor, grad=False),
     OpSpec("zeros", [], dtypes=ALL, check=_check_zeros, grad=False),
     OpSpec("ones", [], dtypes=ALL, check=_check_ones, grad=False),
     OpSpec("empty", [], dtypes=ALL, check=_check_empty, grad=False),
     OpSpec("full", [], dtypes=ALL, check=_check_full, grad=False),
     OpSpec("eye", [], dtypes=ALL, check=_check_eye, grad=False),
     OpSpec("arange", [], dtypes=ALL_REAL, check=_check_arange, grad=False),
+    OpSpec("range", [], dtypes=ALL_REAL, check=_check_range, grad=False),
     OpSpec("linspace", [], dtypes=ALL_REAL, check=_check_linspace, grad=False),
     OpSpec("rand", [], dtypes=FLOATS, check=_check_rand, grad=False),
     OpSpec("randn", [], dtypes=FLOATS, check=_check_randn, grad=False),
     OpSpec("uniform", [], dtypes=FLOATS, check=_check_uniform, grad=False),
     OpSpec("randint", [], dtypes=INTS, check=_check_randint, grad=False),
     OpSpec("normal", [], dtypes=FLOATS, check=_check_normal, grad=False),
-    OpSpec("zeros_like", [Case([In((2, 3))]), Case([In((0, 2))], name="empty")], ref=np.zeros_like, grad=False,
-           dtypes=ALL),
-    OpSpec("ones_like", [Case([In((2, 3))]), Case([In(())], name="0d")], ref=np.ones_like, grad=False, dtypes=ALL),
-    OpSpec("full_like", [Case([In((2, 3)), 2.5]), Case([In(()), -1], name="0d")],
-           ref=lambda x, value: np.full_like(x, value), grad=False, dtypes=ALL),
-    OpSpec("empty_like", [], dtypes=ALL, check=_check_empty_like, grad=False),
+    OpSpec("ravel", [Case([In((2, 3, 2))]), Case([In(())], name="0d"), Case([In((0, 3))], name="empty", grad=False)],
+           ref=np.ravel, dtypes=ALL),
+    OpSpec("copy_", [], dtypes=ALL, check=_check_copy_, grad=False),
     OpSpec("clone", [Case([In((2, 3))]), Case([In(())], name="0d"), Case([In((0, 3))], name="empty")],
            ref=lambda x: x.copy(), dtypes=ALL),
 ]

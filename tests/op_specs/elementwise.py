@@ -1,5 +1,6 @@
-"""Specs for the elementwise family (elementwise.py: arithmetic, min/max, clip, where, comparisons,
-logic, bitwise, predicates, cast; unary.py: float math and activations, leaky_relu and elu)."""
+"""Specs for the elementwise family (elementwise.py: arithmetic and its in-place forms, min/max,
+fmax/fmin, clip, where, comparisons, logic, bitwise, predicates, rounding, square, cast; unary.py:
+float math and activations, leaky_relu and elu)."""
 
 import math
 
@@ -60,15 +61,64 @@ def unary_cases(**domain):
 UNARY_CASES = unary_cases()
 
 
+def _scaled_ref(op):
+    """x op alpha * y: add and subtract with torch's alpha."""
+    return lambda x, y, alpha=1: op(x, np.multiply(alpha, y))
+
+
+ALPHA_CASES = [
+    Case([In((3, 4)), In((4,))], {"alpha": 3}, name="alpha_int"),
+    Case([In((3, 4)), In((3, 4))], {"alpha": -0.5}, name="alpha_float", dtypes=FLOATS),
+    Case([In((3, 4)), 2], {"alpha": 2}, name="alpha_scalar"),
+]
+
+
+def _divide_ref(x, y, rounding_mode=None):
+    quotient = np.true_divide(x, y)
+    if rounding_mode == "trunc":
+        return np.trunc(quotient)
+    return np.floor_divide(x, y) if rounding_mode == "floor" else quotient
+
+
+def _divide_dtype(dt, *args, rounding_mode=None, **kwargs):
+    """Rounded division keeps integer dtypes; true division computes them in float32."""
+    return dt if rounding_mode else float_result(dt)
+
+
+ROUNDED_DIVISION = [
+    Case([In((3, 4)), divisor((3, 4))], {"rounding_mode": mode}, name=mode)
+    for mode in ("trunc", "floor")
+] + [
+    Case([In((2, 3), int_range=(-9, 10)), negative_divisor((3,))], {"rounding_mode": mode}, name=f"{mode}_negative",
+         grad=False)
+    for mode in ("trunc", "floor")
+] + [Case([In((3, 4)), 3], {"rounding_mode": "trunc"}, name="trunc_scalar", grad=False)]
+
+
+def _in_place(name):
+    """Call the Tensor method `name` (x.add_(y, ...)); the op writes into x and returns it."""
+    return lambda x, y, **kwargs: getattr(x, name)(y, **kwargs)
+
+
+IN_PLACE_CASES = [
+    Case([In((3, 4)), In((3, 4))], name="same"),
+    Case([In((2, 3, 4)), In((4,))], name="broadcast_y"),
+    Case([In(()), In(())], name="0d"),
+    Case([In((0, 3)), In((3,))], name="empty"),
+    Case([In((3, 4)), 2], name="scalar"),
+    Case([In((3, 4)), In((4,), dtype="float64")], name="wider_y", dtypes=("float32", "bfloat16")),
+]
+
 # ties: equal values in both operands (random floats would never be equal)
 TIES = Case([In((3, 4), values=np.arange(12).reshape(3, 4) % 3), In((4,), values=[0, 1, 2, 1])], name="ties",
             grad=False)
 
 ARITHMETIC = [
-    OpSpec("add", BROADCAST_CASES, ref=np.add, dtypes=ALL_REAL),
-    OpSpec("subtract", BROADCAST_CASES, ref=np.subtract, dtypes=ALL_REAL),
+    OpSpec("add", BROADCAST_CASES + ALPHA_CASES, ref=_scaled_ref(np.add), dtypes=ALL_REAL),
+    OpSpec("subtract", BROADCAST_CASES + ALPHA_CASES, ref=_scaled_ref(np.subtract), dtypes=ALL_REAL),
     OpSpec("multiply", BROADCAST_CASES, ref=np.multiply, dtypes=ALL_REAL),
-    OpSpec("divide", binary_cases(y=divisor), ref=np.true_divide, dtypes=ALL_REAL, **FLOAT_RESULT),
+    OpSpec("divide", binary_cases(y=divisor) + ROUNDED_DIVISION, ref=_divide_ref, dtypes=ALL_REAL,
+           out_dtype=_divide_dtype, rtol=FLOAT_RESULT["rtol"]),
     OpSpec("floor_divide", binary_cases(y=divisor), ref=np.floor_divide, dtypes=ALL_REAL, grad=False),
     OpSpec("remainder", binary_cases(y=positive_divisor) + [
         Case([In((3, 4)), negative_divisor((3, 4))], name="negative_divisor"),
@@ -83,6 +133,25 @@ ARITHMETIC = [
     ], ref=np.power, dtypes=ALL_REAL),
     OpSpec("maximum", BROADCAST_CASES + [TIES], ref=np.maximum, dtypes=ALL_REAL),
     OpSpec("minimum", BROADCAST_CASES + [TIES], ref=np.minimum, dtypes=ALL_REAL),
+] + [
+    OpSpec(name, BROADCAST_CASES + [TIES, Case([In((4,), values=[1.0, np.nan, 2.0, np.nan]),
+                                                In((4,), values=[np.nan, 1.0, 3.0, np.nan])],
+                                               name="nan", dtypes=FLOATS, grad=False)], ref=ref, dtypes=ALL_REAL)
+    for name, ref in (("fmax", np.fmax), ("fmin", np.fmin))
+]
+
+IN_PLACE = [
+    OpSpec("add_", IN_PLACE_CASES + ALPHA_CASES, ref=_scaled_ref(np.add), dtypes=ALL_REAL, grad=False,
+           call=_in_place("add_"), out_dtype=lambda dt, *args, **kwargs: dt),
+    OpSpec("subtract_", IN_PLACE_CASES + ALPHA_CASES, ref=_scaled_ref(np.subtract), dtypes=ALL_REAL, grad=False,
+           call=_in_place("sub_"), out_dtype=lambda dt, *args, **kwargs: dt),
+    OpSpec("multiply_", IN_PLACE_CASES, ref=np.multiply, dtypes=ALL_REAL, grad=False, call=_in_place("mul_"),
+           out_dtype=lambda dt, *args, **kwargs: dt),
+    OpSpec("divide_", [Case([In((3, 4)), divisor((3, 4))], name="same"),
+                       Case([In((2, 3)), divisor((3,))], name="broadcast_y"),
+                       Case([In((3, 4)), 4], name="scalar")] + [
+        Case(c.args, c.kwargs, name=c.name, dtypes=ALL_REAL) for c in ROUNDED_DIVISION
+    ], ref=_divide_ref, grad=False, call=_in_place("div_"), out_dtype=lambda dt, *args, **kwargs: dt),
 ]
 
 UNARY_REAL = [
@@ -90,6 +159,13 @@ UNARY_REAL = [
     OpSpec("abs", UNARY_CASES, ref=np.abs, dtypes=ALL_REAL),
     OpSpec("sign", UNARY_CASES, ref=np.sign, dtypes=ALL_REAL, grad=False),
     OpSpec("relu", UNARY_CASES, ref=lambda x: np.maximum(x, 0), dtypes=ALL_REAL),
+    OpSpec("square", UNARY_CASES, ref=np.square, dtypes=ALL_REAL),
+] + [
+    # integers keep their dtype; the gradient is zero
+    OpSpec(name, UNARY_CASES + [Case([In((2, 3), domain=(-4.0, 4.0))], name="wide")], ref=ref, dtypes=ALL_REAL,
+           out_dtype=lambda dt, *args: dt)
+    for name, ref in (("floor", np.floor), ("ceil", np.ceil), ("trunc", np.trunc))
+] + [
     OpSpec("clip", [
         Case([In((3, 4))], {"min": -1, "max": 1}, name="both"),
         Case([In((3, 4))], {"min": -0.5}, name="min_only"),
@@ -177,7 +253,7 @@ SELECTION = [
            ref=lambda x, dtype: x.astype(dtype), dtypes=ALL, out_dtype=lambda dt, x, dtype: dtype),
 ]
 
-SPECS = ARITHMETIC + UNARY_REAL + FLOAT_MATH + ACTIVATIONS + COMPARISONS + PREDICATES + SELECTION
+SPECS = ARITHMETIC + IN_PLACE + UNARY_REAL + FLOAT_MATH + ACTIVATIONS + COMPARISONS + PREDICATES + SELECTION
 
 
 def _silu_grad_ref(x, g):

@@ -1,21 +1,68 @@
-"""Specs for the nn family: softmax, log_softmax and cross_entropy (Paddle's semantics; the
-comparisons with torch and paddle themselves live in tests/test_nn_oracles.py)."""
+"""Specs for the nn family: softmax (and Paddle 3.2's paddle.softmax, softmax_compat), log_softmax and
+cross_entropy (Paddle's semantics; the comparisons with torch and paddle themselves live in
+tests/test_nn_oracles.py)."""
 
 import numpy as np
 
+import pytest
+
 import oarlock.nn.functional as F
+from finite_differences import numeric_grad
 from op_specs.base import FLOATS, Case, In, OpSpec
 
 
 def log_softmax_ref(x, axis=-1, dtype=None):
     if x.ndim == 0:
         return np.zeros_like(x)
-    z = x - np.max(x, axis=axis, keepdims=True) if x.size else x
+    if x.size == 0:
+        return x.copy()
+    z = x - np.max(x, axis=axis, keepdims=True)
     return z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
 
 
 def softmax_ref(x, axis=-1, dtype=None):
     return np.exp(log_softmax_ref(x, axis))
+
+
+def softmax_compat_ref(x, axis=None, dtype=None):
+    """dim=None: torch's legacy implicit dim (0 for 0-D, 1-D and 3-D input, else 1)."""
+    if axis is None:
+        axis = 0 if x.ndim in (0, 1, 3) else 1
+    return softmax_ref(x, axis)
+
+
+SOFTMAX_TOL = {"float64": (1e-9, 1e-12), "float32": (2e-5, 2e-6), "bfloat16": (3e-2, 3e-2)}
+
+
+def _check_softmax_compat(paddle):
+    """softmax_compat is oarlock.softmax (and Tensor.softmax, special.softmax); its messages name those,
+    not the op, so it is checked here instead of by the table: each implicit dim, explicit dims in every
+    spelling, dtype=, the gradient against finite differences, and the dtype error."""
+    rng = np.random.default_rng(0)
+    for shape in [(), (4,), (3, 5), (2, 3, 4), (2, 3, 2, 2), (0, 3)]:
+        for dt in FLOATS:
+            x = paddle.to_tensor(rng.uniform(-2.0, 2.0, shape)).astype(dt)
+            host = x.astype("float64").numpy()
+            rtol, atol = SOFTMAX_TOL[dt]
+            for out, axis in ((paddle.softmax(x), None), (x.softmax(), None), (paddle.special.softmax(x), None),
+                              (paddle.softmax(x, -1), -1), (paddle.softmax(input=x, dim=0), 0),
+                              (x.softmax(axis=-1), -1)):
+                assert out.dtype == dt and out.shape == list(shape), (out.dtype, out.shape, dt, shape)
+                np.testing.assert_allclose(out.astype("float64").numpy(), softmax_compat_ref(host, axis),
+                                           rtol=rtol, atol=atol, err_msg=f"{shape} {dt} axis={axis}")
+    x = paddle.to_tensor(rng.uniform(-2.0, 2.0, (2, 3)).astype("float32"))
+    out = paddle.softmax(x, dtype="float64")
+    assert out.dtype == "float64"
+    np.testing.assert_allclose(out.numpy(), softmax_ref(x.numpy().astype(np.float64), 1), rtol=1e-12)
+    for shape in [(2, 3, 4), (3, 4), (2, 3, 2, 2)]:
+        host = rng.uniform(-2.0, 2.0, shape)
+        weights = rng.standard_normal(shape)
+        x = paddle.to_tensor(host, stop_gradient=False)
+        (paddle.softmax(x) * paddle.to_tensor(weights)).sum().backward()
+        (numeric,) = numeric_grad(softmax_compat_ref, [host.copy()], weights)
+        np.testing.assert_allclose(x.grad.numpy(), numeric, rtol=1e-5, atol=1e-7, err_msg=str(shape))
+    with pytest.raises((TypeError, ValueError), match="oarlock.softmax.*int64"):
+        paddle.softmax(paddle.to_tensor([1, 2]))
 
 
 def _out_dtype(dt, *args, dtype=None, **kwargs):
@@ -121,6 +168,7 @@ CROSS_ENTROPY_CASES = [
 
 SPECS = [
     OpSpec("softmax", _along_axis_cases(), ref=softmax_ref, out_dtype=_out_dtype, call=F.softmax),
+    OpSpec("softmax_compat", [], check=_check_softmax_compat),
     OpSpec("log_softmax", [c for c in _along_axis_cases() if c.name != "dim_alias"], ref=log_softmax_ref,
            out_dtype=_out_dtype, call=F.log_softmax),
     OpSpec("cross_entropy", CROSS_ENTROPY_CASES, ref=cross_entropy_ref, dtypes=FLOATS, call=F.cross_entropy,

@@ -281,8 +281,28 @@ def _check_zero_tensors(oarlock):
         raise AssertionError("zero_tensors_ modified a leaf that requires a gradient")
 
 
+
+def _check_check_finite_and_unscale(oarlock):
+    rng = np.random.default_rng(6)
+    for dtype in FLOATS:
+        host, tensors = _tensor_list(oarlock, rng, dtype)
+        found = oarlock.zeros([1], dtype="bool")
+        with oarlock.no_grad():
+            out = oarlock.check_finite_and_unscale_(tensors, oarlock.to_tensor([8.0]), found)
+        assert all(a is b for a, b in zip(out, tensors)) and not found.item()
+        for h, t in zip(host, tensors):
+            assert t.dtype == dtype
+            np.testing.assert_allclose(t.numpy().astype(np.float64), h.astype(np.float64) / 8, rtol=TOL[dtype])
+    # an inf or nan in any tensor sets the flag (the tensors are still divided, as in Paddle)
+    for bad in (np.inf, -np.inf, np.nan):
+        tensors = [oarlock.ones([3]), oarlock.to_tensor([1.0, bad], dtype="bfloat16")]
+        found = oarlock.zeros([1], dtype="bool")
+        oarlock.check_finite_and_unscale_(tensors, oarlock.to_tensor([2.0]), found)
+        assert found.item() and tensors[0].numpy().tolist() == [0.5] * 3
+
 SPECS = [
     OpSpec("sgd_step_", [], check=_check_sgd, grad=False),
+    OpSpec("check_finite_and_unscale_", [], check=_check_check_finite_and_unscale, grad=False),
     OpSpec("momentum_step_", [], check=_check_momentum, grad=False),
     OpSpec("adam_step_", [], check=_check_adam, grad=False),
     OpSpec("adagrad_step_", [], check=_check_adagrad, grad=False),

@@ -17,6 +17,13 @@ def _permute_ref(x, *perm):
     return np.transpose(x, perm)
 
 
+def _transpose_ref(x, perm, dim1=None):
+    """A permutation, or (transpose(x, dim0, dim1)) the two axes to swap."""
+    if dim1 is None:
+        return np.transpose(x, perm)
+    return x if x.ndim == 0 else np.swapaxes(x, perm, dim1)  # a 0-d tensor takes axes 0 and -1
+
+
 def _squeeze_ref(x, axis=None, dim=None):
     axis = dim if axis is None else axis
     if axis is None:
@@ -77,7 +84,12 @@ SPECS = [
         Case([In((3, 4)), [-1, 0]], name="negative"),
         Case([In(()), []], name="0d"),
         Case([In((0, 3)), [1, 0]], name="empty"),
-    ], ref=lambda x, perm: np.transpose(x, perm), dtypes=ALL),
+        Case([In((2, 3, 4)), 0, 2], name="swap"),  # Paddle 3.2's transpose(x, dim0, dim1)
+        Case([In((2, 3, 4)), -1, 1], name="swap_negative"),
+        Case([In((2, 3))], {"dim0": 1, "dim1": 0}, name="swap_keywords",
+             ref=lambda x, dim0, dim1: np.swapaxes(x, dim0, dim1)),
+        Case([In(()), 0, -1], name="swap_0d"),
+    ], ref=_transpose_ref, dtypes=ALL),
     OpSpec("permute", [
         Case([In((2, 3, 4)), 2, 0, 1], name="varargs"),
         Case([In((2, 3, 4)), [1, 2, 0]], name="list"),
@@ -100,6 +112,12 @@ SPECS = [
         Case([In(())], name="0d"),
         Case([In((2, 0, 3)), 0, 1], name="empty"),
     ], ref=_flatten_ref, dtypes=ALL),
+    OpSpec("expand_as", [
+        Case([In((3, 1)), In((2, 3, 4), grad=False)], name="bcast"),
+        Case([In(()), In((2, 2), grad=False)], name="0d"),
+        Case([In((1, 3)), In((0, 3), grad=False)], name="empty"),
+        Case([In((2, 3)), In((2, 3), dtype="int64", grad=False)], name="other_dtype"),
+    ], ref=lambda x, y: np.broadcast_to(x, y.shape), dtypes=ALL),
     OpSpec("tile", [
         Case([In((2, 3)), [2, 1]], name="2d"),
         Case([In((2, 3)), [3]], name="short"),

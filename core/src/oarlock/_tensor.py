@@ -11,10 +11,13 @@ import numpy as np
 
 from oarlock import _ops
 from oarlock.autograd import PyLayer, run_backward, _seed_grads
-from oarlock.dtypes import _BY_NP, convert_dtype, from_numpy_dtype
+from oarlock.dtypes import _BY_NP, convert_dtype, from_numpy_dtype, get_default_dtype
 
 _new = object.__new__
 _LOW_PRECISION = {"bfloat16", "float8_e4m3fn", "float8_e5m2"}
+_NO_DATA = object()
+_SIZE_TYPES = (int, np.integer)
+_BOOLS = (bool, np.bool_)
 
 
 def _optional_slot(slot: str, default, convert=None, doc=""):
@@ -42,10 +45,37 @@ class Tensor:
     __array_priority__ = 1000
     __hash__ = object.__hash__  # __eq__ is elementwise, identity still hashes
 
-    def __init__(self, data, dtype=None, place=None, stop_gradient=True):
-        src = _ops.to_tensor(data, dtype=dtype, place=place, stop_gradient=stop_gradient)
+    def __init__(self, *args, data=_NO_DATA, dtype=None, place=None, stop_gradient=True):
+        """Tensor(data, dtype=None, place=None, stop_gradient=True): a copy of data (to_tensor's rules,
+        except that Python numbers and lists default to the default float dtype, as torch.Tensor and
+        Paddle 3.2's Tensor do; numpy arrays and Tensors keep their dtype).
+        Tensor(d0, d1, ...) with int sizes: an uninitialised tensor of that shape, default float dtype
+        unless dtype is given (torch's legacy constructor, which Paddle 3.2 follows; Tensor([2, 3]) is
+        data). Tensor(): an empty 1-d tensor of size 0."""
+        if data is _NO_DATA and all(isinstance(a, _SIZE_TYPES) and not isinstance(a, _BOOLS) for a in args):
+            if any(a < 0 for a in args):
+                raise ValueError(f"oarlock.Tensor(): sizes must be non-negative, got {[int(a) for a in args]}")
+            src = _ops.empty([int(a) for a in args] if args else [0], dtype=dtype, place=place)
+        else:
+            args = args if data is _NO_DATA else (data, *args)
+            if len(args) > 4:
+                raise TypeError(f"oarlock.Tensor() takes data, dtype, place and stop_gradient (or int sizes), "
+                                f"got {len(args)} positional arguments")
+            data, *rest = args
+            given = {"dtype": dtype, "place": place, "stop_gradient": stop_gradient}
+            for key, value in zip(given, rest):
+                if given[key] is not (True if key == "stop_gradient" else None):
+                    raise TypeError(f"oarlock.Tensor() got multiple values for argument '{key}'")
+                given[key] = value
+            dtype, place, stop_gradient = given.values()
+            if dtype is None:
+                dtype = _python_data_dtype(data)
+            src = _ops.to_tensor(data, dtype=dtype, place=place)
+        if not isinstance(stop_gradient, _BOOLS):
+            raise TypeError(f"oarlock.Tensor(): argument 'stop_gradient' must be a bool, got "
+                            f"{type(stop_gradient).__name__} {stop_gradient!r}")
         self._data, self._place, self._dtype = src._data, src._place, src._dtype
-        self.stop_gradient, self._node = stop_gradient, None
+        self.stop_gradient, self._node = bool(stop_gradient), None
 
     @staticmethod
     def _wrap(data, place, stop_gradient=True):
@@ -419,6 +449,18 @@ def _tensor_method(name):
         return None
     setattr(Tensor, name, entry[0])  # cache: the next lookup is an ordinary class attribute
     return entry[0]
+
+
+def _python_data_dtype(data):
+    """Tensor(data)'s dtype when none is given: None (to_tensor decides) for arrays, Tensors and
+    complex data; the default float dtype for other Python numbers and lists."""
+    if isinstance(data, (np.ndarray, np.generic, Tensor)):
+        return None
+    try:
+        kind = np.asarray(data).dtype.kind
+    except (TypeError, ValueError):  # ragged or odd data: to_tensor reports it
+        return None
+    return None if kind == "c" else get_default_dtype()
 
 
 def _looks_like_dtype(value) -> bool:

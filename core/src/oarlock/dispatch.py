@@ -137,7 +137,7 @@ class OpDef:
         self.plugin = None
         self.creation = not self.tensor_params
         # attributes the frontend handles itself and never passes to kernels
-        self.frontend_attrs = {"place", "device", "stop_gradient", "requires_grad"}
+        self.frontend_attrs = {"place", "device", "stop_gradient", "requires_grad", "pin_memory"}
         self._save_plan = tuple(self._plan_save(s, tensor_names) for s in saves)
         self.saves_inputs = any(kind == "in" for kind, _ in self._save_plan)
         self.saves_outputs = any(kind == "out" for kind, _ in self._save_plan)
@@ -538,7 +538,10 @@ def set_autocast(enabled: bool, dtype=None, level: str = "O1", white=(), black=(
 
 
 def _autocast(op, flat: list) -> list:
-    """Cast the floating-point inputs of `op` as its autocast policy says (differentiably)."""
+    """Cast the floating-point inputs of `op` as its autocast policy says (differentiably). The cast op
+    itself (which the casting calls) and in-place ops (optimizer updates) are never cast."""
+    if op.name == "cast" or op.inplace is not None:
+        return flat
     policy = "white" if op.name in AUTOCAST.white else "black" if op.name in AUTOCAST.black else op.amp
     if policy == "white" or (policy not in ("black",) and AUTOCAST.level == "O2"):
         source, target = (_dtypes.float32,), AUTOCAST.dtype

@@ -3,6 +3,11 @@
 All three subtract the maximum along the class axis before exponentiating, so large logits do not
 overflow, and compute low-precision floats in float32.
 
+Paddle 3.2 has two softmaxes: nn.functional.softmax(x, axis=-1, dtype=None), and the torch-style one
+that paddle.softmax, Tensor.softmax and paddle.special.softmax are: softmax(input, dim=None,
+dtype=None), where dim=None picks torch's legacy implicit dim (0 for 0-D, 1-D and 3-D input, else 1).
+Here they are the ops softmax and softmax_compat; both take either spelling of the arguments.
+
 cross_entropy follows Paddle's semantics, which differ from torch's in places:
 - a hard label holds class indices, shaped like the input without the class axis or with that
   axis of size 1; the unreduced loss has the label's shape. Soft labels (and label smoothing, which
@@ -40,10 +45,18 @@ def _softmax_xp(xp, x, axis):
     return e / xp.sum(e, axis=axis, keepdims=True)
 
 
+def _implicit_axis(axis, ndim):
+    """softmax_compat's dim=None: torch's legacy rule, which Paddle 3.2's paddle.softmax follows."""
+    if axis is None:
+        return 0 if ndim in (0, 1, 3) else 1
+    return axis
+
+
 def _along_axis(fn):
     """A kernel (xp, x, axis, dtype) from fn(xp, x, axis): casts to `dtype` first (Paddle's softmax
     dtype argument), computes low precision in float32, and handles 0-d and empty inputs."""
     def kernel(xp, x, axis=-1, dtype=None):
+        axis = _implicit_axis(axis, x.ndim)
         _check_axis(axis, x.ndim)
         out_dtype = x.dtype if dtype is None else dtype
         if x.size == 0:
@@ -61,7 +74,8 @@ def _cast_back(ctx, dx):
 
 
 def _grad_axis(ctx):
-    return ctx.attrs["axis"] if len(ctx.meta[0][0]) else None  # a 0-d input reduces over everything
+    ndim = len(ctx.meta[0][0])
+    return _implicit_axis(ctx.attrs["axis"], ndim) if ndim else None  # a 0-d input reduces over everything
 
 
 def _softmax_grad(ctx, g):
@@ -229,11 +243,18 @@ def _cross_entropy_grad(ctx, g):
 
 def register(ops):
     floats = ("float",)
+    softmax = _along_axis(_softmax_xp)
     ops.define("softmax(x: Tensor, axis: int = -1, dtype: DType|None = None) -> Tensor",
-               public=["oarlock.nn.functional.softmax", "softmax", "Tensor.softmax"],
-               aliases={"input": "x", "dim": "axis"}, dtypes=floats, grad=_softmax_grad, saves=("out",),
-               amp="black", doc="exp(x) / sum(exp(x)) along axis, computed stably; dtype casts x first.")
-    ops.kernel("softmax")(_along_axis(_softmax_xp))
+               public=["oarlock.nn.functional.softmax"], aliases={"input": "x", "dim": "axis"}, dtypes=floats,
+               grad=_softmax_grad, saves=("out",), amp="black",
+               doc="exp(x) / sum(exp(x)) along axis, computed stably; dtype casts x first.")
+    ops.kernel("softmax")(softmax)
+    ops.define("softmax_compat(x: Tensor, axis: int|None = None, dtype: DType|None = None) -> Tensor",
+               public=["softmax", "Tensor.softmax", "oarlock.special.softmax"], aliases={"input": "x", "dim": "axis"},
+               dtypes=floats, grad=_softmax_grad, saves=("out",), amp="black",
+               doc="Paddle 3.2's paddle.softmax(input, dim=None, dtype=None): nn.functional.softmax, except that "
+                   "dim=None means 0 for 0-D, 1-D and 3-D input and 1 otherwise (torch's legacy rule).")
+    ops.kernel("softmax_compat")(softmax)
     ops.define("log_softmax(x: Tensor, axis: int = -1, dtype: DType|None = None) -> Tensor",
                public=["oarlock.nn.functional.log_softmax"], dtypes=floats, grad=_log_softmax_grad,
                saves=("out",), amp="black",

@@ -2,11 +2,11 @@
 
 from oarlock import hookimpl
 
-from oarlock_ops import (attention, compat, complex, conv, creation, data, elementwise, indexing, layers, linalg, loss,
-                         matrix, nn, norm, optim, reduction, sampling, scatter, shape, sorting, unary)
+from oarlock_ops import (amp, attention, compat, complex, conv, creation, data, elementwise, indexing, layers, linalg,
+                         loss, matrix, nn, norm, optim, reduction, sampling, scatter, shape, sorting, tensor_api, unary)
 
 FAMILIES = (creation, elementwise, unary, reduction, shape, indexing, linalg, nn, conv, norm, attention, loss, optim,
-            sorting, scatter, complex, matrix, sampling)
+            sorting, scatter, complex, matrix, sampling, tensor_api)
 
 
 @hookimpl
@@ -16,7 +16,7 @@ def oarlock_register_ops(ops):
 
 
 # Python-level APIs (layers, optimizers, data) export their classes into public namespaces.
-API_MODULES = (layers, optim, data, compat)
+API_MODULES = (layers, optim, data, compat, creation, tensor_api, amp)
 
 
 @hookimpl

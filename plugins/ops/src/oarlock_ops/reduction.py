@@ -12,6 +12,10 @@ identity and raise.
 Gradients: max/min (and amax/amin, the same ops) split the gradient evenly among tied extrema,
 like Paddle's max/amax and torch.amax; std takes 0 where it is 0; every rule is written with
 public ops, so it can be differentiated again.
+
+Every reduction takes torch's `input` and `dim` for `x` and `axis`. sum, mean, cumsum and logsumexp
+are on the AMP black list (their 16-bit accumulations lose too much), and logsumexp is also
+oarlock.special.logsumexp (torch.special's name).
 """
 
 from __future__ import annotations
@@ -288,14 +292,15 @@ def _public(*names):
 
 def register(ops):
     ops.define("sum(x: Tensor, axis: Axis|None = None, dtype: DType|None = None, keepdim: bool = False) -> Tensor",
-               public=_public("sum"), aliases=_ALIASES, grad=_sum_grad)
+               public=_public("sum"), aliases=_ALIASES, grad=_sum_grad, amp="black")
     ops.kernel("sum")(_wide(_sum_kernel))
 
     ops.define("prod(x: Tensor, axis: Axis|None = None, keepdim: bool = False, dtype: DType|None = None) -> Tensor",
                public=_public("prod"), aliases=_ALIASES, grad=_prod_grad, saves=("x",))
     ops.kernel("prod")(_wide(_prod_kernel))
 
-    ops.define("mean" + _REDUCE, public=_public("mean"), aliases=_ALIASES, to_float=True, grad=_mean_grad)
+    ops.define("mean" + _REDUCE, public=_public("mean"), aliases=_ALIASES, to_float=True, grad=_mean_grad,
+               amp="black")
     ops.kernel("mean")(_wide(_mean_kernel))
 
     # var and std: Paddle's `unbiased` and (Paddle 3.3, torch) `correction`; giving both is an error
@@ -316,12 +321,12 @@ def register(ops):
                    public=_public(name), aliases=_ALIASES, dtypes=_NUMERIC)
         ops.kernel(name)(_arg_extremum_kernel(name))
 
-    ops.define("logsumexp" + _REDUCE, public=_public("logsumexp"), aliases=_ALIASES, to_float=True,
-               grad=_logsumexp_grad, saves=("x", "out"))
+    ops.define("logsumexp" + _REDUCE, public=_public("logsumexp") + ["oarlock.special.logsumexp"],
+               aliases=_ALIASES, to_float=True, grad=_logsumexp_grad, saves=("x", "out"), amp="black")
     ops.kernel("logsumexp")(_wide(_logsumexp_kernel))
 
     ops.define("cumsum(x: Tensor, axis: int|None = None, dtype: DType|None = None) -> Tensor",
-               public=_public("cumsum"), aliases=_ALIASES, grad=_cumsum_grad)
+               public=_public("cumsum"), aliases=_ALIASES, grad=_cumsum_grad, amp="black")
     ops.kernel("cumsum")(_wide(_cumsum_kernel))
 
     for name in ("all", "any"):

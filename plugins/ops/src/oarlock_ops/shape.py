@@ -1,5 +1,9 @@
 """Shape ops: reshape, transpose/permute, squeeze, unsqueeze, concat, stack, split, chunk, expand,
-broadcast_to, flatten, tile. Their gradients are shape ops too.
+expand_as, broadcast_to, flatten, tile. Their gradients are shape ops too.
+
+torch's spellings are public names of the same ops where the meaning is the same: cat and
+concatenate (concat); swapaxes and swapdims (transpose, which, as in Paddle 3.2, also swaps two axes
+given as transpose(x, dim0, dim1)).
 
 Kernels return views where the array module gives them (reshape, transpose, squeeze, split), as
 Paddle 3 does with its stride kernels: writing into such a result writes into the input.
@@ -61,8 +65,21 @@ def _check_perm(perm, ndim):
     return [p % ndim for p in perm]
 
 
-def _transpose_kernel(xp, x, perm):
-    return xp.transpose(x, _check_perm(perm, x.ndim))
+def _transpose_perm(perm, dim1, ndim):
+    """transpose's axes: a full permutation, or (Paddle 3.2, torch) the two axes perm[0] and dim1 to swap."""
+    if dim1 is None:
+        return _check_perm(perm, ndim)
+    if len(perm) != 1:
+        raise ValueError(f"with dim1={dim1}, give one axis to swap it with (dim0), not the permutation {list(perm)}")
+    order = list(range(ndim))
+    a, b = _axis(perm[0], max(ndim, 1), "dim0"), _axis(dim1, max(ndim, 1), "dim1")
+    if ndim:
+        order[a], order[b] = order[b], order[a]
+    return order
+
+
+def _transpose_kernel(xp, x, perm, dim1=None):
+    return xp.transpose(x, _transpose_perm(perm, dim1, x.ndim))
 
 
 def _squeeze_kernel(xp, x, axis=None):
@@ -156,11 +173,15 @@ def _expand_grad(ctx, g):
 
 
 def _transpose_grad(ctx, g):
-    perm = [p % len(ctx.attrs["perm"]) for p in ctx.attrs["perm"]]
+    perm = _transpose_perm(ctx.attrs["perm"], ctx.attrs.get("dim1"), len(ctx.meta[0][0]))
     inverse = [0] * len(perm)
     for i, p in enumerate(perm):
         inverse[p] = i
     return oarlock.transpose(g, inverse)
+
+
+def _expand_as_grad(ctx, g):
+    return sum_to_shape(g, ctx.meta[0][0]), None
 
 
 def _concat_grad(ctx, g):
@@ -217,9 +238,12 @@ def register(ops):
                aliases={"input": "x", "start_dim": "start_axis", "end_dim": "stop_axis"})
     ops.kernel("flatten")(_flatten_kernel)
 
-    # transpose takes a perm list only (Paddle); permute also takes the axes as separate arguments
-    ops.define("transpose(x: Tensor, perm: Shape) -> Tensor", public=["transpose", "Tensor.transpose"],
-               aliases=x_alias, grad=_transpose_grad)
+    # transpose takes a perm list (Paddle) or two axes to swap (Paddle 3.2's torch form, which swapaxes
+    # and swapdims are in Paddle 3.2 too); permute also takes the axes as separate arguments
+    ops.define("transpose(x: Tensor, perm: Shape, dim1: int|None = None) -> Tensor",
+               public=[f"{owner}{name}" for name in ("transpose", "swapaxes", "swapdims") for owner in ("", "Tensor.")],
+               aliases={"input": "x", "dim0": "perm", "axis0": "perm", "axis1": "dim1"}, grad=_transpose_grad,
+               doc="Permute the axes of x (perm: a permutation of them), or swap two: transpose(x, dim0, dim1).")
     ops.define("permute(x: Tensor, perm: Shape) -> Tensor", public=["permute", "Tensor.permute"],
                aliases={"input": "x", "dims": "perm"}, grad=_transpose_grad, varargs="perm")
     ops.kernel("transpose")(_transpose_kernel)
@@ -231,12 +255,17 @@ def register(ops):
                    varargs="shape" if name == "expand" else None)
         ops.kernel(name)(_expand_kernel)
 
+    ops.define("expand_as(x: Tensor, y: Tensor) -> Tensor", public=["expand_as", "Tensor.expand_as"],
+               aliases={"input": "x", "other": "y"}, nondiff=("y",), grad=_expand_as_grad,
+               doc="x broadcast to the shape of y (only y's shape is used).")
+    ops.kernel("expand_as")(lambda xp, x, y: _expand_kernel(xp, x, y.shape))
+
     ops.define("tile(x: Tensor, repeat_times: Shape) -> Tensor", public=["tile", "Tensor.tile"],
                aliases={"input": "x", "dims": "repeat_times"}, grad=_tile_grad)
     ops.kernel("tile")(_tile_kernel)
 
     # list ops: the inputs share one promoted dtype, as torch.cat / torch.stack do
-    ops.define("concat(x: TensorList, axis: Axis = 0) -> Tensor", public=["concat", "cat"], promote=True,
+    ops.define("concat(x: TensorList, axis: Axis = 0) -> Tensor", public=["concat", "cat", "concatenate"], promote=True,
                aliases={"tensors": "x", "dim": "axis"}, grad=_concat_grad)
     ops.kernel("concat")(_concat_kernel)
     ops.define("stack(x: TensorList, axis: int = 0) -> Tensor", public=["stack"], promote=True,

@@ -1,6 +1,7 @@
 """Float math and activations: exp, log, log1p, sqrt, rsqrt, sin, cos, tanh, erf, sigmoid, silu, gelu
 (integers compute in the default float dtype, like PyTorch and Paddle), relu (integers too), and
-leaky_relu and elu (floats only, like Paddle).
+leaky_relu and elu (floats only, like Paddle). gelu's `approximate` takes Paddle's bool and torch's
+'none'/'tanh'; silu takes Paddle's `inplace` (see _silu_kernel).
 
 Half-precision inputs (bfloat16, float16) compute in float32 and round once at the end: numpy's
 bfloat16 loops are slow for some functions (tanh) and a composite formula (gelu, silu) would round at
@@ -125,6 +126,13 @@ def _silu(xp, x):
     return out
 
 
+def _silu_kernel(xp, x, inplace=False):
+    """`inplace` is accepted for Paddle 3.2 and torch code, and the result is always a new tensor: writing
+    into x would corrupt the x that backward reads (in-place autograd is not supported yet). Code that
+    uses the returned tensor, as F.silu(x, inplace=True) callers do, gets the same values."""
+    return _silu(xp, x)
+
+
 def _gelu_uses_tanh(approximate):
     """Paddle 3.2 takes a bool, PyTorch (and later Paddle) the strings 'none' and 'tanh'."""
     if approximate in (True, "tanh"):
@@ -222,14 +230,17 @@ FLOAT_MATH = [
     ("erf", _erf, _of_saved(lambda g, x: g * (2 / SQRT_PI) * oarlock.exp(-x * x)), "x", False),
     ("tanh", lambda xp, x: xp.tanh(x), _of_saved(lambda g, out: g * (1 - out * out)), "out", True),
     ("sigmoid", _sigmoid, _of_saved(lambda g, out: g * out * (1 - out)), "out", True),
-    ("silu", _silu, _silu_grad, "x", True),
+    ("silu", _silu_kernel, _silu_grad, "x", True),
 ]
+ATTRIBUTES = {"silu": ", inplace: bool = False"}  # attribute parameters after x
+AMP_BLACK = ("exp", "log")  # computed in float32 under autocast
 
 
 def register(ops):
     for name, kernel, rule, saves, activation in FLOAT_MATH:
-        ops.define(name + "(x: Tensor) -> Tensor", public=public(name, functional=activation), to_float=True,
-                   dtypes=REAL, grad=rule, saves=(saves,), aliases={"input": "x"})
+        ops.define(f"{name}(x: Tensor{ATTRIBUTES.get(name, '')}) -> Tensor", public=public(name, functional=activation),
+                   to_float=True, dtypes=REAL, grad=rule, saves=(saves,), aliases={"input": "x"},
+                   amp="black" if name in AMP_BLACK else None)
         ops.kernel(name)(_in_float32(kernel))
 
     ops.define("silu_grad(x: Tensor, g: Tensor) -> Tensor", public=["oarlock.nn.functional._silu_grad"],

@@ -9,6 +9,7 @@ positional argument is the parameter list works too.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import numbers
@@ -16,6 +17,7 @@ import warnings
 
 import oarlock
 from oarlock import Tensor
+from oarlock_ops.amp.autocast import suspended
 from oarlock_ops.optim.clip import ClipGradBase
 from oarlock_ops.optim.lr import LRScheduler
 
@@ -136,9 +138,15 @@ class Optimizer:
     with stop_gradient=True or no gradient. Subclasses define _update() and, if they keep state,
     _new_state() (or list the zero-initialised tensors in _accumulators).
 
+    multi_precision=True (set by oarlock.amp.decorate(level="O2") too) keeps a float32 master copy of
+    each float16/bfloat16 parameter: the update (and the optimizer's moments) are computed in float32 on
+    the master, and the parameter receives the master rounded to its dtype. The masters appear in
+    state_dict() under "master_weights" ({parameter name: Tensor}, Paddle's layout). A master is made
+    at the parameter's first step: assign the parameter before that, or load the optimizer's state.
+
     Paddle arguments accepted without effect: lazy_mode (oarlock has no sparse gradients) and
-    use_multi_tensor (each parameter is already one fused op). multi_precision=True (float32 master
-    weights for float16/bfloat16 parameters) is not implemented: it warns when such parameters are given.
+    use_multi_tensor (each parameter is already one fused op). The updates never autocast: step() runs
+    with autocast off, inside an auto_cast block too.
     """
 
     _accumulators: tuple = ()
@@ -162,6 +170,8 @@ class Optimizer:
                 _check(owner, key, value)
         self._defaults = {"weight_decay": float(weight_decay or 0.0), "grad_clip": grad_clip, **defaults}
         self._name = name
+        self._multi_precision = bool(multi_precision)
+        self._master_weights: dict[int, Tensor] = {}  # id(param) -> its float32 master (multi_precision)
         self._param_groups: list[dict] = []
         self._state: dict[int, dict] = {}      # id(param) -> {"step": int, accumulator name: Tensor}
         self._keys: dict[int, str] = {}        # id(param) -> its name in state_dict()
@@ -179,9 +189,6 @@ class Optimizer:
                 self.add_param_group(group)
         else:
             self.add_param_group({"params": parameters})
-        if multi_precision and any(p.dtype.name in ("float16", "bfloat16") for p in self._parameters()):
-            warnings.warn(f"{owner}: multi_precision=True is not implemented yet; float16/bfloat16 parameters are "
-                          f"updated in their own dtype, without float32 master weights", stacklevel=3)
 
     # -- parameter groups -------------------------------------------------------------------------------------
     @property
@@ -259,7 +266,7 @@ class Optimizer:
             with oarlock.enable_grad():
                 loss = closure()
         lr = self.get_lr()
-        with oarlock.no_grad():
+        with oarlock.no_grad(), suspended():
             for group in self._param_groups:
                 pairs = [(p, p.grad) for p in group["params"] if not p.stop_gradient and p.grad is not None]
                 if not pairs:
@@ -270,11 +277,27 @@ class Optimizer:
                 state = self._state
                 for p, g in pairs:
                     attrs = p.param_attrs
+                    rate = group_lr if attrs is None else group_lr * attrs.learning_rate
+                    master = self._master_of(p) if self._multi_precision else None
                     st = state.get(id(p))
-                    if st is None:
-                        st = state[id(p)] = {"step": 0, **self._new_state(p, group)}
-                    self._update(p, g, st, group_lr if attrs is None else group_lr * attrs.learning_rate, group)
+                    if st is None:  # with a master, the moments are float32 too
+                        st = state[id(p)] = {"step": 0, **self._new_state(p if master is None else master, group)}
+                    if master is None:
+                        self._update(p, g, st, rate, group)
+                    else:
+                        with _on_master(p, master):
+                            self._update(p, g.astype(master.dtype), st, rate, group)
         return loss
+
+    # -- master weights (multi_precision) -------------------------------------------------------------------------
+    _LOW_PRECISION = ("float16", "bfloat16")
+
+    def _master_of(self, param):
+        """param's float32 master, made from it on first use; None unless param is float16/bfloat16."""
+        master = self._master_weights.get(id(param))
+        if master is None and param.dtype.name in self._LOW_PRECISION:
+            master = self._master_weights[id(param)] = param.detach().astype("float32")
+        return master
 
     def minimize(self, loss=None, startup_program=None, parameters=None, no_grad_set=None):
         """Paddle's minimize in dynamic-graph mode: step() with the gradients already computed (call
@@ -319,6 +342,10 @@ class Optimizer:
             key = self._keys[id(p)]
             for name, value in state.items():
                 out[f"{key}_step" if name == "step" else f"{key}_{name}_0"] = value
+        masters = {self._keys[id(p)]: self._master_weights[id(p)] for p in self._parameters()
+                   if id(p) in self._master_weights}
+        if masters:
+            out["master_weights"] = masters
         if isinstance(self._learning_rate, LRScheduler):
             out["LR_Scheduler"] = self._learning_rate.state_dict()
         return out
@@ -329,12 +356,19 @@ class Optimizer:
             raise ValueError(f"{self._owner}.set_state_dict(): this is a torch optimizer state (keys 'state', "
                              f"'param_groups'); oarlock keys the state by parameter name, as Paddle does")
         used = set()
+        masters = state_dict.get("master_weights") or {}
+        if "master_weights" in state_dict:
+            used.add("master_weights")
         for group in self._param_groups:
             for p in group["params"]:
                 key = self._keys[id(p)]
+                master = self._master_of(p) if self._multi_precision else None
+                if master is not None and key in masters:
+                    value = masters[key]
+                    master.set_value(value if isinstance(value, Tensor) else oarlock.to_tensor(value))
                 if f"{key}_step" not in state_dict:
                     continue
-                fresh = self._new_state(p, group)
+                fresh = self._new_state(p if master is None else master, group)
                 for name, tensor in fresh.items():
                     entry = f"{key}_{name}_0"
                     if entry not in state_dict:
@@ -358,3 +392,17 @@ class Optimizer:
         self.set_state_dict(state_dict)
 
     load_state_dict = set_dict
+
+
+@contextlib.contextmanager
+def _on_master(param, master):
+    """Let the update ops write into the float32 master through the parameter itself (so what an
+    optimizer keys by parameter -- AdamW's decay function, Lamb's exclusion -- still sees it), then give
+    the parameter the master rounded to its own dtype."""
+    dtype = param._dtype
+    param._data, param._dtype = master._data, master._dtype
+    try:
+        yield
+    finally:
+        master._data = param._data
+        param._data, param._dtype = master._data.astype(dtype.np), dtype

@@ -215,6 +215,21 @@ def _zero_tensors_kernel(xp, tensors):
         t[...] = 0
 
 
+def _check_finite_and_unscale_kernel(xp, tensors, scale, found_inf):
+    """Paddle's check_finite_and_unscale: found_inf (a bool tensor) is set to whether any tensor holds an
+    inf or nan, and every tensor is multiplied by 1 / scale in place (in float32 for float16/bfloat16,
+    then rounded back). The flag stays an array: reading it is the caller's one host sync."""
+    inverse = 1.0 / xp.reshape(scale, ()).astype(xp.float32)
+    found = xp.zeros((), dtype=xp.bool_)
+    for t in tensors:
+        found = found | ~xp.all(xp.isfinite(t))
+        if t.dtype.itemsize < 4:
+            t[...] = (t.astype(xp.float32) * inverse).astype(t.dtype)
+        else:
+            t *= inverse.astype(t.dtype)
+    found_inf[...] = found
+
+
 # -- the CPU variant: the same kernels over cache-sized chunks ------------------------------------------
 
 CHUNK = 1 << 16  # elements: 64K float32 of param, grad, two moments and scratch is ~1.3 MB, about an L2
@@ -276,6 +291,11 @@ LIST_OPS = {
                                _clip_tensors_by_value_kernel, "Clamp every tensor to [min, max], in place."),
     "zero_tensors_": ("zero_tensors_(tensors: TensorList) -> TensorList", _zero_tensors_kernel,
                       "Set every tensor to zero, in place."),
+    "check_finite_and_unscale_": (
+        "check_finite_and_unscale_(tensors: TensorList, scale: Tensor, found_inf: Tensor) -> TensorList",
+        _check_finite_and_unscale_kernel,
+        "Set the bool tensor found_inf to whether any tensor holds an inf or nan, and divide every tensor by "
+        "the loss scale `scale` in place (GradScaler's unscale of the gradients)."),
 }
 
 
