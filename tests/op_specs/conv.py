@@ -1,5 +1,6 @@
-"""Specs for the conv family: conv1d, conv2d, conv2d_transpose, conv2d_grad_weight, max pooling (with its
-index and its gradient), avg_pool2d (and its gradient) and adaptive_avg_pool2d (and its gradient).
+"""Specs for the conv family: conv1d, conv2d, conv3d, conv2d/3d_transpose, conv2d/3d_grad_weight, unfold and
+fold, max pooling (with its index and its gradient), avg_pool2d (and its gradient) and adaptive_avg_pool2d
+(and its gradient).
 
 The references follow the definitions directly -- a loop over output positions (or, for the
 transposed convolution, over input positions scattering into the output) -- so they share no code or
@@ -138,6 +139,136 @@ def conv2d_grad_weight_ref(x, grad, kernel_size, stride=1, padding=0, dilation=1
                 dw[g * og:(g + 1) * og, :, i, j] = np.einsum("nohw,nchw->oc", grad[:, g * og:(g + 1) * og],
                                                              window[:, g * cg:(g + 1) * cg])
     return dw
+
+
+# -- 3-D convolution references: the same definitions over three spatial axes -----------------------------------
+
+def _triple(v):
+    return (v,) * 3 if np.isscalar(v) else tuple(v) * (3 // len(v))
+
+
+def _pads3(padding, size, kernel, stride, dilation):
+    """((front, back), (top, bottom), (left, right)) and the dilation Paddle uses."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return ((0, 0),) * 3, dilation
+        totals = [max((int(np.ceil(n / s)) - 1) * s + k - n, 0) for n, k, s in zip(size, kernel, stride)]
+        return tuple((t // 2, t - t // 2) for t in totals), (1, 1, 1)
+    if np.isscalar(padding):
+        return ((padding, padding),) * 3, dilation
+    if isinstance(padding[0], (list, tuple)):
+        return tuple(tuple(p) for p in padding[2:]), dilation
+    if len(padding) == 3:
+        return tuple((p, p) for p in padding), dilation
+    return tuple((padding[2 * i], padding[2 * i + 1]) for i in range(3)), dilation
+
+
+def _ncdhw(x, data_format):
+    return x.transpose(0, 4, 1, 2, 3) if data_format == "NDHWC" else x
+
+
+def _back3(y, data_format):
+    return y.transpose(0, 2, 3, 4, 1) if data_format == "NDHWC" else y
+
+
+def _window3(index, stride, reach, dilation):
+    """The slices of the window at output position `index` (per axis: start, end, step)."""
+    return tuple(slice(i * s, i * s + r, d) for i, s, r, d in zip(index, stride, reach, dilation))
+
+
+def conv3d_ref(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, data_format="NCDHW"):
+    x = _ncdhw(x, data_format)
+    kernel, stride = weight.shape[2:], _triple(stride)
+    pads, dilation = _pads3(padding, x.shape[2:], kernel, stride, _triple(dilation))
+    xp = np.pad(x, ((0, 0), (0, 0)) + pads)
+    o, cg = weight.shape[0], x.shape[1] // groups
+    og = o // groups
+    reach = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+    out_size = [(m - r) // s + 1 for m, r, s in zip(xp.shape[2:], reach, stride)]
+    out = np.zeros((x.shape[0], o) + tuple(out_size))
+    for index in np.ndindex(*out_size):
+        patch = xp[(slice(None), slice(None)) + _window3(index, stride, reach, dilation)]
+        for g in range(groups):
+            out[(slice(None), slice(g * og, (g + 1) * og)) + index] = np.einsum(
+                "ncdkl,ocdkl->no", patch[:, g * cg:(g + 1) * cg], weight[g * og:(g + 1) * og])
+    if bias is not None:
+        out += bias.reshape(1, -1, 1, 1, 1)
+    return _back3(out, data_format)
+
+
+def conv3d_transpose_ref(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1,
+                         output_size=None, data_format="NCDHW"):
+    """Every input element scatters weight * value into the (padded) output, which is then cropped."""
+    x = _ncdhw(x, data_format)
+    size_in, kernel, stride = x.shape[2:], weight.shape[2:], _triple(stride)
+    pads, dilation = _pads3(padding, size_in, kernel, stride, _triple(dilation))
+    cg, og = x.shape[1] // groups, weight.shape[1]
+    reach = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+    natural = [(m - 1) * s - p[0] - p[1] + r for m, s, p, r in zip(size_in, stride, pads, reach)]
+    size = list(output_size) if output_size is not None else [m + e for m, e in zip(natural, _triple(output_padding))]
+    full = np.zeros((x.shape[0], og * groups) + tuple(max(p[0] + n, (m - 1) * s + r)
+                                                       for p, n, m, s, r in zip(pads, size, size_in, stride, reach)))
+    for index in np.ndindex(*size_in):
+        for g in range(groups):
+            full[(slice(None), slice(g * og, (g + 1) * og)) + _window3(index, stride, reach, dilation)] += np.einsum(
+                "nc,codkl->nodkl", x[(slice(None), slice(g * cg, (g + 1) * cg)) + index], weight[g * cg:(g + 1) * cg])
+    out = full[(slice(None), slice(None)) + tuple(slice(p[0], p[0] + n) for p, n in zip(pads, size))]
+    if bias is not None:
+        out = out + bias.reshape(1, -1, 1, 1, 1)
+    return _back3(out, data_format)
+
+
+def conv3d_grad_weight_ref(x, grad, kernel_size, stride=1, padding=0, dilation=1, groups=1, data_format="NCDHW"):
+    """dw[o, c, *k] = sum over samples and output positions of grad * the input element it multiplied."""
+    x, grad = _ncdhw(x, data_format), _ncdhw(grad, data_format)
+    kernel, stride = _triple(kernel_size), _triple(stride)
+    pads, dilation = _pads3(padding, x.shape[2:], kernel, stride, _triple(dilation))
+    xp = np.pad(x, ((0, 0), (0, 0)) + pads)
+    c, o = x.shape[1], grad.shape[1]
+    cg, og = c // groups, o // groups
+    dw = np.zeros((o, cg) + kernel)
+    for offset in np.ndindex(*kernel):
+        window = xp[(slice(None), slice(None)) + tuple(
+            slice(i * d, i * d + (m - 1) * s + 1, s) for i, d, m, s in zip(offset, dilation, grad.shape[2:], stride))]
+        for g in range(groups):
+            dw[(slice(g * og, (g + 1) * og), slice(None)) + offset] = np.einsum(
+                "nodhw,ncdhw->oc", grad[:, g * og:(g + 1) * og], window[:, g * cg:(g + 1) * cg])
+    return dw
+
+
+# -- unfold / fold references: a loop over the blocks --------------------------------------------------------------
+
+def _blocks(size, kernel_sizes, strides, paddings, dilations):
+    """(pads ((top, bottom), (left, right)), block grid, kernel, stride, dilation); Paddle's 4-element
+    paddings are [top, left, bottom, right]."""
+    kernel, stride, dilation = _pair(kernel_sizes), _pair(strides), _pair(dilations)
+    p = [paddings] * 4 if np.isscalar(paddings) else list(paddings) * (4 // len(paddings))
+    pads = ((p[0], p[2]), (p[1], p[3]))
+    reach = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+    grid = [(n + a + b - r) // s + 1 for n, (a, b), r, s in zip(size, pads, reach, stride)]
+    return pads, grid, kernel, stride, dilation
+
+
+def _block(i, j, kernel, stride, dilation):
+    return (Ellipsis, slice(i * stride[0], i * stride[0] + dilation[0] * (kernel[0] - 1) + 1, dilation[0]),
+            slice(j * stride[1], j * stride[1] + dilation[1] * (kernel[1] - 1) + 1, dilation[1]))
+
+
+def unfold_ref(x, kernel_sizes, strides=1, paddings=0, dilations=1):
+    pads, grid, kernel, stride, dilation = _blocks(x.shape[2:], kernel_sizes, strides, paddings, dilations)
+    xp = np.pad(x, ((0, 0), (0, 0)) + pads)
+    n = x.shape[0]
+    return np.stack([xp[_block(i, j, kernel, stride, dilation)].reshape(n, -1) for i, j in np.ndindex(*grid)], -1)
+
+
+def fold_ref(x, output_sizes, kernel_sizes, strides=1, paddings=0, dilations=1):
+    size = _pair(output_sizes)
+    pads, grid, kernel, stride, dilation = _blocks(size, kernel_sizes, strides, paddings, dilations)
+    n, c = x.shape[0], x.shape[1] // (kernel[0] * kernel[1])
+    out = np.zeros((n, c, size[0] + sum(pads[0]), size[1] + sum(pads[1])))
+    for b, (i, j) in enumerate(np.ndindex(*grid)):
+        out[_block(i, j, kernel, stride, dilation)] += x[:, :, b].reshape(n, c, *kernel)
+    return out[:, :, pads[0][0]:pads[0][0] + size[0], pads[1][0]:pads[1][0] + size[1]]
 
 
 # -- pooling references ------------------------------------------------------------------------------------
@@ -296,6 +427,47 @@ SPECS = [
         Case([In((1, 5, 4, 2)), In((1, 5, 4, 3))], {"kernel_size": 2, "padding": [0, 1, 1, 0],
                                                      "data_format": "NHWC"}, name="nhwc"),
     ], ref=conv2d_grad_weight_ref, call=lambda *a, **k: oarlock.conv2d_grad_weight(*a, **k)),
+    OpSpec("conv3d", [
+        Case([In((2, 2, 3, 4, 3)), In((3, 2, 2, 2, 2)), In((3,))], name="basic"),
+        Case([In((1, 4, 4, 3, 5)), In((2, 2, 2, 1, 3)), None],
+             {"stride": [2, 1, 2], "padding": [1, 0, 1], "dilation": [1, 2, 1], "groups": 2},
+             name="stride_pad_dilation_groups"),
+        Case([In((1, 2, 3, 4, 3)), In((2, 2, 2, 3, 2))], {"padding": [0, 1, 1, 0, 2, 1]}, name="pads6"),
+        Case([In((1, 1, 4, 3, 5)), In((2, 1, 3, 2, 2))], {"padding": "same", "stride": 2}, name="same"),
+        Case([In((1, 3, 4, 3, 2)), In((2, 2, 2, 2, 2)), In((2,))], {"padding": 1, "data_format": "NDHWC"},
+             name="ndhwc"),
+        Case([In((1, 3, 2, 3, 2)), In((4, 3, 1, 1, 1))], name="pointwise"),
+    ], ref=conv3d_ref, call=F.conv3d),
+    OpSpec("conv3d_transpose", [
+        Case([In((1, 2, 2, 3, 2)), In((2, 3, 2, 2, 2)), In((3,))], name="basic"),
+        Case([In((1, 4, 2, 2, 3)), In((4, 1, 2, 3, 2)), None],
+             {"stride": [2, 1, 2], "padding": 1, "output_padding": [1, 0, 0], "groups": 2}, name="stride_groups"),
+        Case([In((1, 2, 2, 2, 2)), In((2, 2, 2, 2, 2))], {"stride": 2, "output_size": [5, 4, 5], "dilation": [1, 1, 2]},
+             name="output_size_dilation"),
+        Case([In((1, 2, 3, 2, 2)), In((2, 2, 2, 2, 2)), In((2,))], {"stride": [1, 2, 1], "data_format": "NDHWC"},
+             name="ndhwc"),
+    ], ref=conv3d_transpose_ref, call=F.conv3d_transpose),
+    OpSpec("conv3d_grad_weight", [
+        Case([In((2, 2, 3, 4, 3)), In((2, 3, 2, 3, 2)), [2, 2, 2]], name="basic"),
+        Case([In((1, 4, 4, 3, 5)), In((1, 2, 3, 3, 3))],
+             {"kernel_size": [2, 1, 3], "stride": [2, 1, 2], "padding": [1, 0, 1], "groups": 2}, name="groups"),
+        Case([In((1, 3, 4, 3, 2)), In((1, 3, 4, 3, 2))], {"kernel_size": 2, "padding": [1, 0, 1, 0, 0, 1],
+                                                           "data_format": "NDHWC"}, name="ndhwc"),
+    ], ref=conv3d_grad_weight_ref, call=lambda *a, **k: oarlock.conv3d_grad_weight(*a, **k)),
+    OpSpec("unfold", [
+        Case([In((2, 2, 4, 5)), 2], name="k2"),
+        Case([In((1, 2, 5, 6))], {"kernel_sizes": [2, 3], "strides": [2, 1], "paddings": [1, 2], "dilations": [1, 2]},
+             name="stride_pad_dilation"),
+        Case([In((1, 3, 4, 4)), 3], {"paddings": [1, 0, 2, 1], "strides": 2}, name="pads4_top_left_bottom_right"),
+        Case([In((1, 3, 3, 4)), 1], name="pointwise"),
+    ], ref=unfold_ref, call=F.unfold),
+    OpSpec("fold", [
+        Case([In((2, 8, 12)), [4, 5], 2], name="k2"),
+        Case([In((1, 12, 18))], {"output_sizes": [5, 6], "kernel_sizes": [2, 3], "strides": [2, 1],
+                                  "paddings": [1, 2], "dilations": [1, 2]}, name="stride_pad_dilation"),
+        Case([In((1, 18, 15))], {"output_sizes": 4, "kernel_sizes": 3, "paddings": [1, 0, 2, 1], "strides": 1},
+             name="pads4"),
+    ], ref=fold_ref, call=F.fold),
     OpSpec("max_pool2d_with_index", [
         Case([In((2, 3, 4, 6))], {"kernel_size": 2}, name="k2"),
         Case([In((1, 2, 7, 6))], {"kernel_size": 3, "stride": 2, "padding": 1}, name="k3s2p1"),

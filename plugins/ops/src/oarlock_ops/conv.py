@@ -1,30 +1,38 @@
-"""Convolution and pooling (oarlock.nn.functional): conv1d, conv2d, conv2d_transpose, max_pool2d,
-avg_pool2d and adaptive_avg_pool2d, with Paddle's signatures and semantics.
+"""Convolution, sliding blocks and pooling (oarlock.nn.functional): conv1d, conv2d, conv3d, conv2d_transpose,
+conv3d_transpose, unfold, fold, max_pool2d, avg_pool2d and adaptive_avg_pool2d, with Paddle's signatures
+and semantics.
 
 How they compute. A convolution is im2col + matmul: the patches of the padded input are copied into
-a [groups, kh, kw, C/groups, N, OH, OW] array with one strided slice per kernel offset (kh*kw
+a [groups, *kernel, C/groups, N, *out] array with one strided slice per kernel offset (prod(kernel)
 copies, no loop over elements), and one matmul per group multiplies them with the weight. Its
 adjoint, col2im, adds each offset's slice back into a padded buffer: the transposed convolution (and
-so the input gradient of a convolution) is matmul + col2im. A 1-D convolution runs as a 2-D one of
-unit height, channel-last layouts as channel-first views. Pooling walks the same strided windows:
-max pooling keeps a running maximum and the offset where it was first reached, average pooling sums
-them; adaptive average pooling is a reshape and a mean when the windows tile the input, else one
-band matrix per spatial axis whose rows average the windows. Narrow floats (bfloat16, float16)
-compute in float32.
+so the input gradient of a convolution) is matmul + col2im. The window walk works over any number of
+spatial axes: 2-D and 3-D run natively, a 1-D convolution runs as a 2-D one of unit height, and
+channel-last layouts as channel-first views. unfold and fold are im2col and col2im themselves, with
+the batch in the group axis. Pooling walks the same strided windows: max pooling keeps a running
+maximum and the offset where it was first reached, average pooling sums them; adaptive average
+pooling is a reshape and a mean when the windows tile the input, else one band matrix per spatial axis
+whose rows average the windows. Narrow floats (bfloat16, float16) compute in float32.
 
-Gradients close over three ops, so derivatives of every order exist:
-    d conv2d / dx = conv2d_transpose(g, w)      d conv2d_transpose / dx = conv2d(g, w)
-    d conv2d / dw = conv2d_grad_weight(x, g)    d conv2d_transpose / dw = conv2d_grad_weight(g, x)
-and conv2d_grad_weight, bilinear in (x, g), differentiates into conv2d_transpose and conv2d. Each
-pooling op has a grad op (its adjoint) whose own gradient is the pooling op again; for max pooling
-the adjoint scatters into the saved argmax positions and its gradient gathers from them.
+Gradients close over three ops per dimension (N = 2, 3), so derivatives of every order exist:
+    d convNd / dx = convNd_transpose(g, w)      d convNd_transpose / dx = convNd(g, w)
+    d convNd / dw = convNd_grad_weight(x, g)    d convNd_transpose / dw = convNd_grad_weight(g, x)
+and convNd_grad_weight, bilinear in (x, g), differentiates into convNd_transpose and convNd (conv1d
+goes through the 2-D ops). unfold and fold are linear and each other's adjoint, so each is the
+other's gradient. Each pooling op has a grad op (its adjoint) whose own gradient is the pooling op
+again; for max pooling the adjoint scatters into the saved argmax positions and its gradient gathers
+from them.
 
 Paddle's semantics, where they differ from torch's:
-- padding: an int, [ph, pw], [top, bottom, left, right], a [before, after] pair for every axis with
-  [0, 0] for batch and channel ([[0, 0], [0, 0], [t, b], [l, r]] for NCHW), or 'same' / 'valid'.
-  'same' gives ceil(size / stride) outputs with the odd padding element after, and, as in Paddle,
-  it ignores dilation (uses 1).
-- weight layouts: conv [out, in/groups, kh, kw]; conv2d_transpose [in, out/groups, kh, kw].
+- padding: an int, one per spatial axis ([ph, pw]), a (before, after) pair per spatial axis flattened
+  ([top, bottom, left, right]; 3-D: [front, back, top, bottom, left, right]), a [before, after] pair
+  for every axis with [0, 0] for batch and channel ([[0, 0], [0, 0], [t, b], [l, r]] for NCHW), or
+  'same' / 'valid'. 'same' gives ceil(size / stride) outputs with the odd padding element after, and,
+  as in Paddle, it ignores dilation (uses 1). unfold/fold's paddings are an int, [ph, pw] or
+  [top, left, bottom, right] (Paddle's order for them).
+- weight layouts: conv [out, in/groups, *kernel]; convNd_transpose [in, out/groups, *kernel].
+- argument order: conv2d_transpose takes (..., output_padding, dilation, groups, ...) but
+  conv3d_transpose (..., output_padding, groups, dilation, ...), as in Paddle.
 - ceil_mode keeps a last window that starts in the padding (torch drops it). A window without any
   input element gives the dtype's lowest finite value and mask -1 (max), nan (exclusive average:
   0/0) or 0 (inclusive average).
@@ -35,6 +43,7 @@ Paddle's semantics, where they differ from torch's:
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import NamedTuple
 
@@ -44,7 +53,8 @@ import oarlock
 from oarlock.nn import functional as F
 from oarlock_ops.linalg import compute_dtype
 
-LAYOUTS = {1: ("NCL", "NLC"), 2: ("NCHW", "NHWC")}  # spatial rank -> (channel first, channel last)
+LAYOUTS = {1: ("NCL", "NLC"), 2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}  # spatial rank -> (first, last)
+SPATIAL = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}  # the spatial axes' names, for messages
 
 
 # -- arguments and geometry: plain Python on shapes, shared by kernels and rules ----------------------
@@ -62,7 +72,7 @@ def _channel_last(data_format, nd):
 
 def _layout(nd, last):
     """The axes of an activation, for messages: '[N, C, H, W]'."""
-    spatial = ["L"] if nd == 1 else ["H", "W"]
+    spatial = SPATIAL[nd]
     return "[" + ", ".join(["N", *spatial, "C"] if last else ["N", "C", *spatial]) + "]"
 
 
@@ -140,16 +150,16 @@ class Geometry(NamedTuple):
                      zip(self.size, self.pads, self.out, self.kernel, self.stride, self.dilation))
 
     def lift(self):
-        """A 1-D geometry as 2-D with a unit height in front (a 2-D one stays as it is)."""
-        if len(self.size) == 2:
+        """A 1-D geometry as 2-D with a unit height in front (2-D and 3-D ones stay as they are)."""
+        if len(self.size) != 1:
             return self
         return Geometry(*((1,) + field for field in (self.size, self.kernel, self.stride)),
                         ((0, 0),) + self.pads, (1,) + self.dilation, (1,) + self.out)
 
     def attrs(self, groups, last):
-        """Keyword arguments that make conv2d / conv2d_transpose / conv2d_grad_weight use this geometry."""
+        """Keyword arguments that make convNd / convNd_transpose / convNd_grad_weight use this geometry."""
         return {"stride": list(self.stride), "padding": [v for p in self.pads for v in p],
-                "dilation": list(self.dilation), "groups": groups, "data_format": LAYOUTS[2][last]}
+                "dilation": list(self.dilation), "groups": groups, "data_format": LAYOUTS[len(self.size)][last]}
 
 
 def _conv_geometry(size, kernel, stride, padding, dilation, last):
@@ -209,18 +219,20 @@ def _pool_geometry(size, kernel_size, stride, padding, ceil_mode, last):
 
 
 def _window_counts(xp, geom):
-    """[OH, OW]: how many input (not padding) elements each pooling window covers."""
-    counts = []
+    """[OH, OW] (one axis per spatial axis): how many input (not padding) elements each pooling window covers."""
+    total = None
     for n, (before, _), k, s, o in zip(geom.size, geom.pads, geom.kernel, geom.stride, geom.out):
         start = xp.arange(o) * s - before
-        counts.append(xp.clip(start + k, 0, n) - xp.clip(start, 0, n))
-    return counts[0][:, None] * counts[1][None, :]
+        count = xp.clip(start + k, 0, n) - xp.clip(start, 0, n)
+        total = count if total is None else total[..., None] * count  # an outer product, axis by axis
+    return total
 
 
 # -- array helpers (kernels) ---------------------------------------------------------------------------
 
 def _as_nchw(xp, x, dtype, nd, last):
-    """An activation as [N, C, H, W] in the compute dtype (a view where possible)."""
+    """An activation as channel-first ([N, C, H, W], [N, C, D, H, W]) in the compute dtype (a view where
+    possible); a 1-D one gets a unit height."""
     x = x.astype(dtype, copy=False)
     if last:
         x = xp.moveaxis(x, -1, 1)
@@ -236,92 +248,103 @@ def _from_nchw(xp, y, nd, last, dtype):
 
 
 def _window_slices(geom):
-    """(i, j, index) per kernel offset: `index` picks, from a [..., H, W] buffer of the geometry's span,
-    the element that offset (i, j) contributes to every window -- a strided slice, so a view."""
-    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = geom.kernel, geom.stride, geom.dilation, geom.out
-    for i in range(kh):
-        rows = slice(i * dh, i * dh + (oh - 1) * sh + 1, sh)
-        for j in range(kw):
-            yield i, j, (Ellipsis, rows, slice(j * dw, j * dw + (ow - 1) * sw + 1, sw))
+    """(offset, index) per kernel offset (a tuple, one entry per spatial axis): `index` picks, from a
+    [..., *span] buffer of the geometry's span, the element that offset contributes to every window -- a
+    strided slice, so a view."""
+    axes = [[slice(i * d, i * d + (o - 1) * s + 1, s) for i in range(k)]
+            for k, s, d, o in zip(geom.kernel, geom.stride, geom.dilation, geom.out)]
+    for offset in itertools.product(*(range(k) for k in geom.kernel)):
+        yield offset, (Ellipsis,) + tuple(axis[i] for axis, i in zip(axes, offset))
+
+
+def _inner(geom):
+    """The index of the unpadded input inside a buffer of the geometry's span: (..., top:top + H, ...)."""
+    return (Ellipsis,) + tuple(slice(b, b + n) for (b, _), n in zip(geom.pads, geom.size))
 
 
 def _padded(xp, x, geom, fill):
-    """x [..., H, W] inside a buffer of the geometry's span filled with `fill` (x itself if it fits)."""
+    """x [..., *geom.size] inside a buffer of the geometry's span filled with `fill` (x itself if it fits)."""
     span = geom.span()
-    if span == x.shape[-2:]:
+    if span == x.shape[-len(span):]:
         return x
-    (top, _), (left, _) = geom.pads
-    buf = xp.full(x.shape[:-2] + span, fill, dtype=x.dtype)
-    buf[..., top:top + x.shape[-2], left:left + x.shape[-1]] = x
+    buf = xp.full(x.shape[:-len(span)] + span, fill, dtype=x.dtype)
+    buf[_inner(geom)] = x
     return buf
 
 
 def _im2col(xp, x, geom):
-    """[G, kh, kw, *lead, OH, OW]: the window elements of x [G, *lead, H, W], one block per kernel offset."""
+    """[G, *kernel, *lead, *out]: the window elements of x [G, *lead, *size], one block per kernel offset."""
+    nd = len(geom.size)
     src = _padded(xp, x, geom, 0)
-    if geom.kernel == (1, 1) and geom.stride == (1, 1) and src.shape[-2:] == geom.out:
-        return xp.ascontiguousarray(src)[:, None, None]  # a 1x1 convolution reads the input as it is
-    cols = xp.empty(x.shape[:1] + geom.kernel + x.shape[1:-2] + geom.out, dtype=x.dtype)
-    for i, j, index in _window_slices(geom):
-        cols[:, i, j] = src[index]
+    if set(geom.kernel) == {1} and set(geom.stride) == {1} and src.shape[-nd:] == geom.out:
+        src = xp.ascontiguousarray(src)  # a 1x1 convolution reads the input as it is
+        return src.reshape(src.shape[:1] + (1,) * nd + src.shape[1:])
+    cols = xp.empty(x.shape[:1] + geom.kernel + x.shape[1:-nd] + geom.out, dtype=x.dtype)
+    for offset, index in _window_slices(geom):
+        cols[(slice(None),) + offset] = src[index]
     return cols
 
 
 def _col2im(xp, part, lead, geom, dtype):
-    """The adjoint of the window walk: a [*lead, H, W] array (a view) to which each offset (i, j) adds
-    part(i, j) (shaped [*lead, OH, OW]) at its window elements; the padding is cut off at the end."""
+    """The adjoint of the window walk: a [*lead, *size] array (a view) to which each kernel offset adds
+    part(offset) (shaped [*lead, *out]) at its window elements; the padding is cut off at the end."""
     buf = xp.zeros(tuple(lead) + geom.span(), dtype=dtype)
-    for i, j, index in _window_slices(geom):
+    for offset, index in _window_slices(geom):
         view = buf[index]
-        xp.add(view, part(i, j), out=view)
-    (top, _), (left, _) = geom.pads
-    return buf[..., top:top + geom.size[0], left:left + geom.size[1]]
+        xp.add(view, part(offset), out=view)
+    return buf[_inner(geom)]
 
 
 # -- convolution ---------------------------------------------------------------------------------------
-# The matmuls see the batch inside the columns: activations are [groups, C/groups, N, H, W] and the
-# columns [groups, kh*kw*C/groups, N*OH*OW], so each group is one large matmul (faster than one per
-# sample, and the weight gradient needs no [N, ...] partial products). Getting there and back costs a
-# copy that moves whole H*W planes. Weights are reordered to [groups, O/groups, kh, kw, C/groups].
+# The matmuls see the batch inside the columns: activations are [groups, C/groups, N, *spatial] and the
+# columns [groups, prod(kernel)*C/groups, N*prod(out)], so each group is one large matmul (faster than one
+# per sample, and the weight gradient needs no [N, ...] partial products). Getting there and back costs a
+# copy that moves whole spatial planes. Weights are reordered to [groups, O/groups, *kernel, C/groups].
 
 def _batch_inner(xp, x, groups):
-    """[N, C, H, W] -> [groups, C/groups, N, H, W] (a view)."""
+    """[N, C, *spatial] -> [groups, C/groups, N, *spatial] (a view)."""
     n, c = x.shape[:2]
-    return x.reshape((n, groups, c // groups) + x.shape[2:]).transpose(1, 2, 0, 3, 4)
+    rest = tuple(range(3, x.ndim + 1))
+    return x.reshape((n, groups, c // groups) + x.shape[2:]).transpose((1, 2, 0) + rest)
 
 
 def _batch_outer(xp, y):
-    """[groups, C/groups, N, H, W] -> a fresh [N, C, H, W]."""
+    """[groups, C/groups, N, *spatial] -> a fresh [N, C, *spatial]."""
     groups, per_group, n = y.shape[:3]
-    return xp.ascontiguousarray(y.transpose(2, 0, 1, 3, 4)).reshape((n, groups * per_group) + y.shape[3:])
+    rest = tuple(range(3, y.ndim))
+    return xp.ascontiguousarray(y.transpose((2, 0, 1) + rest)).reshape((n, groups * per_group) + y.shape[3:])
 
 
 def _conv_nchw(xp, x, w, geom, groups):
-    (n, c), o = x.shape[:2], w.shape[0]
+    (n, c), o, nd = x.shape[:2], w.shape[0], len(geom.size)
     k, size = c // groups * math.prod(geom.kernel), n * math.prod(geom.out)  # explicit sizes: N may be 0
     cols = _im2col(xp, _batch_inner(xp, x, groups), geom).reshape(groups, k, size)
-    weight = w.reshape((groups, o // groups, c // groups) + geom.kernel).transpose(0, 1, 3, 4, 2)
-    out = xp.matmul(weight.reshape(groups, o // groups, k), cols)  # [groups, O/groups, N*OH*OW]
+    weight = w.reshape((groups, o // groups, c // groups) + geom.kernel)
+    weight = weight.transpose((0, 1) + tuple(range(3, 3 + nd)) + (2,))
+    out = xp.matmul(weight.reshape(groups, o // groups, k), cols)  # [groups, O/groups, N*prod(out)]
     return _batch_outer(xp, out.reshape((groups, o // groups, n) + geom.out))
 
 
 def _conv_transpose_nchw(xp, x, w, geom, groups):
-    (n, c_in), per_group = x.shape[:2], w.shape[1]
-    weight = w.reshape((groups, c_in // groups, per_group) + geom.kernel).transpose(0, 3, 4, 2, 1)
+    (n, c_in), per_group, nd = x.shape[:2], w.shape[1], len(geom.size)
+    weight = w.reshape((groups, c_in // groups, per_group) + geom.kernel)
+    weight = weight.transpose((0,) + tuple(range(3, 3 + nd)) + (2, 1))
     weight = weight.reshape(groups, math.prod(geom.kernel) * per_group, c_in // groups)
     inner = _batch_inner(xp, x, groups).reshape(groups, c_in // groups, n * math.prod(geom.out))
     cols = xp.matmul(weight, inner).reshape((groups,) + geom.kernel + (per_group, n) + geom.out)
-    return _batch_outer(xp, _col2im(xp, lambda i, j: cols[:, i, j], (groups, per_group, n), geom, x.dtype))
+    return _batch_outer(xp, _col2im(xp, lambda offset: cols[(slice(None),) + offset], (groups, per_group, n), geom,
+                                    x.dtype))
 
 
 def _conv_weight_grad_nchw(xp, x, grad, geom, groups):
-    (n, c), o = x.shape[:2], grad.shape[1]
+    (n, c), o, nd = x.shape[:2], grad.shape[1], len(geom.size)
     k, size = c // groups * math.prod(geom.kernel), n * math.prod(geom.out)
     cols = _im2col(xp, _batch_inner(xp, x, groups), geom).reshape(groups, k, size)
     g = _batch_inner(xp, grad, groups).reshape(groups, o // groups, size)
     # cols @ g^T rather than g @ cols^T: OpenBLAS runs this orientation markedly faster
-    dw = xp.matmul(cols, g.swapaxes(-1, -2))  # [groups, kh*kw*C/groups, O/groups]
-    dw = dw.reshape((groups,) + geom.kernel + (c // groups, o // groups)).transpose(0, 4, 3, 1, 2)
+    dw = xp.matmul(cols, g.swapaxes(-1, -2))  # [groups, prod(kernel)*C/groups, O/groups]
+    dw = dw.reshape((groups,) + geom.kernel + (c // groups, o // groups))
+    dw = dw.transpose((0, nd + 2, nd + 1) + tuple(range(1, nd + 1)))
     return dw.reshape((o, c // groups) + geom.kernel)
 
 
@@ -335,7 +358,7 @@ def _check_groups(groups, channels, what):
 def _check_conv(x, weight, bias, groups, nd, last, transpose):
     """Raise, naming shapes, unless x, weight and bias make a (transposed) convolution."""
     fmt = LAYOUTS[nd][last]
-    kernel = "kL" if nd == 1 else "kh, kw"
+    kernel = ", ".join(f"k{axis.lower()}" for axis in SPATIAL[nd]) if nd > 1 else "kL"
     wlayout = f"[in_channels, out_channels/groups, {kernel}]" if transpose else \
         f"[out_channels, in_channels/groups, {kernel}]"
     if x.ndim != nd + 2:
@@ -361,7 +384,7 @@ def _check_conv(x, weight, bias, groups, nd, last, transpose):
 
 def _add_bias(out, bias):
     if bias is not None:
-        out += bias.astype(out.dtype, copy=False).reshape(1, -1, 1, 1)
+        out += bias.astype(out.dtype, copy=False).reshape((1, -1) + (1,) * (out.ndim - 2))
     return out
 
 
@@ -377,27 +400,29 @@ def _conv_kernel(nd):
     return conv
 
 
-def _conv2d_transpose(xp, x, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1,
-                      output_size=None, data_format="NCHW"):
-    last = _channel_last(data_format, 2)
-    _check_conv(x, weight, bias, groups, 2, last, transpose=True)
-    geom = _transpose_geometry(_spatial(x.shape, last), weight.shape[2:], stride, padding, output_padding,
-                               dilation, output_size, last)
-    ct = compute_dtype(xp, x.dtype)
-    out = _conv_transpose_nchw(xp, _as_nchw(xp, x, ct, 2, last), weight.astype(ct, copy=False), geom, groups)
-    return _from_nchw(xp, _add_bias(out, bias), 2, last, x.dtype)
+def _conv_transpose_kernel(nd):
+    def conv_transpose(xp, x, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1,
+                       output_size=None, data_format=None):
+        last = _channel_last(data_format, nd)
+        _check_conv(x, weight, bias, groups, nd, last, transpose=True)
+        geom = _transpose_geometry(_spatial(x.shape, last), weight.shape[2:], stride, padding, output_padding,
+                                   dilation, output_size, last)
+        ct = compute_dtype(xp, x.dtype)
+        out = _conv_transpose_nchw(xp, _as_nchw(xp, x, ct, nd, last), weight.astype(ct, copy=False), geom, groups)
+        return _from_nchw(xp, _add_bias(out, bias), nd, last, x.dtype)
+    return conv_transpose
 
 
-def _grad_weight_geometry(x_shape, grad_shape, kernel_size, stride, padding, dilation, groups, last):
-    """The geometry of conv2d_grad_weight: x's convolution, with as many windows as grad has."""
+def _grad_weight_geometry(x_shape, grad_shape, kernel_size, stride, padding, dilation, groups, nd, last):
+    """The geometry of convNd_grad_weight: x's convolution, with as many windows as grad has."""
     for name, shape in (("x", x_shape), ("grad", grad_shape)):
-        if len(shape) != 4:
-            raise ValueError(f"{name} must be 4-D {_layout(2, last)}, got shape {list(shape)}")
+        if len(shape) != nd + 2:
+            raise ValueError(f"{name} must be {nd + 2}-D {_layout(nd, last)}, got shape {list(shape)}")
     if x_shape[0] != grad_shape[0]:
         raise ValueError(f"x (shape {list(x_shape)}) and grad (shape {list(grad_shape)}) have different batch sizes")
     _check_groups(groups, _channels(x_shape, last), "channels of x")
     _check_groups(groups, _channels(grad_shape, last), "channels of grad")
-    kernel = _ints("kernel_size", kernel_size, 2, 1)
+    kernel = _ints("kernel_size", kernel_size, nd, 1)
     geom = _conv_geometry(_spatial(x_shape, last), kernel, stride, padding, dilation, last)
     out = _spatial(grad_shape, last)
     if any(o > n for o, n in zip(out, geom.out)):
@@ -406,12 +431,63 @@ def _grad_weight_geometry(x_shape, grad_shape, kernel_size, stride, padding, dil
     return geom._replace(out=out)
 
 
-def _conv2d_grad_weight(xp, x, grad, kernel_size, stride=1, padding=0, dilation=1, groups=1, data_format="NCHW"):
-    last = _channel_last(data_format, 2)
-    geom = _grad_weight_geometry(x.shape, grad.shape, kernel_size, stride, padding, dilation, groups, last)
+def _conv_grad_weight_kernel(nd):
+    def grad_weight(xp, x, grad, kernel_size, stride=1, padding=0, dilation=1, groups=1, data_format=None):
+        last = _channel_last(data_format, nd)
+        geom = _grad_weight_geometry(x.shape, grad.shape, kernel_size, stride, padding, dilation, groups, nd, last)
+        ct = compute_dtype(xp, x.dtype)
+        dw = _conv_weight_grad_nchw(xp, _as_nchw(xp, x, ct, nd, last), _as_nchw(xp, grad, ct, nd, last), geom,
+                                    groups)
+        return dw.astype(x.dtype, copy=False)
+    return grad_weight
+
+
+# -- unfold and fold (im2col and col2im as ops) ----------------------------------------------------------
+
+def _unfold_geometry(size, kernel_sizes, strides, paddings, dilations):
+    """Paddle's unfold arguments as a Geometry; paddings is an int, [ph, pw] or, unlike the convolutions'
+    [top, bottom, left, right], [top, left, bottom, right]."""
+    kernel = _ints("kernel_sizes", kernel_sizes, 2, 1)
+    stride, dilation = _ints("strides", strides, 2, 1), _ints("dilations", dilations, 2, 1)
+    flat = (paddings,) * 4 if _is_int(paddings) else tuple(paddings) if isinstance(paddings, (list, tuple)) else ()
+    flat = flat * (4 // len(flat)) if len(flat) in (1, 2) else flat  # (an int arrives as a 1-tuple)
+    if len(flat) != 4 or not all(_is_int(v) and v >= 0 for v in flat):
+        shown = list(paddings) if isinstance(paddings, tuple) else paddings
+        raise ValueError(f"paddings must be a non-negative int, [padding_h, padding_w] or [top, left, bottom, "
+                         f"right]; got {shown!r}")
+    pads = ((int(flat[0]), int(flat[2])), (int(flat[1]), int(flat[3])))
+    out = tuple((n + b + a - (k - 1) * d - 1) // s + 1
+                for n, (b, a), k, s, d in zip(size, pads, kernel, stride, dilation))
+    if min(out) < 1:
+        raise ValueError(f"the spatial size {list(size)} padded by {[list(p) for p in pads]} is smaller than the "
+                         f"kernel {list(kernel)} with dilations {list(dilation)}: there are no blocks")
+    return Geometry(tuple(size), kernel, stride, pads, dilation, out)
+
+
+def _unfold(xp, x, kernel_sizes, strides=1, paddings=0, dilations=1):
+    if x.ndim != 4:
+        raise ValueError(f"x must be 4-D [N, C, H, W], got shape {list(x.shape)}")
+    geom = _unfold_geometry(x.shape[2:], kernel_sizes, strides, paddings, dilations)
+    (n, c), blocks = x.shape[:2], math.prod(geom.out)
+    # the batch takes _im2col's group axis: [N, kh, kw, C, OH, OW], then channels ahead of the kernel offsets
+    cols = _im2col(xp, x.astype(compute_dtype(xp, x.dtype), copy=False), geom)
+    out = cols.transpose(0, 3, 1, 2, 4, 5).reshape(n, c * math.prod(geom.kernel), blocks)
+    return out.astype(x.dtype, copy=False)
+
+
+def _fold(xp, x, output_sizes, kernel_sizes, strides=1, paddings=0, dilations=1):
+    if x.ndim != 3:
+        raise ValueError(f"x must be 3-D [N, C*kh*kw, L], got shape {list(x.shape)}")
+    geom = _unfold_geometry(_ints("output_sizes", output_sizes, 2, 1), kernel_sizes, strides, paddings, dilations)
+    (n, rows, blocks), area = x.shape, math.prod(geom.kernel)
+    if rows % area or blocks != math.prod(geom.out):
+        raise ValueError(f"x of shape {list(x.shape)} does not hold the blocks of a {list(geom.size)} output: "
+                         f"expected [N, C*{area}, {math.prod(geom.out)}] (kernel {list(geom.kernel)}, "
+                         f"{list(geom.out)} blocks)")
     ct = compute_dtype(xp, x.dtype)
-    dw = _conv_weight_grad_nchw(xp, _as_nchw(xp, x, ct, 2, last), _as_nchw(xp, grad, ct, 2, last), geom, groups)
-    return dw.astype(x.dtype, copy=False)
+    cols = x.astype(ct, copy=False).reshape((n, rows // area) + geom.kernel + geom.out)
+    out = _col2im(xp, lambda offset: cols[(slice(None), slice(None)) + offset], (n, rows // area), geom, ct)
+    return xp.ascontiguousarray(out).astype(x.dtype, copy=False)
 
 
 # -- pooling -------------------------------------------------------------------------------------------
@@ -430,7 +506,7 @@ def _max_pool2d_with_index(xp, x, kernel_size, stride=None, padding=0, ceil_mode
     src = _padded(xp, _as_nchw(xp, x, ct, 2, last), geom, -xp.inf)
     (h, w) = geom.size
     views, steps = [], []  # each offset's window slice, and its place (i * W + j) relative to the corner
-    for i, j, index in _window_slices(geom):
+    for (i, j), index in _window_slices(geom):
         views.append(src[index])
         steps.append(i * w + j)
     # a running maximum; where a later offset is strictly larger it takes over, so the first maximum in
@@ -513,7 +589,7 @@ def _avg_pool2d(xp, x, kernel_size, stride=None, padding=0, ceil_mode=False, exc
     ct = compute_dtype(xp, x.dtype)
     src = _padded(xp, _as_nchw(xp, x, ct, 2, last), geom, 0)
     total = None
-    for _, _, index in _window_slices(geom):
+    for _, index in _window_slices(geom):
         total = src[index].copy() if total is None else xp.add(total, src[index], out=total)
     scale, empty = _avg_scale(xp, geom, exclusive, divisor_override, ct)
     total *= scale
@@ -533,7 +609,7 @@ def _avg_pool2d_grad(xp, grad, input_size, kernel_size, stride=None, padding=0, 
                          f"{list(size)} gives {list(geom.out)}")
     ct = compute_dtype(xp, grad.dtype)
     g = _as_nchw(xp, grad, ct, 2, last) * _avg_scale(xp, geom, exclusive, divisor_override, ct)[0]
-    dx = xp.ascontiguousarray(_col2im(xp, lambda i, j: g, g.shape[:2], geom, ct))
+    dx = xp.ascontiguousarray(_col2im(xp, lambda offset: g, g.shape[:2], geom, ct))
     return _from_nchw(xp, dx, 2, last, grad.dtype)
 
 
@@ -602,12 +678,18 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, return_mask=False, ceil_m
 # -- gradients (Tensors and public ops only) --------------------------------------------------------------
 
 def _lift(t, nd, last):
-    """A 1-D activation (or weight: last=False) as 2-D with a unit height."""
-    return t if nd == 2 else oarlock.unsqueeze(t, 1 if last else 2)
+    """A 1-D activation (or weight: last=False) as 2-D with a unit height (2-D and 3-D ones as they are)."""
+    return oarlock.unsqueeze(t, 1 if last else 2) if nd == 1 else t
 
 
 def _drop(t, nd, last):
-    return t if nd == 2 else oarlock.squeeze(t, 1 if last else 2)
+    return oarlock.squeeze(t, 1 if last else 2) if nd == 1 else t
+
+
+def _ops(nd):
+    """(convNd, convNd_transpose, convNd_grad_weight) for a 2-D or 3-D geometry: the three ops the
+    gradients of each other close over."""
+    return (getattr(F, f"conv{nd}d"), getattr(F, f"conv{nd}d_transpose"), getattr(oarlock, f"conv{nd}d_grad_weight"))
 
 
 def _fit(t, size, last):
@@ -634,41 +716,57 @@ def _conv_rule(nd):
         geom = _conv_geometry(_spatial(x.shape, last), tuple(weight.shape[2:]), a["stride"], a["padding"],
                               a["dilation"], last).lift()
         attrs = geom.attrs(a["groups"], last)
+        _, transpose, grad_weight = _ops(len(geom.size))
         x2, w2, g2 = _lift(x, nd, last), _lift(weight, nd, False), _lift(g, nd, last)
         dx = dw = None
         if ctx.edges[0] is not None:
-            dx = _drop(F.conv2d_transpose(g2, w2, output_size=list(geom.size), **attrs), nd, last)
+            dx = _drop(transpose(g2, w2, output_size=list(geom.size), **attrs), nd, last)
         if ctx.edges[1] is not None:
-            dw = _drop(oarlock.conv2d_grad_weight(x2, g2, kernel_size=list(geom.kernel), **attrs), nd, False)
+            dw = _drop(grad_weight(x2, g2, kernel_size=list(geom.kernel), **attrs), nd, False)
         return dx, dw, _bias_grad(ctx, g, last)
     return rule
 
 
-def _conv2d_transpose_rule(ctx, g):
-    x, weight = ctx.saved
-    a = ctx.attrs
-    last = _channel_last(a["data_format"], 2)
-    size = _spatial(x.shape, last)
-    geom = _transpose_geometry(size, tuple(weight.shape[2:]), a["stride"], a["padding"], a["output_padding"],
-                               a["dilation"], a["output_size"], last)
-    attrs = geom.attrs(a["groups"], last)
-    dx = _fit(F.conv2d(g, weight, **attrs), size, last) if ctx.edges[0] is not None else None
-    dw = oarlock.conv2d_grad_weight(g, x, kernel_size=list(geom.kernel), **attrs) if ctx.edges[1] is not None \
-        else None
-    return dx, dw, _bias_grad(ctx, g, last)
+def _conv_transpose_rule(nd):
+    def rule(ctx, g):
+        x, weight = ctx.saved
+        a = ctx.attrs
+        last = _channel_last(a["data_format"], nd)
+        size = _spatial(x.shape, last)
+        geom = _transpose_geometry(size, tuple(weight.shape[2:]), a["stride"], a["padding"], a["output_padding"],
+                                   a["dilation"], a["output_size"], last)
+        attrs = geom.attrs(a["groups"], last)
+        conv, _, grad_weight = _ops(nd)
+        dx = _fit(conv(g, weight, **attrs), size, last) if ctx.edges[0] is not None else None
+        dw = grad_weight(g, x, kernel_size=list(geom.kernel), **attrs) if ctx.edges[1] is not None else None
+        return dx, dw, _bias_grad(ctx, g, last)
+    return rule
 
 
-def _conv2d_grad_weight_rule(ctx, gg):
-    """dw(x, grad) is bilinear: <gg, dw(x, grad)> = <grad, conv2d(x, gg)>."""
-    x, grad = ctx.saved
-    a = ctx.attrs
-    last = _channel_last(a["data_format"], 2)
-    geom = _grad_weight_geometry(tuple(x.shape), tuple(grad.shape), a["kernel_size"], a["stride"], a["padding"],
-                                 a["dilation"], a["groups"], last)
-    attrs = geom.attrs(a["groups"], last)
-    dx = F.conv2d_transpose(grad, gg, output_size=list(geom.size), **attrs) if ctx.edges[0] is not None else None
-    dgrad = _fit(F.conv2d(x, gg, **attrs), geom.out, last) if ctx.edges[1] is not None else None
-    return dx, dgrad
+def _grad_weight_rule(nd):
+    def rule(ctx, gg):
+        """dw(x, grad) is bilinear: <gg, dw(x, grad)> = <grad, convNd(x, gg)>."""
+        x, grad = ctx.saved
+        a = ctx.attrs
+        last = _channel_last(a["data_format"], nd)
+        geom = _grad_weight_geometry(tuple(x.shape), tuple(grad.shape), a["kernel_size"], a["stride"], a["padding"],
+                                     a["dilation"], a["groups"], nd, last)
+        attrs = geom.attrs(a["groups"], last)
+        conv, transpose, _ = _ops(nd)
+        dx = transpose(grad, gg, output_size=list(geom.size), **attrs) if ctx.edges[0] is not None else None
+        dgrad = _fit(conv(x, gg, **attrs), geom.out, last) if ctx.edges[1] is not None else None
+        return dx, dgrad
+    return rule
+
+
+def _unfold_rule(ctx, g):
+    return F.fold(g, list(ctx.meta[0][0][2:]), **ctx.attrs)
+
+
+def _fold_rule(ctx, gg):
+    a = dict(ctx.attrs)
+    del a["output_sizes"]
+    return F.unfold(gg, **a)
 
 
 def _max_pool_rule(ctx, g, _g_mask):
@@ -728,8 +826,9 @@ def _adaptive_grad_rule(ctx, gg):
 
 # -- registration --------------------------------------------------------------------------------------------
 
-_CONV = ("x: Tensor, weight: Tensor, bias: OptTensor = None, stride: Shape = 1, padding: Any = 0, {extra}"
-         "dilation: Shape = 1, groups: int = 1, {more}data_format: str = '{fmt}'")
+_CONV = "x: Tensor, weight: Tensor, bias: OptTensor = None, stride: Shape = 1, padding: Any = 0, "
+# Paddle orders conv2d_transpose's arguments dilation, groups but conv1d/conv3d_transpose's groups, dilation
+_GROUPS_DILATION = {False: "dilation: Shape = 1, groups: int = 1, ", True: "groups: int = 1, dilation: Shape = 1, "}
 _POOL = "kernel_size: Shape, stride: Shape|None = None, padding: Any = 0, ceil_mode: bool = False, "
 _AVG = _POOL + "exclusive: bool = True, divisor_override: float|None = None, data_format: str = 'NCHW'"
 _FLOATS = ("float",)
@@ -737,25 +836,40 @@ _FLOATS = ("float",)
 
 def register(ops):
     conv = {"aliases": {"input": "x"}, "promote": True, "dtypes": _FLOATS, "saves": ("x", "weight"), "amp": "white"}
-    for nd, fmt in ((1, "NCL"), (2, "NCHW")):
-        name = f"conv{nd}d"
-        ops.define(f"{name}({_CONV.format(extra='', more='', fmt=fmt)}) -> Tensor",
+    for nd in (1, 2, 3):
+        name, fmt = f"conv{nd}d", LAYOUTS[nd][0]
+        ops.define(f"{name}({_CONV}{_GROUPS_DILATION[False]}data_format: str = '{fmt}') -> Tensor",
                    public=[f"oarlock.nn.functional.{name}"], grad=_conv_rule(nd), **conv,
                    doc=f"{nd}-D convolution (cross-correlation) of x {_layout(nd, False)} with weight "
                        f"[out_channels, in_channels/groups, *kernel], plus bias [out_channels].")
         ops.kernel(name)(_conv_kernel(nd))
-    transpose = _CONV.format(extra="output_padding: Shape = 0, ", more="output_size: Shape|None = None, ", fmt="NCHW")
-    ops.define(f"conv2d_transpose({transpose}) -> Tensor",
-               public=["oarlock.nn.functional.conv2d_transpose"], grad=_conv2d_transpose_rule, **conv,
-               doc="2-D transposed convolution (the adjoint of conv2d) with weight [in_channels, "
-                   "out_channels/groups, kh, kw]; output_size picks among the sizes the stride allows.")
-    ops.kernel("conv2d_transpose")(_conv2d_transpose)
-    ops.define("conv2d_grad_weight(x: Tensor, grad: Tensor, kernel_size: Shape, stride: Shape = 1, padding: Any = 0, "
-               "dilation: Shape = 1, groups: int = 1, data_format: str = 'NCHW') -> Tensor",
-               public=["conv2d_grad_weight"], promote=True, dtypes=_FLOATS, grad=_conv2d_grad_weight_rule,
-               saves=("x", "grad"), doc="The gradient of conv2d with respect to its weight, for input x and "
-                                        "output gradient grad.")
-    ops.kernel("conv2d_grad_weight")(_conv2d_grad_weight)
+    for nd in (2, 3):
+        name, fmt = f"conv{nd}d", LAYOUTS[nd][0]
+        ops.define(f"{name}_transpose({_CONV}output_padding: Shape = 0, {_GROUPS_DILATION[nd == 3]}"
+                   f"output_size: Shape|None = None, data_format: str = '{fmt}') -> Tensor",
+                   public=[f"oarlock.nn.functional.{name}_transpose"], grad=_conv_transpose_rule(nd), **conv,
+                   doc=f"{nd}-D transposed convolution (the adjoint of {name}) with weight [in_channels, "
+                       f"out_channels/groups, *kernel]; output_size picks among the sizes the stride allows.")
+        ops.kernel(f"{name}_transpose")(_conv_transpose_kernel(nd))
+        ops.define(f"{name}_grad_weight(x: Tensor, grad: Tensor, kernel_size: Shape, stride: Shape = 1, "
+                   f"padding: Any = 0, dilation: Shape = 1, groups: int = 1, data_format: str = '{fmt}') -> Tensor",
+                   public=[f"{name}_grad_weight"], promote=True, dtypes=_FLOATS, grad=_grad_weight_rule(nd),
+                   saves=("x", "grad"),
+                   doc=f"The gradient of {name} with respect to its weight, for input x and output gradient grad.")
+        ops.kernel(f"{name}_grad_weight")(_conv_grad_weight_kernel(nd))
+
+    blocks = "kernel_sizes: Shape, strides: Shape = 1, paddings: Shape = 0, dilations: Shape = 1"
+    ops.define(f"unfold(x: Tensor, {blocks}) -> Tensor", public=["oarlock.nn.functional.unfold"],
+               aliases={"input": "x"}, dtypes=_FLOATS, grad=_unfold_rule,
+               doc="im2col: the sliding blocks of x [N, C, H, W] as columns, [N, C*kh*kw, L] (L blocks, "
+                   "channel-major rows); paddings is an int, [ph, pw] or [top, left, bottom, right].")
+    ops.kernel("unfold")(_unfold)
+    ops.define(f"fold(x: Tensor, output_sizes: Shape, {blocks}) -> Tensor", public=["oarlock.nn.functional.fold"],
+               aliases={"input": "x"}, dtypes=_FLOATS, grad=_fold_rule,
+               doc="col2im, the adjoint of unfold: sums the blocks of x [N, C*kh*kw, L] into [N, C, *output_sizes] "
+                   "(with [top, left, bottom, right] paddings L counts unfold's blocks; Paddle's own check "
+                   "assumes bottom = top and right = left).")
+    ops.kernel("fold")(_fold)
 
     ops.define(f"max_pool2d_with_index(x: Tensor, {_POOL}data_format: str = 'NCHW') -> tuple[Tensor, Tensor]",
                public=["max_pool2d_with_index"], dtypes=_FLOATS, grad=_max_pool_rule, saves=("out1",),

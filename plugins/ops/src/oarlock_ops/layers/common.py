@@ -13,7 +13,7 @@ import numbers
 import oarlock
 from oarlock import Tensor
 from oarlock.nn import functional as F
-from oarlock_ops.layers.base import Layer
+from oarlock_ops.layers.base import Layer, Parameter
 
 
 # -- input checks --------------------------------------------------------------------------------------
@@ -80,11 +80,17 @@ class Linear(Layer):
 class Embedding(Layer):
     """A [num_embeddings, embedding_dim] lookup table (Xavier-uniform initialised; the padding_idx row
     starts at zero, and that id always looks up zeros and sends no gradient). sparse is accepted and
-    ignored (dense gradients)."""
+    ignored (dense gradients).
 
-    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, sparse=False, weight_attr=None,
-                 scale_grad_by_freq=False, name=None, *, max_norm=None, norm_type=2.0):
-        super().__init__()
+    Paddle 3.2's signature: max_norm and norm_type follow padding_idx positionally, the rest are
+    keywords. _weight supplies the table (its values are copied into a new parameter; the padding_idx
+    row is zeroed, as Paddle does) and _freeze=True makes it untrainable; dtype and device place the
+    table."""
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None, norm_type=2.0, *,
+                 scale_grad_by_freq=False, sparse=False, _weight=None, _freeze=False, device=None, dtype=None,
+                 weight_attr=None, name=None):
+        super().__init__(dtype=dtype or oarlock.get_default_dtype())
         self._num_embeddings = check_positive(self, "num_embeddings", num_embeddings)
         self._embedding_dim = check_positive(self, "embedding_dim", embedding_dim)
         if padding_idx is not None and (not isinstance(padding_idx, numbers.Integral)
@@ -93,10 +99,21 @@ class Embedding(Layer):
                              f"{num_embeddings}), got {padding_idx!r}")
         self._padding_idx, self._sparse, self._scale_grad_by_freq = padding_idx, sparse, scale_grad_by_freq
         self._max_norm, self._norm_type, self._weight_attr, self._name = max_norm, norm_type, weight_attr, name
-        self.weight = self.create_parameter([num_embeddings, embedding_dim], attr=weight_attr)
+        if _weight is None:
+            self.weight = self.create_parameter([num_embeddings, embedding_dim], attr=weight_attr)
+        else:
+            if not isinstance(_weight, Tensor) or _weight.shape != [num_embeddings, embedding_dim]:
+                got = f"shape {_weight.shape}" if isinstance(_weight, Tensor) else type(_weight).__name__
+                raise ValueError(f"Embedding: _weight must be a Tensor of shape [{num_embeddings}, {embedding_dim}] "
+                                 f"(num_embeddings, embedding_dim), got {got}")
+            self.weight = Parameter(_weight.astype(self._dtype))
+        if weight_attr is None or _weight is not None:  # (a weight_attr's trainable flag wins, as in Paddle)
+            self.weight.stop_gradient = bool(_freeze)
         if padding_idx is not None:
             with oarlock.no_grad():
                 self.weight[padding_idx] = 0.0
+        if device is not None:
+            self.to(device=device)
 
     def forward(self, x):
         if not isinstance(x, Tensor) or x.dtype not in ("int32", "int64"):

@@ -1,12 +1,16 @@
-"""Convolution and pooling layers: Conv1D, Conv2D (torch-style aliases Conv1d, Conv2d), Conv2DTranspose
-(alias ConvTranspose2d), MaxPool2D, AvgPool2D and AdaptiveAvgPool2D (alias AdaptiveAvgPool2d), with
-Paddle's constructor signatures, weight layouts and default initialisation:
+"""Convolution, pooling and sliding-block layers: Conv1D, Conv2D, Conv3D (torch-style aliases Conv1d, Conv2d,
+Conv3d: the same classes), Conv2DTranspose and Conv3DTranspose (aliases ConvTranspose2d/3d), MaxPool2D,
+AvgPool2D, AdaptiveAvgPool2D (alias AdaptiveAvgPool2d), Unfold and Fold, and compat.Unfold (torch's
+argument names), with Paddle's constructor signatures, weight layouts and default initialisation:
 
-- Conv1D/Conv2D: weight [out_channels, in_channels/groups, *kernel] drawn from
+- Conv1D/2D/3D: weight [out_channels, in_channels/groups, *kernel] drawn from
   Normal(0, sqrt(2 / (in_channels * prod(kernel)))) -- Paddle's fan-in counts all input channels,
-  not in_channels/groups; bias [out_channels] zeros.
-- Conv2DTranspose: weight [in_channels, out_channels/groups, kh, kw], Xavier-uniform over the
-  weight's own fans (Paddle leaves it to create_parameter's default); bias zeros.
+  not in_channels/groups; bias [out_channels] zeros. As in Paddle 3.2 they also take the keywords
+  bias (False: no bias, whatever bias_attr says), dtype and device. (3.2 makes everything after groups
+  keyword-only; the earlier positional order -- padding_mode, weight_attr, bias_attr, data_format --
+  still works here.)
+- Conv2DTranspose/Conv3DTranspose: weight [in_channels, out_channels/groups, *kernel], Xavier-uniform
+  over the weight's own fans (Paddle leaves it to create_parameter's default); bias zeros.
 
 padding_mode 'reflect', 'replicate' or 'circular' pads the input first (index_select with a
 precomputed index per spatial axis, so the gradient flows back through it) and then convolves without
@@ -59,7 +63,7 @@ def _data_format(layer, data_format, nd):
 
 
 class _ConvNd(Layer):
-    """What Conv1D, Conv2D and Conv2DTranspose share: argument checks, parameters, padding modes."""
+    """What the convolution layers share: argument checks, parameters, padding modes."""
 
     _nd = 2
     _transpose = False
@@ -170,22 +174,116 @@ class Conv2D(_ConvNd):
                         self._data_format)
 
 
-class Conv2DTranspose(_ConvNd):
-    """2-D transposed convolution; forward(x, output_size=None) picks among the output sizes the
-    stride allows (output_padding and output_size are mutually exclusive)."""
+class Conv3D(_ConvNd):
+    """3-D convolution over [N, C, D, H, W] (data_format='NCDHW') or [N, D, H, W, C] ('NDHWC') inputs."""
+
+    _nd = 3
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+                 padding_mode="zeros", weight_attr=None, bias_attr=None, data_format="NCDHW", *, bias=True,
+                 dtype=None, device=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, padding_mode,
+                         weight_attr, bias_attr, data_format, bias=bias, dtype=dtype, device=device)
+
+    def forward(self, x):
+        x, padding = self._prepare(x)
+        return F.conv3d(x, self.weight, self.bias, self._stride, padding, self._dilation, self._groups,
+                        self._data_format)
+
+
+class _ConvTransposeNd(_ConvNd):
+    """forward(x, output_size=None) picks among the output sizes the stride allows (output_padding and
+    output_size are mutually exclusive)."""
 
     _transpose = True
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, dilation=1,
-                 groups=1, weight_attr=None, bias_attr=None, data_format="NCHW"):
+                 groups=1, weight_attr=None, bias_attr=None, data_format=None):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, "zeros",
-                         weight_attr, bias_attr, data_format, output_padding=output_padding)
+                         weight_attr, bias_attr, data_format or LAYOUTS[self._nd][0], output_padding=output_padding)
 
     def forward(self, x, output_size=None):
-        _check_rank(self, x, 2, self._channel_last, self._in_channels)
+        _check_rank(self, x, self._nd, self._channel_last, self._in_channels)
         output_padding = 0 if output_size is not None else self._output_padding
-        return F.conv2d_transpose(x, self.weight, self.bias, self._stride, self._padding, output_padding,
-                                  self._dilation, self._groups, output_size, self._data_format)
+        return getattr(F, f"conv{self._nd}d_transpose")(
+            x, self.weight, self.bias, stride=self._stride, padding=self._padding, output_padding=output_padding,
+            dilation=self._dilation, groups=self._groups, output_size=output_size, data_format=self._data_format)
+
+
+class Conv2DTranspose(_ConvTransposeNd):
+    """2-D transposed convolution over [N, C, H, W] ('NCHW') or [N, H, W, C] ('NHWC') inputs."""
+
+    _nd = 2
+
+
+class Conv3DTranspose(_ConvTransposeNd):
+    """3-D transposed convolution over [N, C, D, H, W] ('NCDHW') or [N, D, H, W, C] ('NDHWC') inputs."""
+
+    _nd = 3
+
+
+# -- sliding blocks -------------------------------------------------------------------------------------
+
+class Unfold(Layer):
+    """F.unfold as a layer: the sliding kh x kw blocks of [N, C, H, W] inputs as columns [N, C*kh*kw, L]."""
+
+    def __init__(self, kernel_sizes, dilations=1, paddings=0, strides=1, name=None):
+        super().__init__()
+        self.kernel_sizes, self.dilations, self.paddings, self.strides, self.name = (
+            kernel_sizes, dilations, paddings, strides, name)
+
+    def forward(self, x):
+        check_input(self, x, "a 4-D input [N, C, H, W]", ranks={4})
+        return F.unfold(x, self.kernel_sizes, self.strides, self.paddings, self.dilations)
+
+    def extra_repr(self):
+        return (f"kernel_size={self.kernel_sizes}, dilation={self.dilations}, padding={self.paddings}, "
+                f"stride={self.strides}")
+
+
+class Fold(Layer):
+    """F.fold as a layer: sums the blocks [N, C*kh*kw, L] back into [N, C, *output_sizes] (col2im)."""
+
+    def __init__(self, output_sizes, kernel_sizes, dilations=1, paddings=0, strides=1, name=None):
+        super().__init__()
+        self.output_sizes, self.kernel_sizes, self.dilations, self.paddings, self.strides, self.name = (
+            output_sizes, kernel_sizes, dilations, paddings, strides, name)
+
+    def forward(self, x):
+        check_input(self, x, "a 3-D input [N, C*kh*kw, L]", ranks={3})
+        return F.fold(x, self.output_sizes, self.kernel_sizes, self.strides, self.paddings, self.dilations)
+
+    def extra_repr(self):
+        return (f"output_size={self.output_sizes}, kernel_size={self.kernel_sizes}, dilation={self.dilations}, "
+                f"padding={self.paddings}, stride={self.strides}")
+
+
+class CompatUnfold(Unfold):
+    """compat.Unfold(kernel_size, dilation=1, padding=0, stride=1): nn.Unfold with torch's argument names;
+    padding is an int or [padding_h, padding_w] (nn.Unfold also takes four), and the arguments may be
+    Tensors. Paddle's plural names are refused, pointing at nn.Unfold."""
+
+    _PLURALS = ("kernel_sizes", "dilations", "paddings", "strides")
+
+    def __init__(self, kernel_size=None, dilation=1, padding=0, stride=1, **kwargs):
+        # kernel_size defaults to None only so that Unfold(kernel_sizes=...) gets the message below
+        plural = [k for k in kwargs if k in self._PLURALS]
+        if kwargs:
+            hint = f"; {', '.join(plural)} {'is' if len(plural) == 1 else 'are'} nn.Unfold's spelling" if plural \
+                else ""
+            raise TypeError(f"compat.Unfold: unexpected keyword argument(s) {', '.join(kwargs)}; it accepts "
+                            f"kernel_size, dilation, padding, stride{hint}")
+        if kernel_size is None:
+            raise TypeError("compat.Unfold: kernel_size is required (an int or [kh, kw])")
+        kernel_size, dilation, padding, stride = (
+            v.tolist() if isinstance(v, oarlock.Tensor) else v for v in (kernel_size, dilation, padding, stride))
+        if isinstance(padding, (list, tuple)) and len(padding) > 2:
+            raise ValueError(f"compat.Unfold: padding must be an int or [padding_h, padding_w], got {padding!r} "
+                             f"(nn.Unfold takes [top, left, bottom, right])")
+        super().__init__(kernel_size, dilation, padding, stride)
+
+
+CompatUnfold.__name__ = "Unfold"  # Paddle's class name, which messages and repr show
 
 
 class _Pool2D(Layer):
@@ -250,8 +348,10 @@ class AdaptiveAvgPool2D(_Pool2D):
 
 
 EXPORTS = {
-    "oarlock.nn": [Conv1D, Conv2D, Conv2DTranspose, MaxPool2D, AvgPool2D, AdaptiveAvgPool2D,
-                   ("Conv1d", Conv1D), ("Conv2d", Conv2D), ("ConvTranspose2d", Conv2DTranspose),
-                   ("AdaptiveAvgPool2d", AdaptiveAvgPool2D)],
+    "oarlock.nn": [Conv1D, Conv2D, Conv3D, Conv2DTranspose, Conv3DTranspose, MaxPool2D, AvgPool2D, AdaptiveAvgPool2D,
+                   Unfold, Fold,
+                   ("Conv1d", Conv1D), ("Conv2d", Conv2D), ("Conv3d", Conv3D), ("ConvTranspose2d", Conv2DTranspose),
+                   ("ConvTranspose3d", Conv3DTranspose), ("AdaptiveAvgPool2d", AdaptiveAvgPool2D)],
     "oarlock.nn.functional": [max_pool2d],
+    "oarlock.compat": [("Unfold", CompatUnfold)],
 }
