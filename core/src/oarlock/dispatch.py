@@ -36,6 +36,7 @@ TENSOR_KINDS = ("Tensor", "TensorOrScalar", "OptTensor", "TensorList")
 _MISSING = object()
 _UNSET = object()
 _SCALAR_TYPES = (bool, int, float, complex, np.generic)
+_KIND_ORDER = {"bool": 0, "int": 1, "float": 2, "complex": 3}
 
 
 class OpError(ValueError):
@@ -386,7 +387,7 @@ def _with_out(op, out, compute):
             o.__class__ is Tensor for o in outs):
         expected = "a Tensor" if single else f"a tuple of {len(results)} Tensors"
         raise TypeError(f"{op.display}(): out must be {expected}, got {_describe(out)}")
-    order = {"bool": 0, "int": 1, "float": 2, "complex": 3}
+    order = _KIND_ORDER
     for i, (r, o) in enumerate(zip(results, outs)):
         where = "out" if single else f"out[{i}]"
         if r._data.shape != o._data.shape:
@@ -624,9 +625,12 @@ def apply(op: OpDef, args: tuple, attrs: dict):
             elif isinstance(a, list):
                 flat[i] = [x if x._dtype is dtype else _cast(x, dtype) for x in a]
     if scalars:
+        target = flat[op.inplace] if op.inplace is not None else None
         for i, a in enumerate(flat):
             if isinstance(a, _SCALAR_TYPES):
                 dt = dtype if i in op.promote else _dtypes.default_for_kind(_dtypes.scalar_kind(a))
+                if target.__class__ is Tensor and _KIND_ORDER[dt.kind] <= _KIND_ORDER[target._dtype.kind]:
+                    dt = target._dtype   # x.mul_(0.1) on float64 x: the scalar keeps x's precision
                 flat[i] = Tensor._wrap(backend.asarray(a, dt.np, place.index), place)
     if dtype is None:
         first = next((a for a in flat if a.__class__ is Tensor), None)
