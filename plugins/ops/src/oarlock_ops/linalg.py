@@ -1,13 +1,30 @@
-"""Matrix products: matmul (alias mm), bmm, and nn.functional.linear.
+"""Matrix products: matmul (alias mm, linalg.matmul), bmm, nn.functional.linear; and norms: norm
+(alias linalg.norm, Tensor.norm), linalg.vector_norm, linalg.matrix_norm.
 
 matmul follows numpy's rules: 1-D operands act as a row (x) or a column (y) vector and that axis
 is dropped from the result, and the batch dimensions broadcast. Paddle's transpose_x/transpose_y
 swap the last two axes of an operand with at least two dimensions (they do nothing to a vector).
 Low-precision floats (bfloat16, float16, float8) are multiplied in float32 and cast back, since
-numpy would otherwise return float32 (bfloat16) or accumulate in the narrow type.
+numpy would otherwise return float32 (bfloat16) or accumulate in the narrow type. The GEMM ops
+declare amp="white": under autocast they run in the low-precision dtype.
+
+norm follows Paddle 3.2 (p also spelled ord, axis dim, x input or A): axis=None flattens x into one
+vector, an int or a list of one axis (or of three or more) gives vector norms, a list of two axes
+matrix norms. Vector p: any number (inf, -inf, 0 counts the nonzeros; None and 'fro' mean 2);
+matrix p: 'fro' (None), 'nuc', 1, -1, 2, -2, inf, -inf ('nuc' with axis=None needs a 2-D x). So
+unlike torch.linalg.norm, p=2 without axis is the 2-norm of the flattened tensor, not the spectral
+norm. dtype casts x first. vector_norm always takes a vector norm (over the flattened x, an axis or
+several); matrix_norm always a matrix norm (axis [-2, -1] by default).
+
+Norm gradients: x / norm for the 2-norms (0 where the norm is 0, like torch), sign(x) |x|^(p-1) /
+norm^(p-1) in general, ties of the inf and 1-norms' max/min sharing the gradient evenly; nuc and
++-2 use the singular vectors (_norm_svd_grad, first order only).
 """
 
 from __future__ import annotations
+
+import math
+import numbers
 
 import oarlock
 from oarlock_ops._grad import sum_to_shape, unbroadcast
@@ -127,10 +144,137 @@ def _linear_grad(ctx, g):
     return dx, dw, unbroadcast(ctx, 2, g)
 
 
+# -- norms ---------------------------------------------------------------------------------------------------
+
+_MATRIX_P = ("fro", "nuc", 1, -1, 2, -2, math.inf, -math.inf)
+
+
+def _norm_plan(p, axis, ndim, mode=None):
+    """(matrix, p, axes): whether it is a matrix norm, the canonical p (a float, 'fro' or 'nuc') and the
+    sorted non-negative axes reduced. mode forces 'vector' or 'matrix' (vector_norm, matrix_norm)."""
+    if isinstance(p, bool) or not (p is None or isinstance(p, numbers.Real) or p in ("fro", "nuc")):
+        raise ValueError(f"argument 'p' must be a number (inf and -inf included), 'fro' or 'nuc', got {p!r}")
+    span = max(ndim, 1)
+    axes = tuple(range(ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
+    for a in axes:
+        if not -span <= a < span:
+            raise ValueError(f"argument 'axis' holds {a}, out of range for a {ndim}-D tensor; it accepts "
+                             f"[{-span}, {span - 1}]")
+    axes = tuple(a % span for a in axes) if ndim else ()
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"argument 'axis' names a dimension twice: {list(axis)}")
+    matrix = mode == "matrix" or (mode is None and (len(axes) == 2 and axis is not None or p == "nuc"))
+    if not matrix:
+        if p == "nuc":
+            raise ValueError("p='nuc' is a matrix norm: give axis as two dimensions (or a 2-D x)")
+        return False, 2.0 if p in (None, "fro") else float(p), axes
+    if len(axes) != 2:
+        raise ValueError(f"a matrix norm needs exactly two axes, got axis={axis!r} for a {ndim}-D tensor")
+    p = "fro" if p is None else p
+    if p not in _MATRIX_P:
+        raise ValueError(f"argument 'p' must be one of 'fro', 'nuc', 1, -1, 2, -2, inf, -inf for a matrix norm, "
+                         f"got {p!r}")
+    return True, p if isinstance(p, str) else float(p), axes
+
+
+def _keep_shape(shape, axes):
+    return [1 if d in axes else n for d, n in enumerate(shape)]
+
+
+def _to_end(xp, x, axes):
+    """x with the two matrix axes moved last (for the SVD)."""
+    return xp.moveaxis(x, axes, (-2, -1))
+
+
+def _vector_norm(xp, a, p, axes):
+    if p == math.inf:
+        return xp.max(a, axis=axes, keepdims=True)
+    if p == -math.inf:
+        return xp.min(a, axis=axes, keepdims=True)
+    if p == 0:
+        return xp.sum(a != 0, axis=axes, keepdims=True).astype(a.dtype)
+    if p == 1:
+        return xp.sum(a, axis=axes, keepdims=True)
+    if p == 2:
+        return xp.sqrt(xp.sum(a * a, axis=axes, keepdims=True))
+    return xp.sum(a ** p, axis=axes, keepdims=True) ** (1.0 / p)
+
+
+def _matrix_norm(xp, x, a, p, axes):
+    if p == "fro":
+        return xp.sqrt(xp.sum(a * a, axis=axes, keepdims=True))
+    if p in ("nuc", 2.0, -2.0):
+        s = xp.linalg.svd(_to_end(xp, x, axes), compute_uv=False)
+        s = xp.sum(s, axis=-1) if p == "nuc" else xp.max(s, axis=-1) if p > 0 else xp.min(s, axis=-1)
+        return xp.reshape(s, _keep_shape(x.shape, axes))
+    # 1: the largest column sum (summing over the first axis); inf: the largest row sum
+    summed, other = (axes[0], axes[1]) if abs(p) == 1 else (axes[1], axes[0])
+    sums = xp.sum(a, axis=summed, keepdims=True)
+    return xp.max(sums, axis=other, keepdims=True) if p > 0 else xp.min(sums, axis=other, keepdims=True)
+
+
+def _norm_kernel(mode=None):
+    def kernel(xp, x, p=None, axis=None, keepdim=False, dtype=None):
+        matrix, p, axes = _norm_plan(p, axis, x.ndim, mode)
+        want = x.dtype if dtype is None else xp.dtype(dtype)
+        x = x.astype(compute_dtype(xp, want), copy=False)
+        a = xp.abs(x)
+        out = _matrix_norm(xp, x, a, p, axes) if matrix else _vector_norm(xp, a, p, axes)
+        if not keepdim:
+            out = xp.reshape(out, [n for d, n in enumerate(x.shape) if d not in axes])
+        return out.astype(want, copy=False)
+    return kernel
+
+
+def _norm_svd_grad_kernel(xp, x, p, axis):
+    """d (nuclear / spectral / smallest-singular-value norm) / dx: U V^T, or u v^T of the largest
+    (p=2) or smallest (p=-2) singular value, for the planes spanned by the two axes."""
+    ct = compute_dtype(xp, x.dtype)
+    u, s, vh = xp.linalg.svd(_to_end(xp, x.astype(ct, copy=False), axis), full_matrices=False)
+    if p != "nuc":
+        k = (xp.argmax(s, axis=-1) if p > 0 else xp.argmin(s, axis=-1))[..., None, None]
+        u = xp.take_along_axis(u, k, axis=-1)
+        vh = xp.take_along_axis(vh, k, axis=-2)
+    return xp.moveaxis(u @ vh, (-2, -1), axis).astype(x.dtype, copy=False)
+
+
+def _norm_grad(ctx, g):
+    x, out = ctx.saved
+    a = ctx.attrs
+    mode = {"vector_norm": "vector", "matrix_norm": "matrix"}.get(ctx.name)
+    matrix, p, axes = _norm_plan(a.get("p"), a.get("axis"), x.ndim, mode)
+    if x.dtype != out.dtype:  # dtype= computed the norm in another dtype
+        x = oarlock.cast(x, out.dtype)
+    keep = _keep_shape(x.shape, axes)
+    g, out = oarlock.reshape(g, keep), oarlock.reshape(out, keep)
+    if matrix and p in ("nuc", 2.0, -2.0):
+        if oarlock.is_grad_enabled():
+            raise NotImplementedError(f"oarlock.norm(): the gradient of the p={p!r} matrix norm cannot be "
+                                      f"differentiated again (it needs the gradient of an SVD)")
+        return g * oarlock.linalg._norm_svd_grad(x, p, list(axes))
+    if not matrix and p == 0:
+        return oarlock.zeros_like(x)
+    if (matrix and p == "fro") or p == 2:  # x / norm, 0 where the norm is 0 (x is 0 there)
+        return g * x / oarlock.masked_fill(out, out == 0, 1.0)
+    sign = oarlock.sign(x)
+    if matrix:  # +-1, +-inf: the winning column (row) sums share g; each of their elements gets sign(x)
+        summed, other = (axes[0], axes[1]) if abs(p) == 1 else (axes[1], axes[0])
+        hits = oarlock.cast(oarlock.sum(oarlock.abs(x), axis=summed, keepdim=True) == out, x.dtype)
+        return g * sign * hits / oarlock.sum(hits, axis=other, keepdim=True)
+    if math.isinf(p):  # ties share g evenly
+        hits = oarlock.cast(oarlock.abs(x) == out, x.dtype)
+        return g * sign * hits / oarlock.sum(hits, axis=list(axes), keepdim=True)
+    if p == 1:
+        return g * sign
+    safe = oarlock.masked_fill(out, out == 0, 1.0)
+    return g * sign * oarlock.abs(x) ** (p - 1) / safe ** (p - 1)
+
+
 def register(ops):
     real = ("int", "float")
     ops.define("matmul(x: Tensor, y: Tensor, transpose_x: bool = False, transpose_y: bool = False) -> Tensor",
-               public=["matmul", "mm", "Tensor.matmul", "Tensor.mm"], aliases={"input": "x", "mat2": "y"},
+               public=["matmul", "mm", "Tensor.matmul", "Tensor.mm", "oarlock.linalg.matmul"],
+               aliases={"input": "x", "mat2": "y"},
                promote=True, dtypes=real, grad=_matmul_grad, saves=("x", "y"), amp="white",
                doc="Matrix product with numpy's broadcasting and vector rules; transpose_x/transpose_y "
                    "swap the last two axes of an operand first.")
@@ -144,3 +288,25 @@ def register(ops):
                saves=("x", "weight"), amp="white",
                doc="x @ weight + bias, with weight stored as [in_features, out_features] (Paddle's layout).")
     ops.kernel("linear")(_linear)
+
+    norm_options = {"dtypes": ("float",), "grad": _norm_grad, "saves": ("x", "out")}
+    ops.define("norm(x: Tensor, p: Any = None, axis: Axis|None = None, keepdim: bool = False, "
+               "dtype: DType|None = None) -> Tensor", public=["norm", "Tensor.norm", "oarlock.linalg.norm"],
+               aliases={"input": "x", "A": "x", "ord": "p", "dim": "axis"}, **norm_options,
+               doc="Vector or matrix norm (Paddle's rules: axis None flattens, one axis gives vector norms, two "
+                   "axes matrix norms); p: a number, inf, -inf, 'fro' or 'nuc'.")
+    ops.kernel("norm")(_norm_kernel())
+    ops.define("vector_norm(x: Tensor, p: Any = 2.0, axis: Axis|None = None, keepdim: bool = False, "
+               "dtype: DType|None = None) -> Tensor", public=["oarlock.linalg.vector_norm"],
+               aliases={"input": "x", "ord": "p", "dim": "axis"}, **norm_options,
+               doc="The p-norm of x's elements over axis (None: all of them), as a vector.")
+    ops.kernel("vector_norm")(_norm_kernel("vector"))
+    ops.define("matrix_norm(x: Tensor, p: Any = 'fro', axis: Axis = [-2, -1], keepdim: bool = False, "
+               "dtype: DType|None = None) -> Tensor", public=["oarlock.linalg.matrix_norm"],
+               aliases={"input": "x", "A": "x", "ord": "p", "dim": "axis"}, **norm_options,
+               doc="The matrix norm ('fro', 'nuc', 1, -1, 2, -2, inf, -inf) of the planes spanned by two axes.")
+    ops.kernel("matrix_norm")(_norm_kernel("matrix"))
+    ops.define("_norm_svd_grad(x: Tensor, p: Any, axis: Axis) -> Tensor", public=["oarlock.linalg._norm_svd_grad"],
+               dtypes=("float",),
+               doc="The gradient direction of the 'nuc', 2 and -2 matrix norms (it has no rule of its own).")
+    ops.kernel("_norm_svd_grad")(_norm_svd_grad_kernel)

@@ -16,7 +16,7 @@ def oarlock_register_ops(ops):
 
 
 # Python-level APIs (layers, optimizers, data) export their classes into public namespaces.
-API_MODULES = (layers, optim, data, compat, creation, tensor_api, amp, sorting)
+API_MODULES = (layers, optim, data, compat, creation, tensor_api, amp, sorting, complex)
 
 
 @hookimpl
