@@ -16,6 +16,9 @@ Parameter annotations: Tensor, TensorOrScalar (a Python number becomes a
 tensor of the promoted dtype), OptTensor (may be None), TensorList (a list of
 tensors, passed to the kernel as a list of arrays); attributes: int, float,
 bool, Scalar, Axis, Shape, DType, Place, str, Any; "|None" allows None.
+Attributes after a bare `*` are keyword-only and rarely given (torch's
+`alpha=`, `rounding_mode=`): a call that gives none of them takes the fast
+path and the kernel's defaults, so they cost the common call nothing.
 """
 
 from __future__ import annotations
@@ -44,10 +47,11 @@ class OpError(ValueError):
 
 
 class Param:
-    __slots__ = ("name", "annotation", "default", "is_tensor", "optional", "base", "varargs")
+    __slots__ = ("name", "annotation", "default", "is_tensor", "optional", "base", "varargs", "kwonly")
 
-    def __init__(self, name, annotation, default, varargs=False):
+    def __init__(self, name, annotation, default, varargs=False, kwonly=False):
         self.name = name
+        self.kwonly = kwonly
         self.annotation = annotation or "Any"
         self.default = default
         parts = [p.strip() for p in self.annotation.split("|")]
@@ -69,8 +73,11 @@ def _parse_signature(signature: str):
     if args.vararg is not None:
         raise ValueError(f"signature {signature!r}: write varargs as a Shape parameter with varargs=True")
     for a, d in zip(args.kwonlyargs, args.kw_defaults):
-        params.append(Param(a.arg, ast.unparse(a.annotation) if a.annotation else None,
-                            _MISSING if d is None else ast.literal_eval(d)))
+        if d is None or a.annotation is not None and ast.unparse(a.annotation).split("|")[0].strip() in TENSOR_KINDS:
+            raise ValueError(f"signature {signature!r}: keyword-only parameter {a.arg!r} must be an attribute "
+                             f"with a default (keyword-only attributes are the rarely given ones)")
+        params.append(Param(a.arg, ast.unparse(a.annotation) if a.annotation else None, ast.literal_eval(d),
+                            kwonly=True))
     returns = ast.unparse(tree.returns) if tree.returns else "Tensor"
     return tree.name, params, returns
 
@@ -303,7 +310,10 @@ def define_frontend(op: OpDef, apply_fn):
     aliased = set(op.aliases.values())
     sig = []
     varargs_at = None
+    rare = [p for p in op.params if p.kwonly]   # keyword-only attributes: given rarely, kept off the fast path
     for i, p in enumerate(op.params):
+        if p.kwonly:
+            continue
         if op.varargs == p.name:
             varargs_at = i
         after_varargs = varargs_at is not None and i > varargs_at
@@ -317,9 +327,9 @@ def define_frontend(op: OpDef, apply_fn):
         # keyword-only, so a stray extra positional argument is an error instead of landing in `name`
         sig.append("name=None" if varargs_at is not None else "*, name=None")
     sig.append("**_kw")
-    body = []
+    body = ["    _rare = None"] if rare else []
     if varargs_at is not None:
-        rest = [p.name for p in op.params[varargs_at + 1:]]
+        rest = [p.name for p in op.params[varargs_at + 1:] if not p.kwonly]
         body.append("    if _more:")
         body.append(f"        {op.varargs}, _rest = _split_varargs(_op, {op.varargs}, _more, {len(rest)})")
         for k, n in enumerate(rest):
@@ -331,19 +341,26 @@ def define_frontend(op: OpDef, apply_fn):
     body.append(f"        if 'out' in _kw: return _with_out(_op, _kw.pop('out'), {_recall(op)})")
     for alias, target in op.aliases.items():
         body.append(f"        if {alias!r} in _kw: {target} = _take_alias(_op, _kw, {alias!r}, {target}, {target!r})")
+    for p in rare:
+        body.append(f"        if {p.name!r} in _kw: _rare = _rare or {{}}; "
+                    f"_rare[{p.name!r}] = _convert_attr(_op, _P_{p.name}, _kw.pop({p.name!r}))")
     body.append("        if _kw: raise _unexpected(_op, _kw)")
     for p in op.params:
+        if p.kwonly:
+            continue
         if p.default is _MISSING:
             body.append(f"    if {p.name} is _UNSET: raise _missing(_op, {p.name!r})")
         elif p.name in aliased or (varargs_at is not None and op.params.index(p) > varargs_at):
             body.append(f"    if {p.name} is _UNSET: {p.name} = _D_{p.name}")
     for p in op.attr_params:
-        if p.base in CONVERTERS:
+        if p.base in CONVERTERS and not p.kwonly:
             body.append(f"    {p.name} = _convert_attr(_op, _P_{p.name}, {p.name})")
     tensors = ", ".join(p.name for p in op.tensor_params)
-    attrs = ", ".join(f"{p.name!r}: {p.name}" for p in op.attr_params)
+    attrs = ", ".join(f"{p.name!r}: " + (f"(_rare.get({p.name!r}, _D_{p.name}) if _rare else _D_{p.name})"
+                                         if p.kwonly else p.name) for p in op.attr_params)
     if op.fast_eligible:
-        body.extend(_fast_path_lines(op))
+        fast = _fast_path_lines(op)
+        body.extend(["    if _rare is None:", *("    " + line for line in fast)] if rare else fast)
     body.append(f"    return _apply(_op, ({tensors}{',' if op.tensor_params else ''}), {{{attrs}}})")
     source = f"def {op.name}({', '.join(sig)}):\n" + "\n".join(body) + "\n"
     namespace = {"_UNSET": _UNSET, "_op": op, "_apply": apply_fn, "_T": Tensor, "_wrap": Tensor._wrap,
@@ -369,7 +386,7 @@ def define_frontend(op: OpDef, apply_fn):
 def _recall(op) -> str:
     """Source of a call of the frontend itself with this call's arguments (minus `out`), by keyword:
     varargs have already been folded into their parameter when this runs."""
-    names = [p.name for p in op.params]
+    names = [p.name for p in op.params if not p.kwonly]   # keyword-only ones are still in **_kw
     args = [f"{n}={n}" for n in names]
     if "name" not in names:
         args.append("name=name")
@@ -412,9 +429,11 @@ def _fast_path_lines(op):
     names = [p.name for p in op.tensor_params]
     promoted = [names[i] for i in op.promote] or names[:1]  # names whose dtype keys the kernel
     scalars = [p.name for p in op.tensor_params if p.base == "TensorOrScalar" and p.name in promoted]
-    attrs = ", ".join(f"{p.name!r}: {p.name}" for p in op.attr_params)
+    # keyword-only attributes are at their defaults here: the kernel's own defaults apply
+    attrs = ", ".join(f"{p.name!r}: " + (f"_D_{p.name}" if p.kwonly else p.name) for p in op.attr_params)
     kwargs = ", ".join(f"{p.name}={p.name}" if p.base != "DType" else f"{p.name}=(None if {p.name} is None "
-                       f"else {p.name}.np)" for p in op.attr_params if p.name not in op.frontend_attrs)
+                       f"else {p.name}.np)" for p in op.attr_params
+                       if p.name not in op.frontend_attrs and not p.kwonly)
 
     def run(arrays, quiet, record):
         call = f"_e[0](_e[1], {arrays}{', ' if kwargs else ''}{kwargs})"

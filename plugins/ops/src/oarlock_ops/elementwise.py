@@ -296,8 +296,8 @@ def _cast_grad(ctx, g):
 
 # -- the tables ---------------------------------------------------------------------------------------
 
-ALPHA = ", alpha: Any = 1"  # torch's add/sub(input, other, alpha=1): x + alpha * y
-ROUNDING_MODE = ", rounding_mode: Any = None"  # checked by _divide (a converter would slow `x / y` down)
+ALPHA = ", *, alpha: Any = 1"  # torch's add/sub(input, other, alpha=1): x + alpha * y
+ROUNDING_MODE = ", *, rounding_mode: Any = None"  # checked by _divide (a converter would slow `x / y` down)
 
 # name, other spellings, kernel, backward rule, saved tensors, accepted kinds, extra OpDef options
 # ("attrs": attribute parameters after x and y)
