@@ -482,3 +482,14 @@ def test_amp_policies():
     for name in ("add", "multiply", "divide", "maximum", "sqrt", "sin", "gelu", "silu", "max", "argmax",
                  "concat", "transpose", "floor", "fmax", "add_", "multiply_"):
         assert ops[name].amp is None, name
+
+
+@pytest.mark.parametrize("sections,axis", [(3, 0), ([1, 2, 3], 0), ([2, -1], 1), (2, -1)])
+def test_split_matches_paddle(sections, axis):
+    paddle = pytest.importorskip("paddle")
+    data = np.arange(36.0).reshape(6, 6).astype("float32")
+    got = oarlock.split(T(data), sections, axis=axis)
+    expected = paddle.split(paddle.to_tensor(data), sections, axis=axis)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        np.testing.assert_array_equal(g.numpy(), e.numpy())
