@@ -85,6 +85,12 @@ class Registry:
                              f"no installed plugin provides it. Available device types: {known}")
         count = backend.device_count()
         if place.index >= count:
+            usable, reason = backend.available() if count == 0 and hasattr(backend, "available") else (True, "")
+            if not usable:  # installed but unusable (no driver, no library, no device): say why
+                working = ", ".join(sorted(t for t, b in self.backends.items()
+                                           if not hasattr(b, "available") or b.available()[0])) or "none"
+                raise ValueError(f"{what}: device type {place.type!r} (from {device!r}) is not available: "
+                                 f"{reason}. Usable device types: {working}")
             raise ValueError(f"{what}: {device!r} asks for device index {place.index} but only "
                              f"{count} {place.type} device(s) exist")
         place.backend = backend
@@ -130,6 +136,36 @@ class Registry:
     def kernels_of(self, op: str) -> list[str]:
         """Human-readable list of the kernels an op has, for error messages."""
         return [f"{dev or 'generic'}/{dt.name if dt else 'any'}" for (name, dev, dt) in self.kernels if name == op]
+
+    def kernel_reuse(self, device_type: str) -> tuple[int, int, int]:
+        """(reused, overridden, total) for a device type, over every registered op it has a kernel for.
+
+        An op is overridden when the device registered a kernel of its own for it (for any dtype), and
+        reused when find_kernel's fallback reaches one on a device of its parent chain or among the
+        generic kernels; total = reused + overridden (an op no kernel reaches is counted in neither).
+        This is the reuse rate of a CUDA-like device that derives from "gpu"."""
+        if device_type not in self.backends:
+            known = ", ".join(sorted(self.backends)) or "none"
+            raise ValueError(f"kernel_reuse(): device_type {device_type!r} is not a registered device type; "
+                             f"registered: {known}")
+        chain, seen, current = [], {device_type}, self.backends[device_type].parent
+        while current is not None and current not in seen:  # the parents, as find_kernel walks them
+            seen.add(current)
+            chain.append(current)
+            backend = self.backends.get(current)
+            current = backend.parent if backend is not None else None
+        chain.append(GENERIC)
+        devices_of_op = defaultdict(set)
+        for op, device, _dtype in self.kernels:
+            devices_of_op[op].add(device)
+        reused = overridden = 0
+        for op in self.ops:
+            devices = devices_of_op.get(op, ())
+            if device_type in devices:
+                overridden += 1
+            elif any(device in devices for device in chain):
+                reused += 1
+        return reused, overridden, reused + overridden
 
     # -- public names and commands ------------------------------------------------------
     def add_api(self, namespace: str, name: str, obj, plugin: str):

@@ -1,5 +1,9 @@
 """The `oarlock` command: `oarlock plugins` lists plugins; plugins add further subcommands.
 
+For a device that derives from another (a CUDA-like chip whose backend names "gpu" as its parent),
+`oarlock plugins` also prints its kernel reuse: how many of the ops it can run use its parent's or the
+generic kernels, and how many it overrides with its own.
+
 Subcommands registered through `oarlock_register_commands` (e.g. `oarlock
 train`) appear in `oarlock --help` once their plugin is installed.
 """
@@ -31,9 +35,21 @@ def _plugins_command(args) -> int:
         print(f"    kernels: {row.kernels}")
         if row.comms:
             print(f"    comms:   {', '.join(_describe_comm(name) for name in row.comms)}")
+        for entry in row.reuse:
+            print(f"    reuse:   {describe_reuse(entry)}")
+            for problem in entry["problems"]:
+                print(f"    WARNING: {entry['device']}: {problem}")
         if row.error:
             print(f"    ERROR:   {row.error}")
     return 0
+
+
+def describe_reuse(entry: dict) -> str:
+    """'metax_gpu: 201 of 205 kernels reused from gpu (98.0%), 4 overridden' (an entry of PluginInfo.reuse)."""
+    total = entry["total"]
+    rate = f"{100.0 * entry['reused'] / total:.1f}%" if total else "n/a"
+    return (f"{entry['device']}: {entry['reused']} of {total} kernels reused from {entry['parent']} ({rate}), "
+            f"{entry['overridden']} overridden")
 
 
 def _describe_comm(name: str) -> str:
@@ -49,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="oarlock", description="oarlock: a plugin-based deep-learning framework")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     plugins = sub.add_parser("plugins", help="list installed plugins: distribution, version, hooks, devices, "
-                                             "kernel count")
+                                             "kernel count, and how many kernels each derived device reuses")
     plugins.add_argument("--json", action="store_true", help="print the listing as JSON")
     plugins.set_defaults(run=_plugins_command)
     for name, (help_text, configure, run, _plugin) in sorted(default_registry().commands.items()):

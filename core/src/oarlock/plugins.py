@@ -51,6 +51,9 @@ class PluginInfo:
     kernels: int = 0
     comms: list[str] = field(default_factory=list)
     error: str | None = None
+    # one entry per device of this plugin that derives from another (its backend names a parent):
+    # {"device", "parent", "reused", "overridden", "total", "problems"}; see device_reuse()
+    reuse: list[dict] = field(default_factory=list)
 
 
 class PluginManager:
@@ -132,12 +135,30 @@ class PluginManager:
             dist, version = self.distributions.get(name, (None, None))
             hooks = sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or ())
             comms = [comm.name for comm in self.registry.comms.values() if comm.plugin == name]
-            rows.append(PluginInfo(name, dist, version, hooks, list(self.registry.devices_of.get(name, [])),
-                                   self.registry.kernel_count.get(name, 0), comms, self.failures.get(name)))
+            devices = list(self.registry.devices_of.get(name, []))
+            reuse = [device_reuse(self.registry, device) for device in devices
+                     if getattr(self.registry.backends.get(device), "parent", None) is not None]
+            rows.append(PluginInfo(name, dist, version, hooks, devices, self.registry.kernel_count.get(name, 0),
+                                   comms, self.failures.get(name), reuse))
         for name, error in sorted(self.failures.items()):
             if not self.pm.has_plugin(name):
                 rows.append(PluginInfo(name, error=error))
         return rows
+
+
+def device_reuse(registry: Registry, device: str) -> dict:
+    """How many kernels a derived device reuses from its parent chain (Registry.kernel_reuse), and what
+    is wrong with it: a parent no plugin provides, kernels registered for ops no plugin defines."""
+    parent = registry.backends[device].parent
+    reused, overridden, total = registry.kernel_reuse(device)
+    problems = []
+    if parent not in registry.backends:
+        problems.append(f"its parent device type {parent!r} is not registered by any installed plugin")
+    undefined = sorted({op for (op, dev, _dtype) in registry.kernels if dev == device and op not in registry.ops})
+    if undefined:
+        problems.append(f"it has kernels for ops no installed plugin defines: {', '.join(undefined)}")
+    return {"device": device, "parent": parent, "reused": reused, "overridden": overridden, "total": total,
+            "problems": problems}
 
 
 _default_manager: PluginManager | None = None
