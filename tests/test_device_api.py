@@ -306,3 +306,14 @@ def test_device_errors(testdev):
     with pytest.raises(Exception, match="different devices"):
         oarlock.concat([a, b])
     assert oarlock.get_device() == "cpu"
+
+
+def test_pin_memory_without_a_gpu_says_why():
+    import oarlock
+    gpu = oarlock._registry.default_registry().backends.get("gpu")
+    if gpu is not None and gpu.available()[0]:
+        pinned = oarlock.ones([3]).pin_memory()
+        assert pinned.place == "cpu" and pinned.tolist() == [1.0, 1.0, 1.0]
+        return
+    with pytest.raises(RuntimeError, match="Tensor.pin_memory\\(\\): pinned memory needs a usable GPU"):
+        oarlock.ones([3]).pin_memory()

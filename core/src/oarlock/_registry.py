@@ -208,10 +208,15 @@ class Registry:
 
 
 class BackendRegistrar:
-    """Passed to `oarlock_register_backends`."""
+    """Passed to `oarlock_register_backends`. `registry` is the table being filled: a derived device
+    (oarlock_cuda.register_cuda_like_device) finds its parent backend there."""
 
     def __init__(self, registry: Registry, plugin: str):
         self._registry, self.plugin = registry, plugin
+
+    @property
+    def registry(self) -> Registry:
+        return self._registry
 
     def register(self, backend: Backend):
         self._registry.add_backend(backend, self.plugin)

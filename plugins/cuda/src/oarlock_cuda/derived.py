@@ -130,7 +130,7 @@ class CudaLikeDevice:
     # -- registration -----------------------------------------------------------------------------
     def register_backend(self, backends) -> "DerivedBackend":
         """Register the derived backend through the registrar `oarlock_register_backends` receives."""
-        registry = backends._registry  # the registrar's registry: the backend resolves its parent there
+        registry = backends.registry  # the table being filled: the backend resolves its parent there
         self.check_name(registry)
         if self.parent in registry.backends:  # else its plugin loads later; checked on first use
             _check_chain(self.name, self.parent, registry)
