@@ -1,8 +1,12 @@
 """Table-driven op tests: every registered op against float64 numpy, finite differences, and
-bad dtypes. The table lives in tests/op_specs/; an op missing from it fails here."""
+bad dtypes. The table lives in tests/op_specs/; an op missing from it fails here.
+
+OARLOCK_TEST_DEVICE (default cpu) is the device the table runs on, e.g. `OARLOCK_TEST_DEVICE=gpu` runs every
+case on the GPU (as bench/gpu_check.py does) against the same float64 references."""
 
 from __future__ import annotations
 
+import os
 import zlib
 
 import numpy as np
@@ -14,6 +18,19 @@ from op_specs import FLOATS, In, all_specs
 
 SPECS = all_specs()
 TOL = {"float64": (1e-9, 1e-12), "float32": (2e-5, 2e-6), "float16": (5e-3, 5e-3), "bfloat16": (3e-2, 3e-2)}
+DEVICE = os.environ.get("OARLOCK_TEST_DEVICE", "cpu")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _device_under_test():
+    """New tensors (the cases' inputs) go to OARLOCK_TEST_DEVICE for the whole module."""
+    previous = oarlock.get_device()
+    try:
+        oarlock.set_device(DEVICE)
+    except ValueError as exc:
+        pytest.skip(f"OARLOCK_TEST_DEVICE={DEVICE!r} is not usable here: {exc}")
+    yield
+    oarlock.set_device(previous)
 
 
 def _rng(*key):

@@ -3,10 +3,11 @@
 from oarlock import hookimpl
 
 from oarlock_ops import (amp, attention, compat, complex, conv, creation, data, elementwise, indexing, layers, linalg,
-                         loss, matrix, nn, norm, optim, reduction, sampling, scatter, shape, sorting, tensor_api, unary)
+                         loss, matrix, nn, norm, optim, reduction, rotary, sampling, scatter, shape, sorting,
+                         tensor_api, unary)
 
 FAMILIES = (creation, elementwise, unary, reduction, shape, indexing, linalg, nn, conv, norm, attention, loss, optim,
-            sorting, scatter, complex, matrix, sampling, tensor_api)
+            sorting, scatter, complex, matrix, sampling, tensor_api, rotary)
 
 
 @hookimpl
