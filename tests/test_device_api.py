@@ -6,6 +6,9 @@ to the process registry for the tests that need several devices, and removed aft
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -317,3 +320,40 @@ def test_pin_memory_without_a_gpu_says_why():
         return
     with pytest.raises(RuntimeError, match="Tensor.pin_memory\\(\\): pinned memory needs a usable GPU"):
         oarlock.ones([3]).pin_memory()
+
+
+def test_kernels_run_through_the_backends_bind_kernel_on_both_paths():
+    """A backend with a current device (CuPy) wraps each kernel to run on the tensor's device; the
+    dispatcher must use that wrapper on the slow path and keep it in the fast path's cache."""
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", textwrap.dedent('''
+        import numpy as np
+        import oarlock
+        from oarlock import hookimpl
+        from oarlock.device import Backend
+        from oarlock.plugins import register_plugin
+
+        calls = []
+
+        class Scoped(Backend):
+            type, parent, xp, array_types = "scoped", "cpu", np, (np.ndarray,)
+            def device_count(self): return 2
+            def asarray(self, data, dtype=None, index=0): return np.asarray(data, dtype=dtype)
+            def to_host(self, a): return np.asarray(a)
+            def bind_kernel(self, kernel, index):
+                def bound(xp, *args, **kwargs):
+                    calls.append(index)
+                    return kernel(xp, *args, **kwargs)
+                return bound
+
+        class Plugin:
+            @hookimpl
+            def oarlock_register_backends(self, backends): backends.register(Scoped())
+
+        register_plugin(Plugin(), "scoped")
+        a = oarlock.to_tensor([1.0, 2.0], place="scoped:1")
+        for _ in range(3):
+            b = a + a          # first call: slow path (seeds the cache), then the fast path
+        print(b.place, b.tolist(), calls[-3:])
+    ''')], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "scoped:1 [2.0, 4.0] [1, 1, 1]"

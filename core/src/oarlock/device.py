@@ -131,6 +131,12 @@ class Backend:
     def set_current_device(self, index: int) -> None:
         """Make device `index` the one new arrays and kernels go to (called by set_device)."""
 
+    def bind_kernel(self, kernel, index: int):
+        """The callable the dispatcher runs for `kernel` on device `index`. A backend whose array
+        library has a "current device" (CuPy) returns a wrapper that runs the kernel there; the
+        dispatcher caches what this returns in its fast path, so the default costs nothing."""
+        return kernel
+
     def asarray(self, data, dtype=None, index: int = 0):
         """Place host data (numpy array or nested lists) on device `index`."""
         raise NotImplementedError

@@ -671,6 +671,8 @@ def apply(op: OpDef, args: tuple, attrs: dict):
         raise OpError(f"{op.display}(): got dtype {in_dtype.name} ({_inputs_text(op, args)}); it accepts {accepted}")
     # 3. kernel lookup
     kernel = op.registry.find_kernel(op.name, place.type, dtype)
+    if kernel is not None:
+        kernel = backend.bind_kernel(kernel, place.index)
     if kernel is None:
         existing = ", ".join(op.registry.kernels_of(op.name)) or "none"
         raise NotImplementedError(f"{op.display}(): no kernel for device {place.type!r} and dtype {dtype.name}; "

@@ -70,6 +70,7 @@ class GPUBackend(Backend):
         self._cupy = None
         self._allocator: CountingAllocator | None = None
         self._generators: dict[int, CounterGenerator] = {}
+        self._bound: dict = {}      # (kernel, device index) -> the kernel run with that device current
         self._lock = threading.RLock()
         if pinned_host_copies is None:
             pinned_host_copies = os.environ.get("OARLOCK_CUDA_PINNED_HOST_COPIES", "") not in ("", "0")
@@ -117,6 +118,28 @@ class GPUBackend(Backend):
 
     def set_current_device(self, index: int) -> None:
         self._module().cuda.Device(index).use()
+
+    def bind_kernel(self, kernel, index: int):
+        """CuPy runs kernels and allocates results on its current device: a kernel for a tensor on
+        gpu:N runs with device N current, whatever set_device chose (one cached wrapper per kernel
+        and device; switching only when needed)."""
+        key = (kernel, index)
+        bound = self._bound.get(key)
+        if bound is None:
+            runtime = self._module().cuda.runtime
+
+            def bound(xp, *args, **kwargs):
+                previous = runtime.getDevice()
+                if previous == index:
+                    return kernel(xp, *args, **kwargs)
+                runtime.setDevice(index)
+                try:
+                    return kernel(xp, *args, **kwargs)
+                finally:
+                    runtime.setDevice(previous)
+
+            self._bound[key] = bound
+        return bound
 
     # -- arrays --------------------------------------------------------------------------------------------
     def asarray(self, data, dtype=None, index: int = 0):
