@@ -69,7 +69,8 @@ FAMILIES = {
 
 
 def source(family: str) -> str:
-    return (KERNEL_DIR / FAMILIES[family][0]).read_text()
+    """A family's CUDA source as compiled: the shared prelude (16-bit float conversions) and its .cu file."""
+    return (KERNEL_DIR / "prelude.cuh").read_text() + "\n" + (KERNEL_DIR / FAMILIES[family][0]).read_text()
 
 
 # -- loading and launching ---------------------------------------------------------------------------
