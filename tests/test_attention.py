@@ -39,10 +39,6 @@ def _close(got, want, rtol=1e-5):
 
 # -- torch ----------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def torch():
-    return pytest.importorskip("torch")
-
 
 def _torch_sdpa(torch, q, k, v, g, mask=None, is_causal=False, scale=None, enable_gqa=False):
     """(out, dq, dk, dv) from torch, in oarlock's layout; leaves are made in oarlock's layout and transposed."""
@@ -381,10 +377,6 @@ def test_mha_self_attention_float_mask_matches_torch(torch):
 
 
 # -- paddle: parameters, masks and caches ---------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def paddle():
-    return pytest.importorskip("paddle")
 
 
 def _paddle_twin(paddle, mha, **kwargs):

@@ -48,11 +48,6 @@ def run(layer, x, gout=None, **kwargs):
     return y.numpy(), (xt.grad.numpy() if xt.grad is not None else None), grads
 
 
-@pytest.fixture(scope="module")
-def torch():
-    return pytest.importorskip("torch")
-
-
 def run_torch(torch, module, x):
     xt = torch.tensor(x)
     if xt.is_floating_point():
@@ -302,10 +297,6 @@ def test_embedding_second_order(torch):
 
 
 # -- paddle: where its semantics are its own -----------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def paddle():
-    return pytest.importorskip("paddle")
 
 
 def test_batch_norm_running_statistics_match_paddle(paddle):

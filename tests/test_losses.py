@@ -97,11 +97,6 @@ PAIRS = {
 PAIR_PARAMS = [pytest.param(name, r, id=f"{name}-{r}") for name, pair in PAIRS.items() for r in pair[4]]
 
 
-@pytest.fixture(scope="module")
-def torch():
-    return pytest.importorskip("torch")
-
-
 def _float32(a):
     return a.astype(np.float32) if a.dtype.kind == "f" else a
 
@@ -196,10 +191,6 @@ def test_cross_entropy_loss_layer_matches_torch(torch, name):
 
 
 # -- Paddle itself, where its semantics are its own --------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def paddle():
-    return pytest.importorskip("paddle")
 
 
 NONPOSITIVE_TARGET = np.where(TARGET > 0.3, TARGET, np.array([0.0, -0.2, 0.0, -1.0]))

@@ -33,10 +33,6 @@ def _ours(x, label, *, weight=None, **kwargs):
 
 # -- torch: where Paddle and torch agree ---------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def torch():
-    return pytest.importorskip("torch")
-
 
 TORCH_CASES = {
     # name: (logits, label, keywords); torch gets the same keywords less soft_label and axis (its class
@@ -139,10 +135,6 @@ def test_matmul_gradients_match_torch(torch):
 
 
 # -- paddle: where Paddle's semantics are its own --------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def paddle():
-    return pytest.importorskip("paddle")
 
 
 PADDLE_CASES = {

@@ -41,16 +41,6 @@ def _same(a, b):
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.fixture(scope="module")
-def torch():
-    return pytest.importorskip("torch")
-
-
-@pytest.fixture(scope="module")
-def paddle():
-    return pytest.importorskip("paddle")
-
-
 # -- argument aliases ---------------------------------------------------------------------------------
 
 X = T(RNG.uniform(0.5, 2.0, (3, 4)).astype("float32"))

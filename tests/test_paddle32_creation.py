@@ -15,26 +15,7 @@ import numpy as np
 import pytest
 
 import oarlock
-
-
-def _raises(fn, exc, *words):
-    """fn() raises `exc` whose message names every word (the function, the argument, the value)."""
-    with pytest.raises(exc) as info:
-        fn()
-    for word in words:
-        assert word in str(info.value), f"error should mention {word!r}: {info.value}"
-
-
-@pytest.fixture(scope="module")
-def torch():
-    return pytest.importorskip("torch")
-
-
-@pytest.fixture(scope="module")
-def paddle():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return pytest.importorskip("paddle")
+from errors import raises_naming as _raises
 
 
 def _torch_dtype(torch, dtype):

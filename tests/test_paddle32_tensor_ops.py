@@ -12,36 +12,16 @@ cover each op against float64 numpy and finite differences; torch and paddle are
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pytest
 
 import oarlock
 from oarlock._registry import default_registry
+from errors import raises_naming as _raises
 
 RNG = np.random.default_rng(2024)
 T = oarlock.to_tensor
-
-
-def _raises(fn, exc, *words):
-    """fn() raises `exc` whose message names every word (the function, the argument, the value)."""
-    with pytest.raises(exc) as info:
-        fn()
-    for word in words:
-        assert word in str(info.value), f"error should mention {word!r}: {info.value}"
-
-
-@pytest.fixture(scope="module")
-def torch():
-    return pytest.importorskip("torch")
-
-
-@pytest.fixture(scope="module")
-def paddle():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return pytest.importorskip("paddle")
 
 
 def _leaf(array):

@@ -24,16 +24,6 @@ DISTINCT = RNG.permutation(60).reshape(3, 4, 5).astype(np.float64) / 7 - 4  # no
 WITH_NAN = np.array([[1.0, NAN, 3.0, NAN], [1.0, 2.0, 3.0, 4.0], [NAN, 1.0, 2.0, 3.0], [NAN, NAN, NAN, NAN]])
 
 
-@pytest.fixture(scope="module")
-def torch():
-    return pytest.importorskip("torch")
-
-
-@pytest.fixture(scope="module")
-def paddle():
-    return pytest.importorskip("paddle")
-
-
 def _t(values, dtype="float64", grad=False):
     t = oarlock.to_tensor(np.asarray(values), dtype=dtype)
     t.stop_gradient = not grad
