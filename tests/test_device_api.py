@@ -357,3 +357,14 @@ def test_kernels_run_through_the_backends_bind_kernel_on_both_paths():
     ''')], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "scoped:1 [2.0, 4.0] [1, 1, 1]"
+
+
+def test_oarlock_plugins_says_why_a_device_is_unavailable():
+    import oarlock
+    gpu = oarlock._registry.default_registry().backends.get("gpu")
+    if gpu is None or gpu.available()[0]:
+        pytest.skip("needs the gpu plugin installed without a usable GPU")
+    done = subprocess.run([sys.executable, "-W", "ignore", "-m", "oarlock.cli", "plugins"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"devices: gpu (unavailable: {gpu.available()[1]})" in done.stdout

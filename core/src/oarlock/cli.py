@@ -31,7 +31,7 @@ def _plugins_command(args) -> int:
         dist = f"{row.distribution} {row.version}" if row.distribution else "registered in code"
         print(f"{row.name}  ({dist})")
         print(f"    hooks:   {', '.join(row.hooks) or '-'}")
-        print(f"    devices: {', '.join(row.devices) or '-'}")
+        print(f"    devices: {', '.join(_describe_device(name) for name in row.devices) or '-'}")
         print(f"    kernels: {row.kernels}")
         if row.comms:
             print(f"    comms:   {', '.join(_describe_comm(name) for name in row.comms)}")
@@ -50,6 +50,13 @@ def describe_reuse(entry: dict) -> str:
     rate = f"{100.0 * entry['reused'] / total:.1f}%" if total else "n/a"
     return (f"{entry['device']}: {entry['reused']} of {total} kernels reused from {entry['parent']} ({rate}), "
             f"{entry['overridden']} overridden")
+
+
+def _describe_device(device_type: str) -> str:
+    """ "gpu", or with the reason when its library or hardware is missing."""
+    from oarlock._registry import default_registry
+    usable, reason = default_registry().backends[device_type].available()
+    return device_type if usable else f"{device_type} (unavailable: {reason})"
 
 
 def _describe_comm(name: str) -> str:
