@@ -276,6 +276,17 @@ def _convert_attr(op, p, value):
 
 # -- frontend generation ---------------------------------------------------------------------------
 
+def _immutable_default(op, p) -> bool:
+    """Whether p's default converts, without the registry, to a value calls may share (not a list)."""
+    if p.default is _MISSING or p.base == "Place":
+        return False
+    try:
+        converted = _convert_attr(op, p, p.default)
+    except Exception:
+        return False
+    return converted is None or isinstance(converted, (bool, int, float, complex, str, tuple, _dtypes.DType))
+
+
 def _take_alias(op, kw, alias, current, target):
     value = kw.pop(alias)
     if current is not _UNSET:
@@ -354,7 +365,11 @@ def define_frontend(op: OpDef, apply_fn):
             body.append(f"    if {p.name} is _UNSET: {p.name} = _D_{p.name}")
     for p in op.attr_params:
         if p.base in CONVERTERS and not p.kwonly:
-            body.append(f"    {p.name} = _convert_attr(_op, _P_{p.name}, {p.name})")
+            if _immutable_default(op, p):   # the default, converted once: most calls pass it
+                body.append(f"    {p.name} = _C_{p.name} if {p.name} is _D_{p.name} else "
+                            f"_convert_attr(_op, _P_{p.name}, {p.name})")
+            else:
+                body.append(f"    {p.name} = _convert_attr(_op, _P_{p.name}, {p.name})")
     tensors = ", ".join(p.name for p in op.tensor_params)
     attrs = ", ".join(f"{p.name!r}: " + (f"(_rare.get({p.name!r}, _D_{p.name}) if _rare else _D_{p.name})"
                                          if p.kwonly else p.name) for p in op.attr_params)
@@ -371,6 +386,8 @@ def define_frontend(op: OpDef, apply_fn):
     for p in op.params:
         namespace[f"_D_{p.name}"] = None if p.default is _MISSING else p.default
         namespace[f"_P_{p.name}"] = p
+        if p.base in CONVERTERS and _immutable_default(op, p):
+            namespace[f"_C_{p.name}"] = _convert_attr(op, p, p.default)
     namespace["_with_out"] = _with_out
     exec(compile(source, f"<oarlock op {op.name}>", "exec"), namespace)
     fn = namespace[op.name]
