@@ -81,6 +81,16 @@ def _check_list(value, length: int, what: str, argument: str, allow_empty: bool)
     return value
 
 
+def _check_concatenated(whole, tensor, n: int, what: str):
+    """The one-tensor form of a list of n tensors like `tensor`: them concatenated along axis 0
+    (stacked for 0-d tensors), in tensor's dtype."""
+    shape = list(tensor.shape)
+    expected = [n * shape[0], *shape[1:]] if shape else [n]
+    if list(whole.shape) != expected or whole.dtype is not tensor.dtype:
+        raise ValueError(f"{what}(): tensor_list, given as one tensor, has shape {whole.shape} and dtype "
+                         f"{whole.dtype.name}; expected {expected} and {tensor.dtype.name}")
+
+
 def all_gather(tensor_list, tensor, group=None, sync_op=True):
     """Gather `tensor` from every rank: into the list `tensor_list` (filled in place; an empty list
     is extended), or into one Tensor holding the pieces concatenated along axis 0."""
@@ -91,10 +101,7 @@ def all_gather(tensor_list, tensor, group=None, sync_op=True):
     n, shape = call.group.nranks, list(tensor.shape)
     send = call.input(tensor)
     if isinstance(tensor_list, oarlock.Tensor):
-        expected = [n * shape[0], *shape[1:]] if shape else [n]
-        if list(tensor_list.shape) != expected or tensor_list.dtype is not tensor.dtype:
-            raise ValueError(f"all_gather(): the output tensor has shape {tensor_list.shape} and dtype "
-                             f"{tensor_list.dtype.name}; expected {expected} and {tensor.dtype.name}")
+        _check_concatenated(tensor_list, tensor, n, "all_gather")
         recv = call.inout(tensor_list)
     else:
         _check_list(tensor_list, n, "all_gather", "tensor_list", allow_empty=True)
@@ -113,10 +120,7 @@ def reduce_scatter(tensor, tensor_list, op=ReduceOp.SUM, group=None, sync_op=Tru
         return None
     n, shape = call.group.nranks, list(tensor.shape)
     if isinstance(tensor_list, oarlock.Tensor):
-        expected = [n * shape[0], *shape[1:]] if shape else [n]
-        if list(tensor_list.shape) != expected or tensor_list.dtype is not tensor.dtype:
-            raise ValueError(f"reduce_scatter(): tensor_list has shape {tensor_list.shape} and dtype "
-                             f"{tensor_list.dtype.name}; expected {expected} and {tensor.dtype.name}")
+        _check_concatenated(tensor_list, tensor, n, "reduce_scatter")
         send = call.input(tensor_list)
     else:
         _check_list(tensor_list, n, "reduce_scatter", "tensor_list", allow_empty=False)

@@ -367,6 +367,10 @@ def errors_name_the_argument(ctx):
     raises(lambda: ctx.dist.all_gather([x] * (n + 1), x), "all_gather", "tensor_list", str(n + 1))
     raises(lambda: ctx.dist.reduce_scatter(x, [ctx.tensor(np.zeros(3, np.int32))] * n), "reduce_scatter",
            "tensor_list[0]", "int32")
+    raises(lambda: ctx.dist.all_gather(ctx.tensor(np.zeros(3 * n + 1, np.float32)), x), "all_gather",
+           "tensor_list", f"[{3 * n}]")
+    raises(lambda: ctx.dist.reduce_scatter(x, ctx.tensor(np.zeros(3 * n, np.int32))), "reduce_scatter",
+           "tensor_list", "int32")
     raises(lambda: ctx.dist.broadcast(x, src=n), "broadcast", "src")
     raises(lambda: ctx.dist.all_reduce(x, group="world"), "all_reduce", "group")
     ctx.dist.barrier()
