@@ -17,6 +17,8 @@ import oarlock.nn.functional as F
 from oarlock._registry import default_registry
 from op_specs.conv import conv3d_ref, conv3d_transpose_ref, fold_ref, unfold_ref
 from errors import raises_naming
+from oracles import close as _close
+from oracles import run_ours, run_torch
 
 RNG = np.random.default_rng(11)
 
@@ -25,25 +27,14 @@ def _data(*shape, scale=1.0, dtype=np.float32):
     return (RNG.standard_normal(shape) * scale).astype(dtype)
 
 
-def _close(ours, theirs, rtol=1e-5, atol=1e-6):
-    """float32 comparison: absolute tolerance relative to the largest value (near-zero entries)."""
-    theirs = np.asarray(theirs)
-    np.testing.assert_allclose(ours, theirs, rtol=rtol, atol=atol * max(1.0, float(np.abs(theirs).max(initial=0))))
-
-
 def _against_torch(torch, ours, theirs, arrays):
     """Values and the gradients of every non-None input, for one random upstream gradient."""
-    tensors = [None if a is None else oarlock.to_tensor(a, stop_gradient=False) for a in arrays]
-    out = ours(*tensors)
-    up = RNG.standard_normal(out.shape).astype(np.float32)
-    out.backward(oarlock.to_tensor(up))
-    t_tensors = [None if a is None else torch.tensor(a, requires_grad=True) for a in arrays]
-    t_out = theirs(*t_tensors)
-    t_out.backward(torch.tensor(up))
-    _close(out.numpy(), t_out.detach().numpy())
-    for t, tt in zip(tensors, t_tensors):
-        if t is not None:
-            _close(t.grad.numpy(), tt.grad.numpy())
+    out, grads, up = run_ours(ours, arrays)
+    t_out, t_grads = run_torch(torch, theirs, arrays, up)
+    _close(out, t_out)
+    for g, tg in zip(grads, t_grads):
+        if g is not None:
+            _close(g, tg)
 
 
 # -- conv3d and conv3d_transpose against torch ----------------------------------------------------------------

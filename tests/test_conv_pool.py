@@ -17,6 +17,9 @@ import oarlock
 import oarlock.nn as nn
 import oarlock.nn.functional as F
 from errors import raises_naming
+from oracles import close as _close
+from oracles import run_ours as _run_ours
+from oracles import run_torch as _run_torch
 from op_specs.conv import (adaptive_ref, avg_pool_ref, conv1d_ref, conv2d_ref, conv2d_transpose_ref,
                            max_pool_ref)
 
@@ -25,28 +28,6 @@ RNG = np.random.default_rng(7)
 
 def _data(*shape, scale=1.0, dtype=np.float32):
     return (RNG.standard_normal(shape) * scale).astype(dtype)
-
-
-def _close(ours, theirs, rtol=1e-5, atol=1e-6):
-    """float32 comparison: relative 1e-5, absolute 1e-6 relative to the largest value (near-zero entries)."""
-    theirs = np.asarray(theirs)
-    np.testing.assert_allclose(ours, theirs, rtol=rtol, atol=atol * max(1.0, float(np.abs(theirs).max(initial=0))))
-
-
-def _run_ours(fn, arrays, grad_out_seed=0):
-    """fn applied to Tensors made from arrays (None stays None); returns (output, gradients, upstream)."""
-    tensors = [None if a is None else oarlock.to_tensor(a, stop_gradient=False) for a in arrays]
-    out = fn(*tensors)
-    up = np.random.default_rng(grad_out_seed).standard_normal(out.shape).astype(np.float32)
-    out.backward(oarlock.to_tensor(up))
-    return out.numpy(), [None if t is None else t.grad.numpy() for t in tensors], up
-
-
-def _run_torch(torch, fn, arrays, up):
-    tensors = [None if a is None else torch.tensor(a, requires_grad=True) for a in arrays]
-    out = fn(*tensors)
-    out.backward(torch.tensor(up))
-    return out.detach().numpy(), [None if t is None else t.grad.numpy() for t in tensors]
 
 
 def _compare_with_torch(torch, ours, theirs, arrays):
