@@ -3,7 +3,9 @@
 pickle_format.py  "pickle", the default: paddle.save/paddle.load semantics (.pdparams, .pdopt, .pdtensor, .pkl)
 safetensors.py    "safetensors" (.safetensors), written and read directly; also save_file / load_file /
                   load_metadata for use without oarlock.save
-plugin.py         registers both through the oarlock_register_checkpoint_formats hook
+flex/             FlexCheckpoint: sharded, re-shardable checkpoints (oarlock.distributed.save_state_dict, ...)
+plugin.py         registers the formats (oarlock_register_checkpoint_formats) and exports FlexCheckpoint
+                  into oarlock.distributed (oarlock_register_api)
 """
 
 from oarlock_checkpoint import pickle_format, safetensors

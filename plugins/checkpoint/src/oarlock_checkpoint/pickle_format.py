@@ -29,7 +29,7 @@ from oarlock_checkpoint._arrays import NUMPY_DTYPE, OARLOCK_NAME, cpu_tensor, fr
 from oarlock_checkpoint._arrays import little_endian_bytes
 from oarlock_checkpoint._files import atomic_write, reject_unknown_options
 
-__all__ = ["save", "load", "SUFFIXES"]
+__all__ = ["save", "load", "write", "SUFFIXES"]
 
 SUFFIXES = (".pdparams", ".pdopt", ".pdtensor", ".pkl", ".pickle")
 _TENSOR, _ARRAY, _SCALAR = "oarlock.Tensor", "numpy.ndarray", "numpy.scalar"
@@ -101,6 +101,11 @@ class _Unpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
+def write(obj, f, protocol: int = 4) -> None:
+    """Pickle `obj` into the open binary file `f` in this format."""
+    _Pickler(f, protocol=protocol).dump(obj)
+
+
 def save(obj, path, protocol: int = 4, **configs) -> None:
     """`oarlock.save(obj, path)` for this format: pickle `obj` to `path` (parent directories are made).
 
@@ -110,7 +115,7 @@ def save(obj, path, protocol: int = 4, **configs) -> None:
         raise ValueError(f"save(): protocol must be one of {list(_PROTOCOLS)}, got {protocol!r}")
     try:
         with atomic_write(path, "save()") as f:  # an object that cannot be pickled leaves no file behind
-            _Pickler(f, protocol=protocol).dump(obj)
+            write(obj, f, protocol)
     except (pickle.PicklingError, TypeError, AttributeError) as exc:
         raise TypeError(f"save(): cannot pickle the object for {os.fspath(path)!r}: {exc}") from exc
 

@@ -19,3 +19,10 @@ FORMATS = (
 def oarlock_register_checkpoint_formats(formats):
     for fmt in FORMATS:
         formats.register(fmt)
+
+
+@hookimpl
+def oarlock_register_api(api):
+    from oarlock_checkpoint import flex
+    for name in flex.__all__:
+        api.export("oarlock.distributed", name, getattr(flex, name))

@@ -46,7 +46,7 @@ _ALIGN = 8
 
 
 # -- writing ----------------------------------------------------------------------------------------
-def _host_arrays(tensors, where: str) -> dict[str, np.ndarray]:
+def host_arrays(tensors, where: str) -> dict[str, np.ndarray]:
     if not isinstance(tensors, Mapping):
         raise TypeError(f"{where}: safetensors holds a flat dict of str -> Tensor (or numpy array), got "
                         f"{type(tensors).__name__}; save other objects with the pickle format (a .pdparams path)")
@@ -77,7 +77,7 @@ def _check_metadata(metadata, where: str):
     return dict(metadata)
 
 
-def _header(arrays: dict[str, np.ndarray], metadata) -> tuple[bytes, list[str]]:
+def encode_header(arrays: dict[str, np.ndarray], metadata) -> tuple[bytes, list[str]]:
     """The padded JSON header and the order of the tensors in the data area."""
     layout = sorted(arrays, key=lambda k: -arrays[k].dtype.itemsize)  # stable: equal sizes keep key order
     offsets, position = {}, 0
@@ -91,12 +91,13 @@ def _header(arrays: dict[str, np.ndarray], metadata) -> tuple[bytes, list[str]]:
     return encoded + b" " * (-len(encoded) % _ALIGN), layout
 
 
-def save_file(tensors, filename, metadata=None) -> None:
-    """Write a dict of str -> Tensor or numpy array to `filename`, with optional str -> str metadata."""
+def save_file(tensors, filename, metadata=None, durable: bool = False) -> None:
+    """Write a dict of str -> Tensor or numpy array to `filename`, with optional str -> str metadata.
+    durable=True fsyncs the file and its directory before returning."""
     where = "safetensors.save_file()"
-    arrays = _host_arrays(tensors, where)
-    header, layout = _header(arrays, _check_metadata(metadata, where))
-    with atomic_write(filename, where) as f:
+    arrays = host_arrays(tensors, where)
+    header, layout = encode_header(arrays, _check_metadata(metadata, where))
+    with atomic_write(filename, where, durable) as f:
         f.write(struct.pack("<Q", len(header)))
         f.write(header)
         for key in layout:
@@ -108,7 +109,7 @@ def _bad(path, why: str) -> ValueError:
     return ValueError(f"{path!r} is not a valid safetensors file: {why}")
 
 
-def _read_header(f, path) -> tuple[dict, dict | None, int]:
+def read_header(f, path) -> tuple[dict, dict | None, int]:
     """(entries, metadata, start of the data area), checked against the file size."""
     size = os.fstat(f.fileno()).st_size
     raw = f.read(8)
@@ -178,7 +179,7 @@ def load_file(filename, return_numpy: bool = False) -> dict:
     return_numpy=True."""
     path = os.fspath(filename)
     with open(path, "rb") as f:
-        entries, _, start = _read_header(f, path)
+        entries, _, start = read_header(f, path)
         return {key: _read_entry(f, start, key, entry, return_numpy, path) for key, entry in entries.items()}
 
 
@@ -186,7 +187,7 @@ def load_metadata(filename) -> dict:
     """The "__metadata__" map of a safetensors file ({} when it has none)."""
     path = os.fspath(filename)
     with open(path, "rb") as f:
-        return _read_header(f, path)[1] or {}
+        return read_header(f, path)[1] or {}
 
 
 # -- the CheckpointFormat entry points (oarlock.save / oarlock.load) -------------------------------------

@@ -1,0 +1,110 @@
+"""The per-rank data files of a FlexCheckpoint: written durably with a CRC-32 per tensor, read one
+tensor at a time.
+
+"safetensors" files (the default) let a reader fetch one tensor's bytes
+without touching the rest; "pickle" files (Paddle's .distcp, safetensors=False)
+are read whole on first use. CRC-32 runs in a worker thread while the bytes
+are written (zlib releases the GIL), so checksums cost little wall time.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from oarlock_checkpoint import pickle_format, safetensors
+from oarlock_checkpoint._arrays import OARLOCK_NAME
+from oarlock_checkpoint._files import atomic_write
+
+FORMATS = {"safetensors": ".safetensors", "pickle": ".distcp"}
+_CHUNK = 64 << 20   # bytes per write call: keeps each call (and the GIL-free crc next to it) short
+
+
+def raw_bytes(array: np.ndarray) -> np.ndarray:
+    """The C-order bytes of a C-contiguous array as a uint8 array (no copy)."""
+    return array.reshape(-1).view(np.uint8)
+
+
+def crc32(array: np.ndarray) -> str:
+    return f"{zlib.crc32(raw_bytes(array)):08x}"
+
+
+def write_data_file(path, arrays: dict, data_format: str) -> dict:
+    """Write {key: C-contiguous numpy array} to `path` (temporary name, fsync, rename) and return
+    {key: crc32 hex} of each tensor's bytes."""
+    with ThreadPoolExecutor(1) as pool:
+        crcs = {key: pool.submit(crc32, array) for key, array in arrays.items()}
+        with atomic_write(path, "save_state_dict()", durable=True) as f:
+            if data_format == "safetensors":
+                header, layout = safetensors.encode_header(arrays, {"format": "oarlock-flexcheckpoint"})
+                f.write(len(header).to_bytes(8, "little"))
+                f.write(header)
+                for key in layout:
+                    data = raw_bytes(arrays[key])
+                    for start in range(0, len(data), _CHUNK):
+                        f.write(data[start:start + _CHUNK])
+            else:
+                pickle_format.write(arrays, f)
+        return {key: future.result() for key, future in crcs.items()}
+
+
+class DataFile:
+    """Reads tensors from one data file; `read` checks what it finds against what the metadata
+    promised, so a file swapped or damaged under the metadata is reported, not misread."""
+
+    def __init__(self, path: str, data_format: str):
+        self.path, self.format = path, data_format
+        self._entries = self._start = self._arrays = None
+
+    def read(self, key: str, dtype: np.dtype, shape: tuple, out: np.ndarray | None = None) -> np.ndarray:
+        """The tensor `key` as an array of `dtype` and `shape`, read into `out` when given (a
+        C-contiguous array of that dtype and shape)."""
+        if self.format == "pickle":
+            return self._read_pickled(key, dtype, shape, out)
+        if self._entries is None:
+            with open(self.path, "rb") as f:
+                self._entries, _, self._start = safetensors.read_header(f, self.path)
+        entry = self._entries.get(key)
+        if entry is None:
+            raise ValueError(f"load_state_dict(): {self.path!r} has no tensor {key!r}, but the checkpoint's metadata "
+                             f"says it does: the file was replaced or damaged")
+        stored = safetensors.DTYPES.get(entry["dtype"], entry["dtype"])
+        if tuple(entry["shape"]) != tuple(shape) or stored != _name(dtype):
+            raise ValueError(f"load_state_dict(): {self.path!r} holds {key!r} as {stored} {entry['shape']}, but the "
+                             f"metadata says {_name(dtype)} {list(shape)}: the file was replaced or damaged")
+        if out is None:
+            out = np.empty(shape, dtype)
+        begin, end = entry["data_offsets"]
+        with open(self.path, "rb") as f:
+            f.seek(self._start + begin)
+            if f.readinto(raw_bytes(out)) != end - begin:
+                raise ValueError(f"load_state_dict(): {self.path!r} ends inside tensor {key!r}: the file is truncated")
+        return out
+
+    def _read_pickled(self, key, dtype, shape, out):
+        if self._arrays is None:
+            self._arrays = pickle_format.load(self.path, return_numpy=True, weights_only=True)
+        array = self._arrays.get(key)
+        if array is None or array.dtype != dtype or array.shape != tuple(shape):
+            found = "nothing" if array is None else f"{_name(array.dtype)} {list(array.shape)}"
+            raise ValueError(f"load_state_dict(): {self.path!r} holds {found} under {key!r}, but the metadata says "
+                             f"{_name(dtype)} {list(shape)}: the file was replaced or damaged")
+        if out is None:
+            return array
+        out[...] = array
+        return out
+
+
+def _name(dtype) -> str:
+    return OARLOCK_NAME.get(np.dtype(dtype), str(dtype))
+
+
+def data_file_name(rank: int, unique_id: int, data_format: str) -> str:
+    return f"{rank}_{unique_id}{FORMATS[data_format]}"
+
+
+def file_size(path: str) -> int:
+    return os.stat(path).st_size

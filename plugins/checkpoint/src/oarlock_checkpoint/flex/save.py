@@ -1,0 +1,233 @@
+"""save_state_dict: every rank writes the shards it was assigned into its own data file, and the
+coordinator writes the metadata last.
+
+Order of events, which makes a crash at any point harmless:
+1. every rank describes its shards; all ranks agree on the id and on one
+   writer for each box (a replicated box goes to the holder with the fewest
+   bytes so far), and check that each tensor's boxes tile it exactly;
+2. the coordinator removes an older checkpoint of the same id (its metadata
+   first), then everyone writes its data file under a temporary name,
+   fsyncs it and renames it into place, computing a CRC-32 per tensor;
+3. the coordinator collects the checksums (sync: a gather; async: each rank's
+   `.done` record) and only then writes `U.metadata` the same way.
+Until step 3 ends, id U has no metadata and load rejects it as incomplete.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from oarlock_checkpoint.flex import layout, pending
+from oarlock_checkpoint.flex.boxes import intersect, offset_of, shape_of, volume
+from oarlock_checkpoint.flex.datafile import data_file_name, write_data_file
+from oarlock_checkpoint.flex.state import flatten
+from oarlock_checkpoint.flex.team import team_for
+
+WHERE = "save_state_dict()"
+_POLL = 0.002
+
+
+def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, unique_id=None, async_save=False,
+                    safetensors=True) -> None:
+    """Save a (sharded) state dict into the directory `path` as checkpoint `unique_id` (the next free
+    id when None). Every rank of `process_group` (the whole job when None) calls it. Values are
+    Tensors (whole, replicated), ShardedWeights (one box of a global tensor) or plain values (kept
+    from the coordinator). safetensors=False writes Paddle's pickled .distcp data files instead.
+    async_save=True returns once the tensors are copied to host memory; a background thread writes
+    them, and the next save, load, wait_async_save() or the end of the program waits for it."""
+    pending.wait_async_save()
+    team = team_for(process_group, WHERE)
+    if not isinstance(coordinator_rank, int) or not 0 <= coordinator_rank < team.size:
+        raise ValueError(f"{WHERE}: coordinator_rank must be a rank of the group, in [0, {team.size}), got "
+                         f"{coordinator_rank!r}")
+    path = os.fspath(path)
+    coordinator = team.rank == coordinator_rank
+
+    def describe():
+        if unique_id is not None and (not isinstance(unique_id, int) or isinstance(unique_id, bool) or unique_id < 0):
+            raise ValueError(f"{WHERE}: unique_id must be a non-negative int or None, got {unique_id!r}")
+        shards, objects = flatten(state_dict, WHERE)
+        if coordinator:
+            os.makedirs(path, exist_ok=True)
+        mine = {key: (s.dtype, s.global_shape, s.box, _nbytes(s)) for key, s in shards.items()}
+        return (shards, objects), (mine, unique_id, _next_id(path) if coordinator and unique_id is None else None)
+
+    (shards, objects), described = team.gather_checked(describe, WHERE)
+    uid = _agree_on_id(described, coordinator_rank)
+    plan = _assign_writers([d[0] for d in described])   # the same on every rank, or the same error
+    data_format = "safetensors" if safetensors else "pickle"
+    if coordinator:
+        _clear(path, uid)
+    team.barrier()   # nobody writes before an older checkpoint of this id is gone
+
+    keys = [key for (key, _), rank in plan["writer"].items() if rank == team.rank]
+    arrays = {key: _host(shards[key].tensor, copy=async_save) for key in keys}
+    name = data_file_name(team.rank, uid, data_format) if keys else None
+    finish = _Finish(path, uid, team.size, data_format, plan, objects, coordinator)
+
+    def write() -> dict:
+        record = {"rank": team.rank, "file": name, "crc32": {}, "bytes": 0}
+        if name is not None:
+            record["crc32"] = write_data_file(os.path.join(path, name), arrays, data_format)
+            record["bytes"] = os.stat(os.path.join(path, name)).st_size
+        return record
+
+    if async_save:
+        def job():
+            _recorded(write, path, team.rank, uid)
+            finish.from_files(_timeout(team))
+        pending.start(job, f"checkpoint {uid} in {path!r}")
+        return None
+    try:
+        record = write()
+    except Exception as exc:   # every rank must learn of it, or the others would wait in the gather
+        record = {"rank": team.rank, "error": f"{type(exc).__name__}: {exc}"}
+    finish.from_records(team.gather_all(record))
+    team.barrier()   # return only once the metadata is in place on the coordinator
+    return None
+
+
+def _nbytes(shard) -> int:
+    return volume(shard.box) * np.dtype(shard.tensor.dtype.np).itemsize
+
+
+def _host(tensor, copy: bool) -> np.ndarray:
+    """The tensor's values as a C-contiguous host array; a private copy when the save runs in the
+    background (training would otherwise change the values under the writer)."""
+    array = np.asarray(tensor)
+    if copy or not array.flags.c_contiguous:
+        array = np.array(array, copy=True, order="C")
+    return array
+
+
+def _next_id(path: str) -> int:
+    if not os.path.isdir(path):
+        return 0
+    complete, partial = layout.checkpoint_ids(path)
+    return max(complete | partial, default=-1) + 1
+
+
+def _agree_on_id(described: list, coordinator_rank: int) -> int:
+    asked = {d[1] for d in described}
+    if len(asked) > 1:
+        raise ValueError(f"{WHERE}: the ranks passed different unique_id values: "
+                         f"{[d[1] for d in described]} (rank order); every rank must pass the same")
+    asked = asked.pop()
+    return asked if asked is not None else described[coordinator_rank][2]
+
+
+def _assign_writers(per_rank: list) -> dict:
+    """{"writer": {(key, box): rank}, "tensors": {key: (dtype, global shape, [(box, rank), ...])}}: one writer
+    per distinct box; a box held by several ranks goes to the one with the fewest bytes so far."""
+    tensors, holders = {}, {}
+    for rank, shards in enumerate(per_rank):
+        for key, (dtype, global_shape, box, nbytes) in shards.items():
+            known = tensors.setdefault(key, (dtype, tuple(global_shape), rank))
+            if known[:2] != (dtype, tuple(global_shape)):
+                raise ValueError(f"{WHERE}: rank {known[2]} saves {key!r} as {known[0]} of global shape "
+                                 f"{list(known[1])} but rank {rank} as {dtype} of global shape {list(global_shape)}")
+            holders.setdefault((key, tuple(box)), []).append((rank, nbytes))
+    load = [0] * len(per_rank)
+    writer_of_box = {}
+    # boxes only one rank has first, then the replicated ones, largest first, each to the least loaded holder
+    for (key, box), ranks in sorted(holders.items(), key=lambda item: (len(item[1]) > 1, -item[1][0][1], item[0])):
+        rank = min(ranks, key=lambda r: (load[r[0]], r[0]))[0]
+        writer_of_box[(key, box)] = rank
+        load[rank] += ranks[0][1]
+    out = {key: (dtype, shape, []) for key, (dtype, shape, _) in tensors.items()}
+    for (key, box), rank in sorted(writer_of_box.items()):
+        out[key][2].append((box, rank))
+    for key, (_, shape, boxes) in out.items():
+        _check_tiling(key, shape, [box for box, _ in boxes])
+    return {"writer": writer_of_box, "tensors": out}
+
+
+def _check_tiling(key: str, shape: tuple, boxes: list) -> None:
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            if intersect(a, b) is not None:
+                raise ValueError(f"{WHERE}: two ranks hold different, overlapping shards of {key!r}: "
+                                 f"offset {list(offset_of(a))} shape {list(shape_of(a))} and offset "
+                                 f"{list(offset_of(b))} shape {list(shape_of(b))}")
+    covered, total = sum(volume(b) for b in boxes), volume(tuple((0, n) for n in shape))
+    if covered != total:
+        raise ValueError(f"{WHERE}: the shards of {key!r} cover {covered} of its {total} elements (global shape "
+                         f"{list(shape)}); every element must be held by some rank")
+
+
+def _clear(path: str, uid: int) -> None:
+    """Remove checkpoint `uid` (metadata first, so it is never complete-looking with new data) and
+    the remains of an interrupted save of that id."""
+    meta = layout.metadata_path(path, uid)
+    if os.path.exists(meta):
+        os.unlink(meta)
+    for name in layout.leftovers(path, uid):
+        os.unlink(os.path.join(path, name))
+
+
+def _timeout(team) -> float:
+    group = team.group
+    return float(getattr(group, "timeout", None) or os.environ.get("OARLOCK_COLLECTIVE_TIMEOUT") or 1800)
+
+
+def _recorded(write, path: str, rank: int, uid: int) -> dict:
+    """Run the write and leave its result (or error) in this rank's .done record for the coordinator."""
+    try:
+        record = write()
+    except Exception as exc:
+        record = {"rank": rank, "error": f"{type(exc).__name__}: {exc}"}
+    layout.write_record(layout.done_path(path, rank, uid), record)
+    if "error" in record:
+        raise RuntimeError(record["error"])
+    return record
+
+
+class _Finish:
+    """The coordinator's last step: the metadata, built from every writer's record."""
+
+    def __init__(self, path, uid, world_size, data_format, plan, objects, coordinator):
+        self.path, self.uid, self.world_size, self.data_format = path, uid, world_size, data_format
+        self.plan, self.objects, self.coordinator = plan, objects, coordinator
+
+    def from_records(self, records: list) -> None:
+        failed = [f"rank {r['rank']}: {r['error']}" for r in records if "error" in r]
+        if failed:
+            raise RuntimeError(f"{WHERE}: checkpoint {self.uid} in {self.path!r} was not completed; "
+                               + "; ".join(failed))
+        if self.coordinator:
+            self._write_metadata(records)
+
+    def from_files(self, timeout: float) -> None:
+        """Async: the coordinator waits for every rank's .done record, then writes the metadata."""
+        if not self.coordinator:
+            return
+        writers = range(self.world_size)
+        deadline, records = time.monotonic() + timeout, {}
+        while len(records) < len(writers):
+            for r in writers:
+                done = layout.done_path(self.path, r, self.uid)
+                if r not in records and os.path.exists(done):
+                    records[r] = layout.read_record(done)
+            if len(records) < len(writers):
+                if time.monotonic() > deadline:
+                    missing = [r for r in writers if r not in records]
+                    raise TimeoutError(f"ranks {missing} did not finish writing within {timeout:.0f} s")
+                time.sleep(_POLL)
+        self.from_records([records[r] for r in writers])
+        for r in writers:
+            os.unlink(layout.done_path(self.path, r, self.uid))
+
+    def _write_metadata(self, records: list) -> None:
+        by_rank = {r["rank"]: r for r in records}
+        tensors = {}
+        for key, (dtype, shape, boxes) in self.plan["tensors"].items():
+            tensors[key] = {"dtype": dtype, "global_shape": list(shape), "shards": [
+                {"offset": list(offset_of(box)), "shape": list(shape_of(box)), "file": by_rank[rank]["file"],
+                 "crc32": by_rank[rank]["crc32"][key]} for box, rank in boxes]}
+        files = {r["file"]: {"rank": r["rank"], "bytes": r["bytes"]} for r in records if r.get("file")}
+        layout.write_record(layout.metadata_path(self.path, self.uid),
+                            layout.metadata_body(self.uid, self.world_size, self.data_format, tensors,
+                                                 self.objects, files))
