@@ -5,15 +5,23 @@ bits(array)             a bit-level view, for exact comparison
 dtype_name              parametrized over every oarlock dtype
 safetensors_dtype_name  parametrized over those safetensors holds
 tiny_model              a layer class with parameters and a bfloat16 buffer
+
+flex_models.py (importable from these tests: this folder is put on sys.path) holds the FlexCheckpoint
+test models.
 """
 
 from __future__ import annotations
+
+import os
+import sys
 
 import numpy as np
 import pytest
 
 import oarlock
 from oarlock.dtypes import all_dtypes
+
+sys.path.insert(0, os.path.dirname(__file__))
 
 DTYPE_NAMES = [dt.name for dt in all_dtypes]
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}

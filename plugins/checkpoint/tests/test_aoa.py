@@ -8,7 +8,9 @@ each element exactly once, and compared bit for bit with the oracle's array cut 
 
 from __future__ import annotations
 
+import ast
 import re
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -17,7 +19,7 @@ import pytest
 from oarlock.dtypes import all_dtypes
 from oarlock_checkpoint.flex.aoa import Piece, build_mapping
 from oarlock_checkpoint.flex.aoa_syntax import compile_statements, parse
-from oarlock_checkpoint.flex.boxes import relative, shape_of, slices, whole
+from oarlock_checkpoint.flex.boxes import offset_of, relative, shape_of, slices, whole
 
 NP = {d.name: np.dtype(d.np) for d in all_dtypes}
 NAME = {dtype: name for name, dtype in NP.items()}
@@ -136,9 +138,10 @@ def test_no_config_is_identity_and_reports_missing():
 
 
 def test_rename_and_identity_fallback():
-    arrays = {"a": arr(3, 4), "keep": arr(2, 2)}
-    m = check(["a -> b"], arrays, {"b": None, "keep": None, "a": None})
-    assert m.sources_of("b") == {"a"}
+    arrays = {"a": arr(3, 4), "keep": arr(2, 2), "0.weight": arr(2)}
+    m = check(["a -> b", "0.weight -> layers.0.weight"], arrays,
+              {"b": None, "keep": None, "a": None, "layers.0.weight": None})
+    assert m.sources_of("b") == {"a"}  # a rename does not consume its source: `a` still loads as itself
 
 
 @pytest.mark.parametrize("shape, axis, parts", [((6, 4), 0, 3), ((4, 6), 1, 2), ((2, 3, 8), 2, 4),
@@ -433,6 +436,51 @@ def test_fused_qkv_mha():
     x = qkv.reshape(2, 4, 3, 2)
     for name, i in (("q", 0), ("k", 1), ("v", 2)):
         assert same(assemble(m, name, whole((2, 8)), {"qkv": qkv}), x[:, :, i, :].reshape(2, 8))
+
+
+# -- Paddle 3.2's own engine, an optional second oracle --------------------------------------------------
+@pytest.fixture(scope="module")
+def paddle_aoa():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # paddle's import-time notices
+        engine = pytest.importorskip("paddle.distributed.flex_checkpoint.aoa.aoa_engine")
+        sharded = pytest.importorskip("paddle.distributed.flex_checkpoint.dcp.sharded_weight")
+    return engine.AOAEngine, sharded.ShardedWeightDesc
+
+
+@pytest.mark.parametrize("statements, src, dst", [
+    ([f"qkv -> q, k, v, fused_qkv, num_heads={H}, num_key_value_groups={G}"], {"qkv": (6, (H + 2 * G) * D)},
+     {"q": (6, H * D), "k": (6, G * D), "v": (6, G * D)}),
+    ([f"q, k, v -> qkv, fused_qkv, num_heads={H}, num_key_value_groups={G}"],
+     {"q": (6, H * D), "k": (6, G * D), "v": (6, G * D)}, {"qkv": (6, (H + 2 * G) * D)}),
+    (["a -> t, permute='[2,0,1]'", "t -> t0, t1, axis=0", "t1 -> u0, u1, u2, axis=2",
+      "u1 -> u1p, permute='[1,2,0]'", "u0^T -> u0t, permute='[1,0,2]'", "u1p, u0t -> out, axis=1"],
+     {"a": (4, 6, 6)}, {"out": (4, 4, 3), "t0": (3, 4, 6)}),
+    (["a^T -> b, dtype='float16'", "c^T, c^T -> cc, axis=1"], {"a": (3, 5), "c": (2, 3, 4)},
+     {"b": (5, 3), "cc": (4, 6, 2)}),
+])
+def test_agrees_with_paddle(paddle_aoa, statements, src, dst):
+    """Paddle's AOAEngine.find_shard_sources and Mapping.pieces deliver the same data for every request box
+    (where Paddle's semantics are sound: its $LAYER_ID and '*' match other keys than ours)."""
+    engine_class, desc = paddle_aoa
+    info = lambda specs: {k: [desc(k, s, s, (0,) * len(s))] for k, s in specs.items()}
+    engine = engine_class({"aoa_statements": statements}, info(src), info(dst))
+    arrays = {k: arr(*s) for k, s in src.items()}
+    mapping = build_mapping({"aoa_statements": statements}, {k: (s, "float32") for k, s in src.items()},
+                            {k: (s, "float32") for k, s in dst.items()})
+    rng = np.random.default_rng(3)
+    for key, shape in dst.items():
+        for box in request_boxes(shape, rng):
+            theirs = np.zeros(shape_of(box), NP[mapping.dtype_of(key)])
+            for entry in engine.find_shard_sources(desc(key, shape_of(box), shape, offset_of(box))):
+                source, target = entry.source_slice, entry.target_slice
+                data = arrays[source.key][tuple(slice(o, o + n) for o, n in zip(source.global_offset,
+                                                                                 source.local_shape))]
+                for step in entry.postprocess_list or []:
+                    data = data.transpose(ast.literal_eval(step)) if step.startswith("[") else data.astype(NP[step])
+                target_box = tuple((o, o + n) for o, n in zip(target.global_offset, target.local_shape))
+                theirs[slices(relative(target_box, box))] = data
+            assert same(assemble(mapping, key, box, arrays), theirs), f"{key} {box}"
 
 
 # -- errors -------------------------------------------------------------------------------------------

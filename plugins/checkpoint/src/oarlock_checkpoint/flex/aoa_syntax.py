@@ -176,7 +176,7 @@ class _Parser:
     def names(self, right: bool) -> tuple:
         names = [self.take("name", "a tensor name").text]
         while self.peek().kind == "comma" and not (right and self.peek(2).kind == "equal"):
-            # a bare flag ends the names too, so that `q, k, v -> qkv, fused_qkv` parses either way
+            # a flag written among the names (Paddle's `qkv -> q, k, v, fused_qkv`) is taken out by statement()
             self.i += 1
             names.append(self.take("name", "a tensor name").text)
         return tuple(names)

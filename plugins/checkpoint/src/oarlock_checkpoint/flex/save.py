@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from oarlock_checkpoint import safetensors as st
 from oarlock_checkpoint.flex import layout, pending
 from oarlock_checkpoint.flex.boxes import intersect, offset_of, shape_of, volume
 from oarlock_checkpoint.flex.datafile import data_file_name, write_data_file
@@ -50,6 +51,8 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
         if unique_id is not None and (not isinstance(unique_id, int) or isinstance(unique_id, bool) or unique_id < 0):
             raise ValueError(f"{WHERE}: unique_id must be a non-negative int or None, got {unique_id!r}")
         shards, objects = flatten(state_dict, WHERE)
+        if safetensors:
+            _check_safetensors_dtypes(shards)
         if coordinator:
             os.makedirs(path, exist_ok=True)
         mine = {key: (s.dtype, s.global_shape, s.box, _nbytes(s)) for key, s in shards.items()}
@@ -88,6 +91,14 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
     finish.from_records(team.gather_all(record))
     team.barrier()   # return only once the metadata is in place on the coordinator
     return None
+
+
+def _check_safetensors_dtypes(shards: dict) -> None:
+    stored = set(st.DTYPES.values())
+    for key, shard in shards.items():
+        if shard.dtype not in stored:
+            raise TypeError(f"{WHERE}: {key!r} is {shard.dtype}, which safetensors files cannot hold (they hold "
+                            f"{', '.join(sorted(stored))}); pass safetensors=False to write pickled .distcp files")
 
 
 def _nbytes(shard) -> int:
