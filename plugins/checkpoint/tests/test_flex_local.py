@@ -275,6 +275,10 @@ def test_a_hugging_face_directory_made_by_safetensors_loads(tmp_path):
     for i in range(2):
         np.testing.assert_array_equal(target[f"layers.{i}.proj.weight"].numpy(), hf[f"model.layers.{i}.proj.weight"].T)
     np.testing.assert_array_equal(target["norm.weight"].numpy(), hf["model.norm.weight"])
+    again = _zeros_like(target)   # the same with a prefix-stripping pattern rename, then transposes in place
+    dist.load_state_dict(again, tmp_path, aoa_config={"aoa_statements": [
+        "model.* -> *", "layers.$LAYER_ID.proj.weight^T -> layers.$LAYER_ID.proj.weight"]})
+    assert all(_same_bits(again[k].numpy(), target[k].numpy()) for k in target)
     one = {"model.norm.weight": oarlock.zeros([5], dtype="float16")}   # a single file works too
     dist.load_state_dict(one, tmp_path / "model-00002-of-00002.safetensors")
     np.testing.assert_array_equal(one["model.norm.weight"].numpy(), hf["model.norm.weight"])

@@ -1,0 +1,502 @@
+"""Checkpoint throughput: FlexCheckpoint save/load of a ~1 GB sharded state dict against the safetensors library.
+
+Measured, on 1 and 4 ranks of one host (more ranks than cores are oversubscribed), for a state dict
+of about --gb GB (1 GB = 1e9 bytes) shaped like a small transformer: float32 embedding and
+attention weights, bfloat16 MLP weights, float32 norm vectors. Every tensor is sharded along axis
+0 over the ranks as dist.shard_full_weight cuts it (rank r holds rows [r*n/N, (r+1)*n/N)), but
+each rank draws only its own rows (seeded numpy) and builds its dist.ShardedWeight directly.
+Per repeat, every rank, in this order:
+
+- reference save: `safetensors.numpy.save_file` of this rank's arrays to its own file. The
+  library does not fsync, so this is a write into the page cache;
+- reference save + fsync: the same, then os.fsync of the file (what durability costs; oarlock
+  also fsyncs its directory and writes a small metadata file, which this reference does not);
+- oarlock sync save: `dist.save_state_dict(sd, dir, unique_id=repeat)`: temporary name, CRC-32
+  per tensor, fsync, rename, then the coordinator's metadata and a final barrier;
+- oarlock async save: `save_state_dict(..., async_save=True)`; "blocked" is the time until it
+  returns (copy to host memory and agreement between ranks: what a training loop waits for),
+  "total" the time until `dist.wait_async_save()` returns after it;
+- reference load: `safetensors.numpy.load_file` of this rank's reference file;
+- oarlock load: `dist.load_state_dict` into preallocated tensors of the same layout (zeroed
+  first, untimed), so each rank reads its own file and nothing moves between ranks. The first
+  repeat checks that both loads return the saved bytes.
+
+Timing: every timed region starts after a barrier (oarlock's, which yields the core when ranks are
+oversubscribed) and its time is the maximum over ranks (a checkpoint is done when its slowest
+rank is). Between regions, untimed, every rank calls os.sync() so that one region's writeback
+is not billed to the next. Throughput is the whole state dict's bytes (all ranks) / time, in
+GB/s; figures are medians over --repeats. Loads read files the same repeat has just written, so
+they come from the page cache for the reference and oarlock alike (dropping the cache needs root;
+--cold instead evicts each file with posix_fadvise(DONTNEED) before the loads, which the kernel
+may honour only in part). Checkpoint files are deleted after every repeat.
+
+Goals (from the issue): oarlock's sync save and its load at least 0.8x the reference's
+throughput (the reference being the library's plain save_file, without fsync: the issue's "the
+safetensors library directly"), and the async save's blocked time under 10% of the sync save's.
+
+Run without MPI, the script is a driver: it launches itself under `mpiexec -n N` for each N of
+--ranks (setting OARLOCK_BENCH_RANK_MODE=1 so the copies know they are ranks), shows rank 0's
+progress on stderr and prints one table for all rank counts.
+
+    python bench/checkpoint.py [--ranks 1,4] [--gb 1] [--repeats 5] [--dir /tmp] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+RANK_MODE_ENV = "OARLOCK_BENCH_RANK_MODE"     # set by the driver in the ranks it launches
+RESULT_ENV = "OARLOCK_BENCH_RESULT"           # where rank 0 writes its figures as JSON (driver's temp file)
+RUN_DIR_ENV = "OARLOCK_BENCH_CHECKPOINT_DIR"  # the directory one launch writes its files into
+GOAL_RATIO = 0.8
+GOAL_ASYNC = 0.10
+LOAD_WARNING = 3.0
+OPS = ("ref_save", "ref_save_fsync", "sync_save", "async_blocked", "async_total", "ref_load", "load")
+
+
+def parse_ranks(text: str) -> list:
+    try:
+        ranks = [int(part) for part in text.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of rank counts: {text!r} (example: 1,4)") from None
+    if not ranks or min(ranks) < 1:
+        raise argparse.ArgumentTypeError(f"rank counts must be >= 1, got {text!r}")
+    return ranks
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog="Without OARLOCK_BENCH_RANK_MODE=1 in the environment the script launches itself with "
+               "`mpiexec -n N` for each N of --ranks and prints one table at the end; with it (set by that "
+               "driver) it is one rank of the benchmark, writes into the directory the driver names in "
+               f"{RUN_DIR_ENV} and ignores --ranks, --dir, --json, --mpiexec and --timeout.")
+    parser.add_argument("--ranks", type=parse_ranks, default=[1, 4], metavar="N[,N...]",
+                        help="world sizes to run, one mpiexec launch each (default: 1,4)")
+    parser.add_argument("--gb", type=float, default=1.0,
+                        help="size of the whole state dict in GB (1e9 bytes), summed over ranks; the model's "
+                             "shapes are chosen to come close (default 1)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="timed repeats of every operation; medians are reported (default 5)")
+    parser.add_argument("--dir", default=tempfile.gettempdir(),
+                        help="where to write: a fresh subdirectory is made here and removed at the end "
+                             f"(default {tempfile.gettempdir()})")
+    parser.add_argument("--cold", action="store_true",
+                        help="before the loads, evict the files from the page cache with posix_fadvise(DONTNEED) "
+                             "(after os.sync), so reads go to the disk as far as the kernel allows")
+    parser.add_argument("--json", metavar="PATH", help="also write every repeat's figures to this JSON file")
+    parser.add_argument("--mpiexec", default="mpiexec", help="the launcher to use (default: mpiexec on PATH)")
+    parser.add_argument("--timeout", type=float, default=900,
+                        help="seconds one world size may take before its mpiexec is killed (default 900)")
+    return parser
+
+
+def settle(args) -> argparse.Namespace:
+    if args.repeats < 1 or args.gb <= 0:
+        raise SystemExit("checkpoint.py: --repeats must be >= 1 and --gb > 0")
+    return args
+
+
+# -- the state dict ------------------------------------------------------------------------------------------------
+def _layer_bytes(hidden: int) -> int:
+    # qkv [H, 3H] and o [H, H] in float32, up [H, 4H] and down [4H, H] in bfloat16, a bfloat16 bias [4H]
+    # and two float32 norm vectors [H]
+    return 4 * (3 + 1) * hidden * hidden + 2 * (4 + 4) * hidden * hidden + 2 * 4 * hidden + 2 * 4 * hidden
+
+
+def model_spec(total_bytes: float) -> list:
+    """[(key, global shape, dtype name)]: a transformer-like state dict of about total_bytes."""
+    hidden = 2048
+    while hidden > 64 and 2 * _layer_bytes(hidden) > 0.7 * total_bytes:
+        hidden //= 2
+    layers = max(1, int(0.7 * total_bytes // _layer_bytes(hidden)))
+    spec = []
+    for i in range(layers):
+        p = f"layers.{i}."
+        spec += [(p + "self_attn.qkv_proj.weight", (hidden, 3 * hidden), "float32"),
+                 (p + "self_attn.o_proj.weight", (hidden, hidden), "float32"),
+                 (p + "mlp.up_proj.weight", (hidden, 4 * hidden), "bfloat16"),
+                 (p + "mlp.up_proj.bias", (4 * hidden,), "bfloat16"),
+                 (p + "mlp.down_proj.weight", (4 * hidden, hidden), "bfloat16"),
+                 (p + "input_layernorm.weight", (hidden,), "float32"),
+                 (p + "post_attention_layernorm.weight", (hidden,), "float32")]
+    spec.append(("norm.weight", (hidden,), "float32"))
+    used = sum(nbytes(shape, dtype) for _, shape, dtype in spec)
+    vocab = max(64, int((total_bytes - used) // (4 * hidden)) // 64 * 64)
+    return [("embed_tokens.weight", (vocab, hidden), "float32")] + spec
+
+
+def nbytes(shape, dtype: str) -> int:
+    return int(np.prod(shape)) * (2 if dtype == "bfloat16" else 4)
+
+
+def rows_of(n: int, rank: int, nranks: int) -> tuple:
+    """Rows [start, stop) of axis 0 that rank `rank` holds, as shard_full_weight cuts them."""
+    return rank * n // nranks, (rank + 1) * n // nranks
+
+
+def make_local(spec: list, rank: int, nranks: int) -> dict:
+    """{key: (oarlock Tensor of this rank's rows, global shape, global offset)}, drawn from numpy seeded by
+    (tensor index, first row), so only this rank's part of the state dict is ever made here."""
+    import ml_dtypes
+
+    import oarlock
+
+    out = {}
+    for index, (key, shape, dtype) in enumerate(spec):
+        start, stop = rows_of(shape[0], rank, nranks)
+        local_shape = (stop - start, *shape[1:])
+        rng = np.random.default_rng([index, start])
+        values = rng.standard_normal(local_shape, dtype=np.float32) * np.float32(0.02)
+        if dtype == "bfloat16":
+            values = values.astype(ml_dtypes.bfloat16)
+        out[key] = (oarlock.to_tensor(values), tuple(shape), (start,) + (0,) * (len(shape) - 1))
+    return out
+
+
+# -- one rank ------------------------------------------------------------------------------------------------------
+def run_rank(args) -> None:
+    import safetensors.numpy as stnp
+
+    import oarlock
+    import oarlock.distributed as dist
+
+    dist.init_parallel_env()
+    from mpi4py import MPI  # already initialized by the plugin; the same library and process
+
+    comm = MPI.COMM_WORLD.Dup()
+    rank, nranks = dist.get_rank(), dist.get_world_size()
+    run_dir = os.environ[RUN_DIR_ENV]
+    sync_dir, async_dir = os.path.join(run_dir, "sync"), os.path.join(run_dir, "async")
+    ref_file = os.path.join(run_dir, f"ref_{rank}.safetensors")
+    ref_fsync_file = os.path.join(run_dir, f"ref_fsync_{rank}.safetensors")
+
+    def progress(text: str) -> None:
+        if rank == 0:
+            print(f"[{nranks} rank{'s' if nranks > 1 else ''}] {text}", file=sys.stderr, flush=True)
+
+    progress("building the state dict")
+    spec = model_spec(args.gb * 1e9)
+    local = make_local(spec, rank, nranks)
+    state = {key: dist.ShardedWeight(key, t, tuple(t.shape), shape, offset)
+             for key, (t, shape, offset) in local.items()}
+    arrays = {key: np.asarray(t) for key, (t, _, _) in local.items()}   # the same memory as the tensors
+    targets = {key: oarlock.zeros(list(t.shape), dtype=spec_dtype) for (key, (t, _, _)), (_, _, spec_dtype)
+               in zip(local.items(), spec)}
+    target_state = {key: dist.ShardedWeight(key, targets[key], tuple(t.shape), shape, offset)
+                    for key, (t, shape, offset) in local.items()}
+    total = sum(nbytes(shape, dtype) for _, shape, dtype in spec)
+
+    def barrier() -> None:
+        dist.barrier()
+
+    def timed(fn) -> float:
+        barrier()
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    def quiet() -> None:
+        """Untimed: write back every dirty page, so the next region starts with an idle disk."""
+        os.sync()
+        barrier()
+
+    warm_up(stnp, dist, run_dir, rank)
+    quiet()
+    times = np.zeros((len(OPS), args.repeats))
+    for repeat in range(args.repeats):
+        progress(f"repeat {repeat + 1}/{args.repeats}")
+        row = {}
+        row["ref_save"] = timed(lambda: stnp.save_file(arrays, ref_file))
+        quiet()
+        row["ref_save_fsync"] = timed(lambda: fsynced_save(stnp, arrays, ref_fsync_file))
+        quiet()
+        row["sync_save"] = timed(lambda uid=repeat: dist.save_state_dict(state, sync_dir, unique_id=uid))
+        quiet()
+        barrier()
+        start = time.perf_counter()
+        dist.save_state_dict(state, async_dir, unique_id=repeat, async_save=True)
+        row["async_blocked"] = time.perf_counter() - start
+        dist.wait_async_save()
+        row["async_total"] = time.perf_counter() - start
+        quiet()
+        if args.cold:
+            evict([ref_file, *(os.path.join(sync_dir, name) for name in os.listdir(sync_dir)
+                               if name.startswith(f"{rank}_") or name.endswith(".metadata"))])
+            barrier()
+        loaded = {}
+        row["ref_load"] = timed(lambda out=loaded: out.update(stnp.load_file(ref_file)))
+        for target in targets.values():
+            np.asarray(target)[...] = 0
+        row["load"] = timed(lambda uid=repeat: dist.load_state_dict(target_state, sync_dir, unique_id=uid))
+        if repeat == 0:
+            check_equal(arrays, loaded, "safetensors.numpy.load_file", rank)
+            check_equal(arrays, {key: np.asarray(t) for key, t in targets.items()}, "dist.load_state_dict", rank)
+        loaded.clear()
+        for i, op in enumerate(OPS):
+            times[i, repeat] = row[op]
+        # clean up: every rank its reference files, then rank 0 the checkpoint directories
+        barrier()
+        for name in (ref_file, ref_fsync_file):
+            os.unlink(name)
+        barrier()
+        if rank == 0:
+            shutil.rmtree(sync_dir)
+            shutil.rmtree(async_dir)
+        quiet()
+
+    worst = np.zeros_like(times) if rank == 0 else None
+    comm.Reduce(times, worst, op=MPI.MAX, root=0)
+    if rank == 0:
+        result = {"ranks": nranks, "repeats": args.repeats, "cold": args.cold, "bytes": total,
+                  "tensors": len(spec), "bytes_per_rank_max": max(
+                      sum(nbytes((b - a, *shape[1:]), dtype) for (_, shape, dtype) in spec
+                          for a, b in [rows_of(shape[0], r, nranks)]) for r in range(nranks)),
+                  "seconds": {op: worst[i].tolist() for i, op in enumerate(OPS)}}
+        path = os.environ.get(RESULT_ENV)
+        if path:
+            with open(path, "w") as fh:
+                json.dump(result, fh)
+    comm.Free()
+
+
+def fsynced_save(stnp, arrays: dict, path: str) -> None:
+    stnp.save_file(arrays, path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def warm_up(stnp, dist, run_dir: str, rank: int) -> None:
+    """One small untimed save and load of each kind, so imports and first-use set-up are paid for here."""
+    import oarlock
+
+    small = oarlock.to_tensor(np.ones((4, 4), np.float32))
+    directory = os.path.join(run_dir, "warm_up")
+    state = {"w": dist.ShardedWeight("w", small, (4, 4), (4 * dist.get_world_size(), 4), (4 * rank, 0))}
+    dist.save_state_dict(state, directory, unique_id=0)
+    dist.save_state_dict(state, directory, unique_id=1, async_save=True)
+    dist.wait_async_save()
+    dist.load_state_dict(state, directory, unique_id=0)
+    ref = os.path.join(run_dir, f"warm_up_{rank}.safetensors")
+    stnp.save_file({"w": np.asarray(small)}, ref)
+    stnp.load_file(ref)
+    os.unlink(ref)
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(directory)
+
+
+def evict(paths: list) -> None:
+    """Ask the kernel to drop these (clean, after os.sync) files' pages from the page cache."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def check_equal(expected: dict, got: dict, what: str, rank: int) -> None:
+    for key, array in expected.items():
+        other = got.get(key)
+        if other is None or other.shape != array.shape or other.dtype != array.dtype or \
+                not np.array_equal(other.view(np.uint8), array.view(np.uint8)):
+            raise AssertionError(f"rank {rank}: {what} did not return the saved values of {key!r}")
+
+
+# -- the table -----------------------------------------------------------------------------------------------------
+def summarize(run: dict) -> dict:
+    """Medians (ms) and throughputs (GB/s) of one launch's figures."""
+    ms = {op: statistics.median(values) * 1e3 for op, values in run["seconds"].items()}
+    gbs = {op: run["bytes"] / (value / 1e3) / 1e9 for op, value in ms.items()}
+    return {"ms": ms, "gbs": gbs,
+            "save_ratio": gbs["sync_save"] / gbs["ref_save"],
+            "save_ratio_fsync": gbs["sync_save"] / gbs["ref_save_fsync"],
+            "load_ratio": gbs["load"] / gbs["ref_load"],
+            "async_fraction": ms["async_blocked"] / ms["sync_save"]}
+
+
+def render(runs: list, args) -> str:
+    def yes(ok: bool) -> str:
+        return "yes" if ok else "**NO**"
+
+    lines = [f"### median of {args.repeats} repeats, wall time = max over ranks; GB/s = state dict bytes / time "
+             "(1e9 bytes)", "",
+             "| ranks | op | reference | ref ms | ref GB/s | oarlock | oarlock ms | oarlock GB/s | ratio | "
+             f"goal (>= {GOAL_RATIO}) |",
+             "|---:|---|---|---:|---:|---|---:|---:|---:|:---:|"]
+    for run in runs:
+        s, n = run["summary"], run["ranks"]
+        ms, gbs = s["ms"], s["gbs"]
+        lines += [
+            f"| {n} | save | save_file | {ms['ref_save']:.0f} | {gbs['ref_save']:.2f} | sync save_state_dict "
+            f"| {ms['sync_save']:.0f} | {gbs['sync_save']:.2f} | {s['save_ratio']:.2f} "
+            f"| {yes(s['save_ratio'] >= GOAL_RATIO)} |",
+            f"| {n} | save, durable | save_file + fsync | {ms['ref_save_fsync']:.0f} | {gbs['ref_save_fsync']:.2f} "
+            f"| sync save_state_dict | {ms['sync_save']:.0f} | {gbs['sync_save']:.2f} | {s['save_ratio_fsync']:.2f} "
+            "| (info) |",
+            f"| {n} | load | load_file | {ms['ref_load']:.0f} | {gbs['ref_load']:.2f} | load_state_dict "
+            f"| {ms['load']:.0f} | {gbs['load']:.2f} | {s['load_ratio']:.2f} | {yes(s['load_ratio'] >= GOAL_RATIO)} |"]
+    lines += ["", "| ranks | sync save ms | async blocked ms | async total ms | blocked GB/s | blocked / sync | "
+              f"goal (< {GOAL_ASYNC:.0%}) |",
+              "|---:|---:|---:|---:|---:|---:|:---:|"]
+    for run in runs:
+        s = run["summary"]
+        ms = s["ms"]
+        lines.append(f"| {run['ranks']} | {ms['sync_save']:.0f} | {ms['async_blocked']:.0f} | {ms['async_total']:.0f} "
+                     f"| {s['gbs']['async_blocked']:.2f} | {s['async_fraction']:.1%} "
+                     f"| {yes(s['async_fraction'] < GOAL_ASYNC)} |")
+    lines += ["", "Goals:"]
+    for run in runs:
+        s = run["summary"]
+        lines.append(f"- {run['ranks']} rank(s): save {s['save_ratio']:.2f}x -> {yes(s['save_ratio'] >= GOAL_RATIO)}; "
+                     f"load {s['load_ratio']:.2f}x -> {yes(s['load_ratio'] >= GOAL_RATIO)}; "
+                     f"async blocked {s['async_fraction']:.1%} of sync -> {yes(s['async_fraction'] < GOAL_ASYNC)}")
+    return "\n".join(lines)
+
+
+# -- the driver ----------------------------------------------------------------------------------------------------
+def filesystem_of(path: str) -> str:
+    """'DEVICE (TYPE)' of the mount that holds `path`, from /proc/mounts where there is one."""
+    path, best = os.path.realpath(path), ("?", "?", "")
+    try:
+        with open("/proc/mounts") as fh:
+            for line in fh:
+                device, mount, kind = line.split()[:3]
+                inside = path == mount or path.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) >= len(best[2]):
+                    best = (device, kind, mount)
+    except OSError:
+        pass
+    return f"{best[0]} ({best[1]})"
+
+
+def machine_line(directory: str) -> str:
+    import mpi4py
+    mpi4py.rc.initialize = False    # the driver only asks for the library's version; no MPI_Init here
+    import safetensors
+    from mpi4py import MPI
+    library = re.sub(r"\s+", " ", MPI.Get_library_version().strip().splitlines()[0].strip())
+    cpus = os.cpu_count()
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cpus
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"machine: {cpus} CPUs ({usable} usable), {memory:.0f} GiB RAM, "
+            f"{platform.processor() or platform.machine()}; files in {directory} on {filesystem_of(directory)}; "
+            f"MPI: {library}; safetensors {safetensors.__version__}; numpy {np.__version__}; "
+            f"Python {platform.python_version()}")
+
+
+def load_line() -> str:
+    one, five, fifteen = os.getloadavg()
+    line = f"load average (1/5/15 min): {one:.2f} {five:.2f} {fifteen:.2f}"
+    if one > LOAD_WARNING:
+        line += f"  -- above {LOAD_WARNING:g}: other jobs on this host are taking cores and distort the timing"
+    return line
+
+
+def rank_arguments(args) -> list:
+    return ["--gb", repr(args.gb), "--repeats", str(args.repeats)] + (["--cold"] if args.cold else [])
+
+
+def drive(args) -> int:
+    try:
+        import safetensors.numpy  # noqa: F401
+    except ImportError as exc:
+        print(f"checkpoint.py: the safetensors library is needed as the reference ({exc}); "
+              "install it with `pip install safetensors`", file=sys.stderr)
+        return 2
+    launcher = shutil.which(args.mpiexec)
+    if launcher is None:
+        print(f"checkpoint.py: {args.mpiexec!r} is not on PATH (pip install mpich gives MPICH's mpiexec)",
+              file=sys.stderr)
+        return 2
+    os.makedirs(args.dir, exist_ok=True)
+    base = tempfile.mkdtemp(prefix="oarlock-checkpoint-bench-", dir=args.dir)
+    machine = machine_line(base)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    spec = model_spec(args.gb * 1e9)
+    total = sum(nbytes(shape, dtype) for _, shape, dtype in spec)
+    print(machine)
+    print(load_line())
+    print(f"state dict: {len(spec)} tensors, {total / 1e9:.3f} GB ({spec[0][0]} {list(spec[0][1])} float32, "
+          f"{(len(spec) - 2) // 7} layers of hidden {spec[0][1][1]}: float32 attention, bfloat16 MLP, float32 norms), "
+          "each sharded along axis 0 over the ranks")
+    over = [n for n in args.ranks if n > usable]
+    if over:
+        print(f"note: {', '.join(map(str, over))} ranks on {usable} usable cores are oversubscribed: ranks share "
+              "cores, so per-rank CPU work (copies, CRC-32, header encoding) is serialized")
+    print("note: " + ("--cold: files were evicted with posix_fadvise(DONTNEED) before the loads (the kernel may keep "
+                      "some pages)" if args.cold else
+                      "loads read files written moments before, so they come from the page cache (reference and "
+                      "oarlock alike); the page cache is not dropped (needs root)"))
+    print(f"Goals: oarlock sync save and load >= {GOAL_RATIO}x the safetensors library's throughput (save_file "
+          f"without fsync); async save blocks the caller < {GOAL_ASYNC:.0%} of a sync save's time.", flush=True)
+    results, runs, status = {"machine": machine, "load_average_start": os.getloadavg(), "gb": args.gb,
+                             "goal": {"ratio": GOAL_RATIO, "async_fraction": GOAL_ASYNC}, "runs": []}, [], 0
+    try:
+        for nranks in args.ranks:
+            run_dir = os.path.join(base, f"{nranks}ranks")
+            os.makedirs(run_dir)
+            result_path = os.path.join(base, f"result_{nranks}.json")
+            env = dict(os.environ, **{RANK_MODE_ENV: "1", RESULT_ENV: result_path, RUN_DIR_ENV: run_dir})
+            command = [launcher, "-n", str(nranks), sys.executable, os.path.abspath(__file__), *rank_arguments(args)]
+            started = time.perf_counter()
+            try:
+                # the ranks print nothing on stdout; rank 0's progress and any error pass through on stderr
+                done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, timeout=args.timeout)
+            except subprocess.TimeoutExpired:
+                print(f"{nranks} ranks: no result within {args.timeout:g} s (mpiexec killed)", flush=True)
+                status = 1
+                continue
+            if done.stdout.strip():
+                print(done.stdout.rstrip())
+            print(f"({nranks} rank{'s' if nranks > 1 else ''}: {time.perf_counter() - started:.0f} s including "
+                  "start-up)", file=sys.stderr, flush=True)
+            if done.returncode != 0 or not os.path.exists(result_path):
+                print(f"{nranks} ranks: mpiexec exited with status {done.returncode}", flush=True)
+                status = 1
+                continue
+            with open(result_path) as fh:
+                run = json.load(fh)
+            run["summary"] = summarize(run)
+            runs.append(run)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    if runs:
+        print()
+        print(render(runs, args))
+    print()
+    print(load_line() + " (at the end)", flush=True)
+    results["runs"] = runs
+    results["load_average_end"] = os.getloadavg()
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=2)
+    return status
+
+
+def main(argv=None) -> int:
+    args = settle(build_parser().parse_args(argv))
+    if os.environ.get(RANK_MODE_ENV) == "1":
+        run_rank(args)
+        return 0
+    return drive(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
