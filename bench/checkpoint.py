@@ -1,10 +1,11 @@
 """Checkpoint throughput: FlexCheckpoint save/load of a ~1 GB sharded state dict against the safetensors library.
 
-Measured, on 1 and 4 ranks of one host (more ranks than cores are oversubscribed), for a state dict
-of about --gb GB (1 GB = 1e9 bytes) shaped like a small transformer: float32 embedding and
-attention weights, bfloat16 MLP weights, float32 norm vectors. Every tensor is sharded along axis
-0 over the ranks as dist.shard_full_weight cuts it (rank r holds rows [r*n/N, (r+1)*n/N)), but
-each rank draws only its own rows (seeded numpy) and builds its dist.ShardedWeight directly.
+Measured, on each world size of --ranks (default 1 and 4) on one host (more ranks than cores are
+oversubscribed), for a state dict of about --gb GB (1 GB = 1e9 bytes) shaped like a small
+transformer: float32 embedding and attention weights, bfloat16 MLP weights, float32 norm vectors.
+Every tensor is sharded along axis 0 over the ranks as dist.shard_full_weight cuts it (rank r
+holds rows [r*n/N, (r+1)*n/N)), but each rank draws only its own rows (seeded numpy) and builds
+its dist.ShardedWeight directly.
 Per repeat, every rank, in this order:
 
 - reference save: `safetensors.numpy.save_file` of this rank's arrays to its own file. The
@@ -16,7 +17,9 @@ Per repeat, every rank, in this order:
 - oarlock async save: `save_state_dict(..., async_save=True)`; "blocked" is the time until it
   returns (copy to host memory and agreement between ranks: what a training loop waits for),
   "total" the time until `dist.wait_async_save()` returns after it;
-- reference load: `safetensors.numpy.load_file` of this rank's reference file;
+- reference load: `safetensors.numpy.load_file` of this rank's reference file (into new arrays);
+- reference load + copy: load_file, then np.copyto into the preallocated arrays oarlock loads into
+  (what filling a model's existing tensors from load_file costs; shown for information);
 - oarlock load: `dist.load_state_dict` into preallocated tensors of the same layout (zeroed
   first, untimed), so each rank reads its own file and nothing moves between ranks. The first
   repeat checks that both loads return the saved bytes.
@@ -27,7 +30,7 @@ rank is). Between regions, untimed, every rank calls os.sync() so that one regio
 is not billed to the next. Throughput is the whole state dict's bytes (all ranks) / time, in
 GB/s; figures are medians over --repeats. Loads read files the same repeat has just written, so
 they come from the page cache for the reference and oarlock alike (dropping the cache needs root;
---cold instead evicts each file with posix_fadvise(DONTNEED) before the loads, which the kernel
+--cold instead evicts the files with posix_fadvise(DONTNEED) before each load, which the kernel
 may honour only in part). Checkpoint files are deleted after every repeat.
 
 Goals (from the issue): oarlock's sync save and its load at least 0.8x the reference's
@@ -63,7 +66,8 @@ RUN_DIR_ENV = "OARLOCK_BENCH_CHECKPOINT_DIR"  # the directory one launch writes 
 GOAL_RATIO = 0.8
 GOAL_ASYNC = 0.10
 LOAD_WARNING = 3.0
-OPS = ("ref_save", "ref_save_fsync", "sync_save", "async_blocked", "async_total", "ref_load", "load")
+OPS = ("ref_save", "ref_save_fsync", "sync_save", "async_blocked", "async_total", "ref_load", "ref_load_copy",
+       "load")
 
 
 def parse_ranks(text: str) -> list:
@@ -94,8 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where to write: a fresh subdirectory is made here and removed at the end "
                              f"(default {tempfile.gettempdir()})")
     parser.add_argument("--cold", action="store_true",
-                        help="before the loads, evict the files from the page cache with posix_fadvise(DONTNEED) "
-                             "(after os.sync), so reads go to the disk as far as the kernel allows")
+                        help="before each load, evict the files it reads from the page cache with "
+                             "posix_fadvise(DONTNEED) (after os.sync), so reads go to the disk as far as the kernel "
+                             "allows (default: loads read from the page cache)")
     parser.add_argument("--json", metavar="PATH", help="also write every repeat's figures to this JSON file")
     parser.add_argument("--mpiexec", default="mpiexec", help="the launcher to use (default: mpiexec on PATH)")
     parser.add_argument("--timeout", type=float, default=900,
@@ -213,6 +218,13 @@ def run_rank(args) -> None:
         os.sync()
         barrier()
 
+    def before_load() -> None:
+        """With --cold: evict the files the next load reads (this rank's, and the metadata)."""
+        if args.cold:
+            evict([ref_file, *(os.path.join(sync_dir, name) for name in os.listdir(sync_dir)
+                               if name.startswith(f"{rank}_") or name.endswith(".metadata"))])
+            barrier()
+
     warm_up(stnp, dist, run_dir, rank)
     quiet()
     times = np.zeros((len(OPS), args.repeats))
@@ -232,19 +244,20 @@ def run_rank(args) -> None:
         dist.wait_async_save()
         row["async_total"] = time.perf_counter() - start
         quiet()
-        if args.cold:
-            evict([ref_file, *(os.path.join(sync_dir, name) for name in os.listdir(sync_dir)
-                               if name.startswith(f"{rank}_") or name.endswith(".metadata"))])
-            barrier()
+        before_load()
         loaded = {}
         row["ref_load"] = timed(lambda out=loaded: out.update(stnp.load_file(ref_file)))
-        for target in targets.values():
-            np.asarray(target)[...] = 0
-        row["load"] = timed(lambda uid=repeat: dist.load_state_dict(target_state, sync_dir, unique_id=uid))
         if repeat == 0:
             check_equal(arrays, loaded, "safetensors.numpy.load_file", rank)
-            check_equal(arrays, {key: np.asarray(t) for key, t in targets.items()}, "dist.load_state_dict", rank)
         loaded.clear()
+        before_load()
+        row["ref_load_copy"] = timed(lambda: copy_into(stnp.load_file(ref_file), targets))
+        for target in targets.values():
+            np.asarray(target)[...] = 0
+        before_load()
+        row["load"] = timed(lambda uid=repeat: dist.load_state_dict(target_state, sync_dir, unique_id=uid))
+        if repeat == 0:
+            check_equal(arrays, {key: np.asarray(t) for key, t in targets.items()}, "dist.load_state_dict", rank)
         for i, op in enumerate(OPS):
             times[i, repeat] = row[op]
         # clean up: every rank its reference files, then rank 0 the checkpoint directories
@@ -301,6 +314,11 @@ def warm_up(stnp, dist, run_dir: str, rank: int) -> None:
         shutil.rmtree(directory)
 
 
+def copy_into(arrays: dict, targets: dict) -> None:
+    for key, array in arrays.items():
+        np.copyto(np.asarray(targets[key]), array)
+
+
 def evict(paths: list) -> None:
     """Ask the kernel to drop these (clean, after os.sync) files' pages from the page cache."""
     for path in paths:
@@ -328,6 +346,7 @@ def summarize(run: dict) -> dict:
             "save_ratio": gbs["sync_save"] / gbs["ref_save"],
             "save_ratio_fsync": gbs["sync_save"] / gbs["ref_save_fsync"],
             "load_ratio": gbs["load"] / gbs["ref_load"],
+            "load_ratio_copy": gbs["load"] / gbs["ref_load_copy"],
             "async_fraction": ms["async_blocked"] / ms["sync_save"]}
 
 
@@ -351,7 +370,10 @@ def render(runs: list, args) -> str:
             f"| sync save_state_dict | {ms['sync_save']:.0f} | {gbs['sync_save']:.2f} | {s['save_ratio_fsync']:.2f} "
             "| (info) |",
             f"| {n} | load | load_file | {ms['ref_load']:.0f} | {gbs['ref_load']:.2f} | load_state_dict "
-            f"| {ms['load']:.0f} | {gbs['load']:.2f} | {s['load_ratio']:.2f} | {yes(s['load_ratio'] >= GOAL_RATIO)} |"]
+            f"| {ms['load']:.0f} | {gbs['load']:.2f} | {s['load_ratio']:.2f} | {yes(s['load_ratio'] >= GOAL_RATIO)} |",
+            f"| {n} | load, into tensors | load_file + copyto | {ms['ref_load_copy']:.0f} "
+            f"| {gbs['ref_load_copy']:.2f} | load_state_dict | {ms['load']:.0f} | {gbs['load']:.2f} "
+            f"| {s['load_ratio_copy']:.2f} | (info) |"]
     lines += ["", "| ranks | sync save ms | async blocked ms | async total ms | blocked GB/s | blocked / sync | "
               f"goal (< {GOAL_ASYNC:.0%}) |",
               "|---:|---:|---:|---:|---:|---:|:---:|"]

@@ -1,7 +1,8 @@
 """A rank killed (SIGKILL, no cleanup) in the middle of a save: the earlier checkpoint still loads,
 the interrupted one is rejected with a clear error, and the next save neither trips over nor
 reuses its remains. The kill is real: the test watches the checkpoint directory and kills the
-writing process as soon as the second save's first file appears."""
+writing process (for an async save, the rank and its forked writer) as soon as the second save's
+first file appears."""
 
 from __future__ import annotations
 
@@ -22,6 +23,15 @@ import oarlock.distributed as dist
 JOB = Path(__file__).parent / "scripts" / "flex_crash_job.py"
 
 
+def _with_children(pid: int) -> list:
+    """pid and its descendants (Linux /proc)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return [pid]
+    return [pid] + [p for child in children for p in _with_children(int(child))]
+
+
 def _kill_during_second_save(tmp_path, ranks: int, flags: list, victim: int) -> Path:
     """Run the job, SIGKILL rank `victim` once a file of checkpoint 1 shows up; returns the directory."""
     directory, pids = tmp_path / "ckpt", tmp_path / "pid"
@@ -37,7 +47,8 @@ def _kill_during_second_save(tmp_path, ranks: int, flags: list, victim: int) -> 
         while time.monotonic() < deadline:
             started = directory.exists() and any(name.split(".")[0].endswith("_1") for name in os.listdir(directory))
             if started and Path(f"{pids}.{victim}").exists():
-                os.kill(int(Path(f"{pids}.{victim}").read_text()), signal.SIGKILL)
+                for pid in _with_children(int(Path(f"{pids}.{victim}").read_text())):
+                    os.kill(pid, signal.SIGKILL)   # an async save writes in a forked child: kill it too
                 break
             assert job.poll() is None, f"the job ended before the second save started: {job.communicate()}"
             time.sleep(0.0005)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -136,8 +137,8 @@ def test_a_flipped_byte_in_a_shard_fails_its_checksum(tmp_path):
     data = bytearray(path.read_bytes())
     data[-100] ^= 0x01   # inside the data area, in tensor "a"
     path.write_bytes(bytes(data))
-    with pytest.raises(ValueError, match=r"tensor 'a' in .*0_0\.safetensors' fails its CRC-32 check \(stored "
-                                         r"[0-9a-f]{8}, read [0-9a-f]{8}\)"):
+    with pytest.raises(ValueError, match=r"tensor 'a' in .*0_0\.safetensors' fails its xxh3-64 checksum \(stored "
+                                         r"[0-9a-f]{16}, read [0-9a-f]{16}\)"):
         dist.load_state_dict({"a": oarlock.zeros([64]), "b": oarlock.zeros([4, 4])}, tmp_path)
 
 
@@ -319,9 +320,17 @@ def test_merge_checks_its_arguments(tmp_path):
 # -- async ---------------------------------------------------------------------------------------------------
 def test_async_save_keeps_the_values_of_the_moment_it_was_called(tmp_path):
     w = oarlock.to_tensor(np.arange(1 << 20, dtype=np.float32))
-    dist.save_state_dict({"w": w}, tmp_path, async_save=True)
-    w.set_value(np.zeros(1 << 20, np.float32))   # training goes on
+    model, opt = trained()
+    before = {k: v.numpy() for k, v in model.state_dict().items()}
+    dist.save_state_dict({"w": w, "model": model.state_dict()}, tmp_path, async_save=True)
+    w[:] = 0.0   # training goes on, writing the same buffers in place
+    model(tokens(3)).mean().backward()
+    opt.step()   # in-place optimizer updates
+    assert not np.array_equal(model.state_dict()["head.weight"].numpy(), before["head.weight"])
     dist.wait_async_save()
+    loaded = _zeros_like(model.state_dict())
+    dist.load_state_dict({"model": loaded}, tmp_path)
+    assert all(np.array_equal(loaded[k].numpy(), before[k]) for k in before)
     target = oarlock.zeros([1 << 20])
     dist.load_state_dict({"w": target}, tmp_path)
     np.testing.assert_array_equal(target.numpy(), np.arange(1 << 20, dtype=np.float32))
@@ -342,13 +351,17 @@ def test_an_async_failure_is_raised_at_the_next_wait(tmp_path, monkeypatch):
         dist.load_state_dict({"w": oarlock.zeros([2])}, tmp_path, unique_id=5)
 
 
-def test_exit_waits_for_an_async_save(tmp_path):
+@pytest.mark.parametrize("ending", ["", "os.kill(os.getpid(), signal.SIGINT)"], ids=["returns", "ctrl_c"])
+def test_exit_waits_for_an_async_save(tmp_path, ending):
     script = textwrap.dedent(f"""
-        import numpy as np, oarlock, oarlock.distributed as dist
+        import os, signal, numpy as np, oarlock, oarlock.distributed as dist
         dist.save_state_dict({{"w": oarlock.to_tensor(np.arange(1 << 22, dtype=np.float32))}}, {str(tmp_path)!r},
                              async_save=True)
-    """)   # the program ends right after the call returns
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+        {ending}
+    """)   # the program ends right after the call returns, normally or by Ctrl-C
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == (-signal.SIGINT if ending else 0), done.stderr
+    assert "KeyboardInterrupt" in done.stderr if ending else not done.stderr
     target = oarlock.zeros([1 << 22])
     dist.load_state_dict({"w": target}, tmp_path)
     np.testing.assert_array_equal(target.numpy(), np.arange(1 << 22, dtype=np.float32))

@@ -4,7 +4,7 @@ paddle.distributed.save_state_dict / load_state_dict), exported into oarlock.dis
 sharded.py   ShardedWeight and the helpers that build sharded state dicts
 state.py     state dicts flattened to keys, local boxes and plain values
 team.py      the ranks of a save or load and the collectives it needs
-datafile.py  per-rank data files (safetensors or pickle) with a CRC-32 per tensor
+datafile.py  per-rank data files (safetensors or pickle) with an XXH3-64 checksum per tensor
 layout.py    what a checkpoint directory holds; metadata; completeness; Hugging Face directories
 save.py      save_state_dict (sync and async), metadata written last
 pending.py   the background thread of async saves, waited for by the next save/load and at exit

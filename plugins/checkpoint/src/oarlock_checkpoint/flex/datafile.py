@@ -1,26 +1,52 @@
-"""The per-rank data files of a FlexCheckpoint: written durably with a CRC-32 per tensor, read one
-tensor at a time.
+"""The per-rank data files of a FlexCheckpoint: written durably with an XXH3-64 checksum per tensor,
+read one tensor at a time.
 
 "safetensors" files (the default) let a reader fetch one tensor's bytes
 without touching the rest; "pickle" files (Paddle's .distcp, safetensors=False)
-are read whole on first use. CRC-32 runs in a worker thread while the bytes
-are written (zlib releases the GIL), so checksums cost little wall time.
+are read whole on first use. Checksums are XXH3-64 (about 20 GB/s, against
+4 GB/s for zlib's CRC-32, so verifying costs little next to reading), computed
+in a worker thread while the bytes are written. While writing, the kernel is
+asked to start writing each chunk back to the disk (Linux sync_file_range), so
+the fsync at the end has little left to do.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import xxhash
 
 from oarlock_checkpoint import pickle_format, safetensors
 from oarlock_checkpoint._arrays import OARLOCK_NAME
 from oarlock_checkpoint._files import atomic_write
 
 FORMATS = {"safetensors": ".safetensors", "pickle": ".distcp"}
-_CHUNK = 64 << 20   # bytes per write call: keeps each call (and the GIL-free crc next to it) short
+CHECKSUM = "xxh3-64"
+_CHUNK = 64 << 20   # bytes per write call, each followed by a writeback request
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def durable() -> bool:
+    """fsync data and metadata (the default). OARLOCK_CHECKPOINT_FSYNC=0 skips it: a killed process
+    still never leaves a complete-looking partial checkpoint (renames are atomic), but a power loss
+    or kernel crash may."""
+    return os.environ.get("OARLOCK_CHECKPOINT_FSYNC", "1") != "0"
+
+
+def _writeback_starter():
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        start = libc.sync_file_range
+    except (OSError, AttributeError):   # not Linux: the final fsync does all the work
+        return lambda fd, offset, length: None
+    start.argtypes = (ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint)
+    return lambda fd, offset, length: start(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
+
+
+_start_writeback = _writeback_starter()
 
 
 def raw_bytes(array: np.ndarray) -> np.ndarray:
@@ -28,16 +54,17 @@ def raw_bytes(array: np.ndarray) -> np.ndarray:
     return array.reshape(-1).view(np.uint8)
 
 
-def crc32(array: np.ndarray) -> str:
-    return f"{zlib.crc32(raw_bytes(array)):08x}"
+def checksum(array: np.ndarray) -> str:
+    return xxhash.xxh3_64_hexdigest(raw_bytes(array))
 
 
 def write_data_file(path, arrays: dict, data_format: str) -> dict:
     """Write {key: C-contiguous numpy array} to `path` (temporary name, fsync, rename) and return
-    {key: crc32 hex} of each tensor's bytes."""
+    {key: checksum hex} of each tensor's bytes."""
+    sync = durable()
     with ThreadPoolExecutor(1) as pool:
-        crcs = {key: pool.submit(crc32, array) for key, array in arrays.items()}
-        with atomic_write(path, "save_state_dict()", durable=True) as f:
+        sums = {key: pool.submit(checksum, array) for key, array in arrays.items()}
+        with atomic_write(path, "save_state_dict()", durable=sync) as f:
             if data_format == "safetensors":
                 header, layout = safetensors.encode_header(arrays, {"format": "oarlock-flexcheckpoint"})
                 f.write(len(header).to_bytes(8, "little"))
@@ -46,9 +73,12 @@ def write_data_file(path, arrays: dict, data_format: str) -> dict:
                     data = raw_bytes(arrays[key])
                     for start in range(0, len(data), _CHUNK):
                         f.write(data[start:start + _CHUNK])
+                        if sync:
+                            f.flush()
+                            _start_writeback(f.fileno(), 0, 0)   # 0, 0: everything written so far
             else:
                 pickle_format.write(arrays, f)
-        return {key: future.result() for key, future in crcs.items()}
+        return {key: future.result() for key, future in sums.items()}
 
 
 class DataFile:

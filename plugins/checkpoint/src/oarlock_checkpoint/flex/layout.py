@@ -23,6 +23,7 @@ from typing import NamedTuple
 from oarlock_checkpoint import safetensors
 from oarlock_checkpoint._files import atomic_write
 from oarlock_checkpoint.flex.boxes import box_of, whole
+from oarlock_checkpoint.flex.datafile import CHECKSUM, durable
 
 FORMAT = "oarlock-flexcheckpoint"
 VERSION = 1
@@ -35,7 +36,7 @@ _ID = re.compile(r"^(?:\d+_)?(\d+)(?:\.metadata|\.safetensors|\.distcp|\.done)(?
 class Shard(NamedTuple):
     box: tuple
     file: str
-    crc32: str | None       # None where the files carry no checksum (Hugging Face directories)
+    checksum: str | None    # XXH3-64 hex; None where the files carry none (Hugging Face directories)
 
 
 class SourceTensor(NamedTuple):
@@ -105,7 +106,7 @@ def _unseal(raw: bytes, path: str) -> dict:
 
 def write_record(path: str, body: dict) -> None:
     """A small JSON file (metadata or a rank's .done record), durably and atomically."""
-    with atomic_write(path, "save_state_dict()", durable=True) as f:
+    with atomic_write(path, "save_state_dict()", durable=durable()) as f:
         f.write(_sealed(body))
 
 
@@ -117,7 +118,7 @@ def read_record(path: str) -> dict:
 def metadata_body(unique_id: int, world_size: int, data_format: str, tensors: dict, objects: dict,
                   files: dict) -> dict:
     return {"format": FORMAT, "version": VERSION, "unique_id": unique_id, "world_size": world_size,
-            "data_format": data_format, "tensors": tensors, "objects": objects, "files": files}
+            "checksum": CHECKSUM, "data_format": data_format, "tensors": tensors, "objects": objects, "files": files}
 
 
 # -- reading ------------------------------------------------------------------------------------------------
@@ -170,7 +171,7 @@ def _flex(path: str, unique_id: int, where: str) -> tuple:
         raise ValueError(f"{where}: {meta_file!r} is not version {VERSION} FlexCheckpoint metadata (format "
                          f"{body.get('format')!r}, version {body.get('version')!r})")
     tensors = {key: SourceTensor(entry["dtype"], tuple(entry["global_shape"]),
-                                 [Shard(box_of(s["offset"], s["shape"]), s["file"], s["crc32"])
+                                 [Shard(box_of(s["offset"], s["shape"]), s["file"], s["checksum"])
                                   for s in entry["shards"]])
                for key, entry in body["tensors"].items()}
     source = Source(path, tensors, body["objects"], body["files"], f"checkpoint {unique_id} in {path!r}", unique_id)

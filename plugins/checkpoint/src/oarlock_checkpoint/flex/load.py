@@ -4,7 +4,7 @@ Every rank states the boxes it holds (its requests); all ranks then compute
 the same plan (plan.py): each file is read by one rank, and the pieces others
 need move in one all-to-all per round. With an unchanged layout each rank
 reads its own file and nothing moves. Every shard read is checked against
-its CRC-32 before any of it is used.
+its checksum before any of it is used.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from oarlock_checkpoint._arrays import NUMPY_DTYPE
 from oarlock_checkpoint.flex import layout, pending
 from oarlock_checkpoint.flex.aoa import build_mapping
 from oarlock_checkpoint.flex.boxes import relative, shape_of, slices
-from oarlock_checkpoint.flex.datafile import DataFile, crc32, raw_bytes
+from oarlock_checkpoint.flex.datafile import CHECKSUM, DataFile, checksum, raw_bytes
 from oarlock_checkpoint.flex.plan import Request, make_plan
 from oarlock_checkpoint.flex.state import flatten, put_objects
 from oarlock_checkpoint.flex.team import team_for
@@ -112,7 +112,7 @@ def _apply(transfer, piece: np.ndarray, targets: dict) -> None:
 
 
 def _read(read, targets, files, source, data_format, rank) -> np.ndarray | None:
-    """The shard's values, checked against its CRC-32; read straight into the target tensor when the
+    """The shard's values, checked against its checksum; read straight into the target tensor when the
     shard is exactly what this rank needs (an unchanged layout), in which case None is returned."""
     dtype, shape = np.dtype(NUMPY_DTYPE[read.dtype]), shape_of(read.shard_box)
     only = read.transfers[0] if len(read.transfers) == 1 else None
@@ -122,9 +122,10 @@ def _read(read, targets, files, source, data_format, rank) -> np.ndarray | None:
                 and target.buffer.dtype == dtype)
     reader = files.get(read.file) or files.setdefault(read.file, DataFile(source.file_path(read.file), data_format))
     array = reader.read(read.key, dtype, shape, target.buffer if straight else None)
-    if read.crc32 is not None and crc32(array) != read.crc32:
-        raise ValueError(f"{WHERE}: tensor {read.key!r} in {source.file_path(read.file)!r} fails its CRC-32 check "
-                         f"(stored {read.crc32}, read {crc32(array)}): the file was damaged after it was saved")
+    if read.checksum is not None and checksum(array) != read.checksum:
+        raise ValueError(f"{WHERE}: tensor {read.key!r} in {source.file_path(read.file)!r} fails its {CHECKSUM} "
+                         f"checksum (stored {read.checksum}, read {checksum(array)}): the file was damaged after it "
+                         f"was saved")
     return None if straight else array
 
 

@@ -19,6 +19,7 @@ from oarlock_checkpoint import safetensors as st
 from oarlock_checkpoint._arrays import NUMPY_DTYPE
 from oarlock_checkpoint._files import atomic_write
 from oarlock_checkpoint.flex import layout
+from oarlock_checkpoint.flex.datafile import durable
 from oarlock_checkpoint.flex.load import load_state_dict
 
 WHERE = "merge_sharded_state_dict()"
@@ -48,14 +49,14 @@ def merge_sharded_state_dict(load_path, save_path, prefix=None, safetensor_prefi
         name = f"{safetensor_prefix}-{i + 1:05d}-of-{len(groups):05d}.safetensors"
         renamed = _strip(tensors, prefix)
         if _is_writer():
-            st.save_file(renamed, os.path.join(save_path, name), durable=True)
+            st.save_file(renamed, os.path.join(save_path, name), durable=durable())
         for key, tensor in renamed.items():
             weight_map[key] = name
             total += tensor.size * np.dtype(NUMPY_DTYPE[tensor.dtype.name]).itemsize
     if _is_writer():
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         with atomic_write(os.path.join(save_path, f"{safetensor_prefix}.safetensors.index.json"), WHERE,
-                          durable=True) as f:
+                          durable=durable()) as f:
             f.write((json.dumps(index, indent=2) + "\n").encode())
 
 

@@ -1,28 +1,42 @@
-"""The background half of async_save: at most one save writes in the background per process; the
-next save or load, `wait_async_save()` and interpreter exit wait for it, and an error it met is
-raised there (at exit it is printed, since nobody is left to catch it)."""
+"""The background half of async_save. At most one save is in flight per process; the next save or
+load, `wait_async_save()` and interpreter exit wait for it, and an error it met is raised there (at
+exit it is printed, since nobody is left to catch it).
+
+Where the platform has fork(), the writing runs in a forked child process: the child sees the
+tensors as they were at the fork, copy-on-write, so the caller is blocked only for the fork (about a
+millisecond) instead of a full copy of the state dict, and pages are copied only if training writes
+them before the child is done. The child touches no communication library, ignores Ctrl-C (the
+parent's exit waits for it instead) and leaves with os._exit, skipping the parent's exit hooks; it
+finishes even if the parent is killed, since what it writes is a consistent snapshot. Without
+fork() the caller copies the tensors and a thread writes them.
+"""
 
 from __future__ import annotations
 
 import atexit
+import os
+import signal
 import sys
 import threading
+import warnings
 
+FORKS = hasattr(os, "fork")
 _pending: dict = {"thread": None, "error": None, "what": ""}
 _lock = threading.Lock()
 _registered = []
 
 
 def start(job, what: str) -> None:
-    """Run `job()` in a background thread once the previous one has finished."""
+    """Run `job()` in the background (a forked child where possible) once the previous one finished."""
     wait_async_save()
     if not _registered:
         atexit.register(_at_exit)   # registered after the communication library's own hook, so it runs first
         _registered.append(True)
+    body = _forked(job) if FORKS else job
 
     def run():
         try:
-            job()
+            body()
         except BaseException as exc:   # kept for the next wait, which raises it in the caller's thread
             with _lock:
                 _pending["error"] = exc
@@ -31,6 +45,35 @@ def start(job, what: str) -> None:
     with _lock:
         _pending.update(thread=thread, error=None, what=what)
     thread.start()
+
+
+def _forked(job):
+    """Fork now; the child runs job() and reports an error through a pipe. Returns the parent's wait."""
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():   # Python 3.12+ warns about fork() in a threaded process; the child
+        warnings.simplefilter("ignore", DeprecationWarning)   # runs only this job and no other thread's locks
+        pid = os.fork()
+    if pid == 0:   # the child
+        status = 1
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C stops training, not the save in flight
+            os.close(read_end)
+            job()
+            status = 0
+        except BaseException as exc:
+            os.write(write_end, f"{type(exc).__name__}: {exc}".encode()[:1 << 16])
+        finally:
+            os._exit(status)
+    os.close(write_end)
+
+    def wait():
+        with os.fdopen(read_end, "rb") as pipe:
+            message = pipe.read().decode(errors="replace")
+        _, status = os.waitpid(pid, 0)
+        if status:
+            code = os.waitstatus_to_exitcode(status)
+            raise RuntimeError(message or f"the writer process {pid} ended with status {code}")
+    return wait
 
 
 def wait_async_save() -> None:

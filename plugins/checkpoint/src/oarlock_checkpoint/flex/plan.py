@@ -44,7 +44,7 @@ class ShardRead(NamedTuple):
     key: str
     shard_box: tuple
     dtype: str
-    crc32: str | None
+    checksum: str | None
     transfers: list
 
 
@@ -78,7 +78,7 @@ def make_plan(source, requests: list, mapping, where: str, round_bytes: int = _R
                     read = reads.get((shard.file, piece.src_key))
                     if read is None:
                         read = reads[(shard.file, piece.src_key)] = ShardRead(
-                            -1, shard.file, piece.src_key, shard.box, source_tensor.dtype, shard.crc32, [])
+                            -1, shard.file, piece.src_key, shard.box, source_tensor.dtype, shard.checksum, [])
                     read.transfers.append(Transfer(rank, part, request.key, _dst_box(piece, part), piece.perm,
                                                    piece.casts, volume(part) * itemsize))
                     covered += volume(part)

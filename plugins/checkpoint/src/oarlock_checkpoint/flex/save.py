@@ -7,7 +7,7 @@ Order of events, which makes a crash at any point harmless:
    bytes so far), and check that each tensor's boxes tile it exactly;
 2. the coordinator removes an older checkpoint of the same id (its metadata
    first), then everyone writes its data file under a temporary name,
-   fsyncs it and renames it into place, computing a CRC-32 per tensor;
+   fsyncs it and renames it into place, computing a checksum per tensor;
 3. the coordinator collects the checksums (sync: a gather; async: each rank's
    `.done` record) and only then writes `U.metadata` the same way.
 Until step 3 ends, id U has no metadata and load rejects it as incomplete.
@@ -37,8 +37,9 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
     id when None). Every rank of `process_group` (the whole job when None) calls it. Values are
     Tensors (whole, replicated), ShardedWeights (one box of a global tensor) or plain values (kept
     from the coordinator). safetensors=False writes Paddle's pickled .distcp data files instead.
-    async_save=True returns once the tensors are copied to host memory; a background thread writes
-    them, and the next save, load, wait_async_save() or the end of the program waits for it."""
+    async_save=True returns at once (GPU tensors are copied to host memory first) and the files are
+    written in the background, with the values of the moment of the call; the next save, load,
+    wait_async_save() or the end of the program waits for it."""
     pending.wait_async_save()
     team = team_for(process_group, WHERE)
     if not isinstance(coordinator_rank, int) or not 0 <= coordinator_rank < team.size:
@@ -67,14 +68,15 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
     team.barrier()   # nobody writes before an older checkpoint of this id is gone
 
     keys = [key for (key, _), rank in plan["writer"].items() if rank == team.rank]
-    arrays = {key: _host(shards[key].tensor, copy=async_save) for key in keys}
+    # an async save in a forked child sees the values of this moment without a copy (see pending.py)
+    arrays = {key: _host(shards[key].tensor, copy=async_save and not pending.FORKS) for key in keys}
     name = data_file_name(team.rank, uid, data_format) if keys else None
     finish = _Finish(path, uid, team.size, data_format, plan, objects, coordinator)
 
     def write() -> dict:
-        record = {"rank": team.rank, "file": name, "crc32": {}, "bytes": 0}
+        record = {"rank": team.rank, "file": name, "checksum": {}, "bytes": 0}
         if name is not None:
-            record["crc32"] = write_data_file(os.path.join(path, name), arrays, data_format)
+            record["checksum"] = write_data_file(os.path.join(path, name), arrays, data_format)
             record["bytes"] = os.stat(os.path.join(path, name)).st_size
         return record
 
@@ -186,13 +188,13 @@ def _timeout(team) -> float:
 
 def _recorded(write, path: str, rank: int, uid: int) -> dict:
     """Run the write and leave its result (or error) in this rank's .done record for the coordinator."""
+    done = layout.done_path(path, rank, uid)
     try:
         record = write()
     except Exception as exc:
-        record = {"rank": rank, "error": f"{type(exc).__name__}: {exc}"}
-    layout.write_record(layout.done_path(path, rank, uid), record)
-    if "error" in record:
-        raise RuntimeError(record["error"])
+        layout.write_record(done, {"rank": rank, "error": f"{type(exc).__name__}: {exc}"})
+        raise
+    layout.write_record(done, record)
     return record
 
 
@@ -237,7 +239,7 @@ class _Finish:
         for key, (dtype, shape, boxes) in self.plan["tensors"].items():
             tensors[key] = {"dtype": dtype, "global_shape": list(shape), "shards": [
                 {"offset": list(offset_of(box)), "shape": list(shape_of(box)), "file": by_rank[rank]["file"],
-                 "crc32": by_rank[rank]["crc32"][key]} for box, rank in boxes]}
+                 "checksum": by_rank[rank]["checksum"][key]} for box, rank in boxes]}
         files = {r["file"]: {"rank": r["rank"], "bytes": r["bytes"]} for r in records if r.get("file")}
         layout.write_record(layout.metadata_path(self.path, self.uid),
                             layout.metadata_body(self.uid, self.world_size, self.data_format, tensors,
