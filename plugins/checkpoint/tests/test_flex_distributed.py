@@ -1,7 +1,7 @@
 """FlexCheckpoint in real MPI jobs: a model and its AdamW state saved on 4 ranks sharded along rows
 load bit for bit on 2 ranks sharded along columns, on 1 rank whole and on 4 ranks again; a
-separate-QKV checkpoint loads into a fused-QKV (GQA) model through AoA and back; async and pickle
-saves; replicated tensors are written once with the bytes balanced over the ranks.
+separate-QKV checkpoint loads into a fused-QKV (GQA) model through AoA and back; async saves (a
+writer thread, and forked writers on 4 ranks) and pickle saves; replicated tensors are written once with the bytes balanced over the ranks.
 
 Every job runs scripts/flex_job.py; each rank compares what it loaded with the expected shard
 (regenerated from the same seeded training) and reports errors and the files it read.
@@ -32,12 +32,15 @@ JOBS = {
     "load_fused_cols2": (2, "launch", "load", "rows4", "cols", ["--fused", "--aoa", "fuse"]),
     "save_fused_async2": (2, "launch", "save", "fused2", "rows", ["--fused", "--async"]),
     "load_split_whole1": (1, "python", "load", "fused2", "whole", ["--aoa", "split"]),
+    "save_async_fork4": (4, "mpiexec", "save", "fork4", "cols", ["--async", "--fork"]),
+    "load_fork4_rows2": (2, "launch", "load", "fork4", "rows", []),
     "save_pickle_cols2": (2, "launch", "save", "pickle2", "cols", ["--pickle"]),
     "load_pickle_rows4": (4, "mpiexec", "load", "pickle2", "rows", []),
     "save_whole4": (4, "mpiexec", "save", "whole4", "whole", []),
     "load_whole4_cols2": (2, "launch", "load", "whole4", "cols", []),
 }
-SAVE_OF = {"rows4": "save_rows4", "fused2": "save_fused_async2", "pickle2": "save_pickle_cols2",
+SAVE_OF = {"rows4": "save_rows4", "fused2": "save_fused_async2", "fork4": "save_async_fork4",
+           "pickle2": "save_pickle_cols2",
            "whole4": "save_whole4"}
 
 

@@ -318,7 +318,14 @@ def test_merge_checks_its_arguments(tmp_path):
 
 
 # -- async ---------------------------------------------------------------------------------------------------
-def test_async_save_keeps_the_values_of_the_moment_it_was_called(tmp_path):
+@pytest.fixture(params=["copy", "fork"])
+def async_mode(request, monkeypatch):
+    """Both ways of writing in the background (OARLOCK_ASYNC_SAVE)."""
+    monkeypatch.setenv("OARLOCK_ASYNC_SAVE", request.param)
+    return request.param
+
+
+def test_async_save_keeps_the_values_of_the_moment_it_was_called(tmp_path, async_mode):
     w = oarlock.to_tensor(np.arange(1 << 20, dtype=np.float32))
     model, opt = trained()
     before = {k: v.numpy() for k, v in model.state_dict().items()}
@@ -336,7 +343,7 @@ def test_async_save_keeps_the_values_of_the_moment_it_was_called(tmp_path):
     np.testing.assert_array_equal(target.numpy(), np.arange(1 << 20, dtype=np.float32))
 
 
-def test_an_async_failure_is_raised_at_the_next_wait(tmp_path, monkeypatch):
+def test_an_async_failure_is_raised_at_the_next_wait(tmp_path, monkeypatch, async_mode):
     from oarlock_checkpoint.flex import save
 
     def disk_full(*args):
@@ -352,19 +359,27 @@ def test_an_async_failure_is_raised_at_the_next_wait(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("ending", ["", "os.kill(os.getpid(), signal.SIGINT)"], ids=["returns", "ctrl_c"])
-def test_exit_waits_for_an_async_save(tmp_path, ending):
+def test_exit_waits_for_an_async_save(tmp_path, ending, async_mode):
     script = textwrap.dedent(f"""
         import os, signal, numpy as np, oarlock, oarlock.distributed as dist
         dist.save_state_dict({{"w": oarlock.to_tensor(np.arange(1 << 22, dtype=np.float32))}}, {str(tmp_path)!r},
                              async_save=True)
         {ending}
     """)   # the program ends right after the call returns, normally or by Ctrl-C
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, OARLOCK_ASYNC_SAVE=async_mode))
     assert done.returncode == (-signal.SIGINT if ending else 0), done.stderr
     assert "KeyboardInterrupt" in done.stderr if ending else not done.stderr
     target = oarlock.zeros([1 << 22])
     dist.load_state_dict({"w": target}, tmp_path)
     np.testing.assert_array_equal(target.numpy(), np.arange(1 << 22, dtype=np.float32))
+
+
+def test_a_bad_async_mode_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("OARLOCK_ASYNC_SAVE", "threads")
+    with pytest.raises(ValueError, match="OARLOCK_ASYNC_SAVE must be one of copy, fork, got 'threads'"):
+        dist.save_state_dict({"w": oarlock.ones([2])}, tmp_path, async_save=True)
+    assert not os.listdir(tmp_path)
 
 
 # -- AoA: separate and fused QKV give the same outputs -----------------------------------------------------------

@@ -1,6 +1,6 @@
 """One rank's part of a FlexCheckpoint test job (run under mpiexec, `oarlock launch` or alone).
 
-    flex_job.py save DIR LAYOUT REPORT [--async] [--fused] [--pickle]
+    flex_job.py save DIR LAYOUT REPORT [--async [--fork]] [--fused] [--pickle]
     flex_job.py load DIR LAYOUT REPORT [--fused] [--aoa fuse|split]
 
 save: the trained test model (the same on every rank) and its AdamW state,
@@ -79,6 +79,8 @@ def main() -> None:
             else:
                 weights = model.state_dict()
             state = {"model": sharded(weights, layout, "model"), "opt": sharded(opt.state_dict(), layout, "opt")}
+            if "--fork" in flags:
+                os.environ["OARLOCK_ASYNC_SAVE"] = "fork"
             dist.save_state_dict(state, directory, async_save="--async" in flags, safetensors="--pickle" not in flags)
             if "--async" in flags:   # training goes on and changes the tensors; the checkpoint must not see it
                 for value in list(weights.values()) + list(opt.state_dict().values()):

@@ -2,13 +2,18 @@
 load, `wait_async_save()` and interpreter exit wait for it, and an error it met is raised there (at
 exit it is printed, since nobody is left to catch it).
 
-Where the platform has fork(), the writing runs in a forked child process: the child sees the
-tensors as they were at the fork, copy-on-write, so the caller is blocked only for the fork (about a
-millisecond) instead of a full copy of the state dict, and pages are copied only if training writes
-them before the child is done. The child touches no communication library, ignores Ctrl-C (the
-parent's exit waits for it instead) and leaves with os._exit, skipping the parent's exit hooks; it
-finishes even if the parent is killed, since what it writes is a consistent snapshot. Without
-fork() the caller copies the tensors and a thread writes them.
+Two ways to write in the background (OARLOCK_ASYNC_SAVE):
+- "copy" (the default): the caller copies the tensors into reused host buffers (staging.py) and a
+  thread writes them. The caller pays one memory copy; training then runs undisturbed.
+- "fork" (where the platform has fork()): a forked child process writes the tensors as they were
+  at the fork, copy-on-write, so the caller is blocked only for the fork (about a millisecond); but
+  every page training writes before the child is done is copied then, one page fault at a time,
+  which costs more than the up-front copy when the optimizer writes the tensors right away (see
+  bench/checkpoint.py). It pays off when training does a lot before writing them (a long forward
+  and backward) and for GPU tensors, whose host copies the parent never writes. The child touches
+  no communication library, ignores Ctrl-C (the parent's exit waits for it instead) and leaves with
+  os._exit, skipping the parent's exit hooks; it finishes even if the parent is killed, since what
+  it writes is a consistent snapshot.
 """
 
 from __future__ import annotations
@@ -20,19 +25,34 @@ import sys
 import threading
 import warnings
 
-FORKS = hasattr(os, "fork")
+MODES = ("copy", "fork")
+
+
+def mode() -> str:
+    chosen = os.environ.get("OARLOCK_ASYNC_SAVE", "copy")
+    if chosen not in MODES:
+        raise ValueError(f"save_state_dict(): OARLOCK_ASYNC_SAVE must be one of {', '.join(MODES)}, got {chosen!r}")
+    if chosen == "fork" and not hasattr(os, "fork"):
+        raise ValueError("save_state_dict(): OARLOCK_ASYNC_SAVE=fork needs os.fork(), which this platform lacks")
+    return chosen
+
+
 _pending: dict = {"thread": None, "error": None, "what": ""}
 _lock = threading.Lock()
+
+
+class _ChildFailed(RuntimeError):
+    """The forked writer failed; its message already names the error type."""
 _registered = []
 
 
-def start(job, what: str) -> None:
-    """Run `job()` in the background (a forked child where possible) once the previous one finished."""
-    wait_async_save()
+def start(job, what: str, fork: bool) -> None:
+    """Run `job()` in the background (in a thread, or a forked child) once the previous one finished.
+    The caller has already waited for the previous save (wait_async_save) before taking its snapshot."""
     if not _registered:
         atexit.register(_at_exit)   # registered after the communication library's own hook, so it runs first
         _registered.append(True)
-    body = _forked(job) if FORKS else job
+    body = _forked(job) if fork else job
 
     def run():
         try:
@@ -72,7 +92,7 @@ def _forked(job):
         _, status = os.waitpid(pid, 0)
         if status:
             code = os.waitstatus_to_exitcode(status)
-            raise RuntimeError(message or f"the writer process {pid} ended with status {code}")
+            raise _ChildFailed(message or f"the writer process {pid} ended with status {code}")
     return wait
 
 
@@ -86,7 +106,8 @@ def wait_async_save() -> None:
         error, what = _pending["error"], _pending["what"]
         _pending.update(thread=None, error=None)
     if error is not None:
-        raise RuntimeError(f"the async save of {what} failed: {error}") from error
+        detail = str(error) if isinstance(error, _ChildFailed) else f"{type(error).__name__}: {error}"
+        raise RuntimeError(f"the async save of {what} failed: {detail}") from error
 
 
 def _at_exit() -> None:

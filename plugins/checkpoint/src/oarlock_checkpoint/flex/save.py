@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from oarlock_checkpoint import safetensors as st
-from oarlock_checkpoint.flex import layout, pending
+from oarlock_checkpoint.flex import layout, pending, staging
 from oarlock_checkpoint.flex.boxes import intersect, offset_of, shape_of, volume
 from oarlock_checkpoint.flex.datafile import data_file_name, write_data_file
 from oarlock_checkpoint.flex.state import flatten
@@ -37,9 +37,10 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
     id when None). Every rank of `process_group` (the whole job when None) calls it. Values are
     Tensors (whole, replicated), ShardedWeights (one box of a global tensor) or plain values (kept
     from the coordinator). safetensors=False writes Paddle's pickled .distcp data files instead.
-    async_save=True returns at once (GPU tensors are copied to host memory first) and the files are
-    written in the background, with the values of the moment of the call; the next save, load,
-    wait_async_save() or the end of the program waits for it."""
+    async_save=True returns once the values of this moment are safe from training (copied to reused
+    host buffers; or, with OARLOCK_ASYNC_SAVE=fork, a forked writer's copy-on-write view) and the
+    files are written in the background; the next save, load, wait_async_save() or the end of the
+    program waits for it."""
     pending.wait_async_save()
     team = team_for(process_group, WHERE)
     if not isinstance(coordinator_rank, int) or not 0 <= coordinator_rank < team.size:
@@ -52,24 +53,33 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
         if unique_id is not None and (not isinstance(unique_id, int) or isinstance(unique_id, bool) or unique_id < 0):
             raise ValueError(f"{WHERE}: unique_id must be a non-negative int or None, got {unique_id!r}")
         shards, objects = flatten(state_dict, WHERE)
+        if async_save:
+            pending.mode()   # a bad OARLOCK_ASYNC_SAVE fails every rank here, before anything is written
         if safetensors:
             _check_safetensors_dtypes(shards)
         if coordinator:
             os.makedirs(path, exist_ok=True)
         mine = {key: (s.dtype, s.global_shape, s.box, _nbytes(s)) for key, s in shards.items()}
-        return (shards, objects), (mine, unique_id, _next_id(path) if coordinator and unique_id is None else None)
+        if not coordinator:
+            return (shards, objects), (mine, unique_id, None, False)
+        proposal = _next_id(path) if unique_id is None else None
+        taken = bool(layout.leftovers(path, unique_id if unique_id is not None else proposal))
+        return (shards, objects), (mine, unique_id, proposal, taken)
 
     (shards, objects), described = team.gather_checked(describe, WHERE)
     uid = _agree_on_id(described, coordinator_rank)
     plan = _assign_writers([d[0] for d in described])   # the same on every rank, or the same error
     data_format = "safetensors" if safetensors else "pickle"
-    if coordinator:
-        _clear(path, uid)
-    team.barrier()   # nobody writes before an older checkpoint of this id is gone
+    if described[coordinator_rank][3]:   # an older checkpoint (or remains) of this id is in the way
+        if coordinator:
+            _clear(path, uid)
+        team.barrier()   # nobody writes before it is gone
 
     keys = [key for (key, _), rank in plan["writer"].items() if rank == team.rank]
-    # an async save in a forked child sees the values of this moment without a copy (see pending.py)
-    arrays = {key: _host(shards[key].tensor, copy=async_save and not pending.FORKS) for key in keys}
+    arrays = {key: _host(shards[key].tensor) for key in keys}
+    forked = async_save and pending.mode() == "fork"
+    if async_save and not forked:   # a thread writes: take private copies of the CPU tensors now
+        arrays.update(staging.snapshot({key: a for key, a in arrays.items() if _is_cpu(shards[key].tensor)}))
     name = data_file_name(team.rank, uid, data_format) if keys else None
     finish = _Finish(path, uid, team.size, data_format, plan, objects, coordinator)
 
@@ -84,7 +94,7 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
         def job():
             _recorded(write, path, team.rank, uid)
             finish.from_files(_timeout(team))
-        pending.start(job, f"checkpoint {uid} in {path!r}")
+        pending.start(job, f"checkpoint {uid} in {path!r}", fork=forked)
         return None
     try:
         record = write()
@@ -107,13 +117,14 @@ def _nbytes(shard) -> int:
     return volume(shard.box) * np.dtype(shard.tensor.dtype.np).itemsize
 
 
-def _host(tensor, copy: bool) -> np.ndarray:
-    """The tensor's values as a C-contiguous host array; a private copy when the save runs in the
-    background (training would otherwise change the values under the writer)."""
+def _host(tensor) -> np.ndarray:
+    """The tensor's values as a C-contiguous host array (the tensor's own buffer on the CPU)."""
     array = np.asarray(tensor)
-    if copy or not array.flags.c_contiguous:
-        array = np.array(array, copy=True, order="C")
-    return array
+    return array if array.flags.c_contiguous else np.ascontiguousarray(array)
+
+
+def _is_cpu(tensor) -> bool:
+    return type(getattr(tensor, "_data", None)) is np.ndarray
 
 
 def _next_id(path: str) -> int:
