@@ -1,7 +1,8 @@
 """FlexCheckpoint in real MPI jobs: a model and its AdamW state saved on 4 ranks sharded along rows
 load bit for bit on 2 ranks sharded along columns, on 1 rank whole and on 4 ranks again; a
 separate-QKV checkpoint loads into a fused-QKV (GQA) model through AoA and back; async saves (a
-writer thread, and forked writers on 4 ranks) and pickle saves; replicated tensors are written once with the bytes balanced over the ranks.
+writer thread, and forked writers on 4 ranks) and pickle saves load; replicated tensors are written
+once with the bytes balanced over the ranks.
 
 Every job runs scripts/flex_job.py; each rank compares what it loaded with the expected shard
 (regenerated from the same seeded training) and reports errors and the files it read.
