@@ -141,10 +141,14 @@ def open_source(path, unique_id, where: str) -> tuple:
     return _huggingface(path, names, where), "safetensors"
 
 
+def check_unique_id(unique_id, where: str) -> None:
+    if unique_id is not None and (not isinstance(unique_id, int) or isinstance(unique_id, bool) or unique_id < 0):
+        raise ValueError(f"{where}: unique_id must be a non-negative int or None, got {unique_id!r}")
+
+
 def _choose_id(path: str, unique_id, complete: set, partial: set, where: str) -> int:
+    check_unique_id(unique_id, where)
     if unique_id is not None:
-        if not isinstance(unique_id, int) or isinstance(unique_id, bool) or unique_id < 0:
-            raise ValueError(f"{where}: unique_id must be a non-negative int or None, got {unique_id!r}")
         if unique_id in complete:
             return unique_id
         if unique_id in partial:

@@ -50,8 +50,7 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
     coordinator = team.rank == coordinator_rank
 
     def describe():
-        if unique_id is not None and (not isinstance(unique_id, int) or isinstance(unique_id, bool) or unique_id < 0):
-            raise ValueError(f"{WHERE}: unique_id must be a non-negative int or None, got {unique_id!r}")
+        layout.check_unique_id(unique_id, WHERE)
         shards, objects = flatten(state_dict, WHERE)
         if async_save:
             pending.mode()   # a bad OARLOCK_ASYNC_SAVE fails every rank here, before anything is written
