@@ -162,8 +162,10 @@ def test_a_truncated_or_missing_file_and_damaged_metadata_are_reported(tmp_path)
 # -- errors --------------------------------------------------------------------------------------------------
 def test_missing_keys_are_all_named_with_the_way_out(tmp_path):
     dist.save_state_dict({"a": oarlock.ones([2])}, tmp_path)
-    with pytest.raises(KeyError, match=r"nothing for 'b', 'c'.*'_ -> key'"):
-        dist.load_state_dict({"a": oarlock.zeros([2]), "b": oarlock.zeros([2]), "c": 0}, tmp_path)
+    with pytest.raises(KeyError, match=r"nothing for 'b', 'd'.*'_ -> key'"):
+        dist.load_state_dict({"a": oarlock.zeros([2]), "b": oarlock.zeros([2]), "d": oarlock.zeros([1])}, tmp_path)
+    with pytest.raises(KeyError, match=r"has no value for 'c'"):
+        dist.load_state_dict({"a": oarlock.zeros([2]), "c": 0}, tmp_path)
     target = {"a": oarlock.zeros([2]), "b": oarlock.full([2], 7.0)}
     dist.load_state_dict(target, tmp_path, aoa_config={"aoa_statements": ["_ -> b"]})
     assert target["a"].numpy().tolist() == [1, 1] and target["b"].numpy().tolist() == [7, 7]

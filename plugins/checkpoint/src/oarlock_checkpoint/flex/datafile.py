@@ -134,7 +134,3 @@ def _name(dtype) -> str:
 
 def data_file_name(rank: int, unique_id: int, data_format: str) -> str:
     return f"{rank}_{unique_id}{FORMATS[data_format]}"
-
-
-def file_size(path: str) -> int:
-    return os.stat(path).st_size

@@ -41,13 +41,16 @@ def load_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
     def describe():
         shards, objects = flatten(state_dict, WHERE)
         source, data_format = layout.open_source(path, unique_id, WHERE)
+        absent = [key for key in objects if key not in source.objects]
+        if absent:   # plain values are per rank: checked here, where a failure reaches every rank
+            raise KeyError(f"{WHERE}: {source.description} has no value for {', '.join(map(repr, absent))}")
         mine = [Request(s.key, s.box, s.global_shape, s.dtype) for s in shards.values()]
         return (shards, objects, source, data_format), mine
 
     (shards, objects, source, data_format), requests = team.gather_checked(describe, WHERE)
     mapping = build_mapping(aoa_config, {k: (t.shape, t.dtype) for k, t in source.tensors.items()},
                             _destination(requests))
-    _check(mapping, source, requests, objects, team.rank)
+    _check(mapping, source, requests)
     rounds = make_plan(source, requests, mapping, WHERE)
     targets = {key: _Target(shard) for key, shard in shards.items() if key not in mapping.created}
     files = {}
@@ -73,9 +76,9 @@ def _destination(requests: list) -> dict:
     return out
 
 
-def _check(mapping, source, requests, objects, rank) -> None:
+def _check(mapping, source, requests) -> None:
     """Errors every rank finds alike (they depend only on shared inputs), before anything is read."""
-    missing = list(mapping.missing) + [key for key in objects if key not in source.objects]
+    missing = mapping.missing
     if missing:
         raise KeyError(f"{WHERE}: {source.description} has nothing for {', '.join(map(repr, missing))}; map them "
                        f"from other keys with aoa_config, or keep their current values with '_ -> key' statements")

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from oarlock_checkpoint._arrays import NUMPY_DTYPE
-from oarlock_checkpoint.flex.boxes import intersect, shape_of, volume
+from oarlock_checkpoint.flex.boxes import intersect, volume
 
 _ROUND_BYTES = int(os.environ.get("OARLOCK_CHECKPOINT_ROUND_BYTES", 1 << 30))
 
@@ -124,7 +124,3 @@ def _rounds(reads: list, size: int, round_bytes: int) -> list:
     if current:
         rounds.append(current)
     return rounds
-
-
-def shard_shape(read: ShardRead) -> tuple:
-    return shape_of(read.shard_box)
