@@ -2,7 +2,7 @@
 
 1. everywhere: registration is for device "gpu" only and imports no cupy; each kernels/*.cu compiles with
    nvcc for sm_90 with every template instantiation the RawModule asks NVRTC for (skipped without nvcc);
-2. without a GPU: the same .cu files compiled for the host with g++ (a small CUDA shim: one OS thread per
+2. without a GPU: the same .cu files compiled for the host with g++ (oarlock_cuda.emulation: one OS thread per
    CUDA thread, barriers for __syncthreads and warp shuffles, blocks one after another) run the real kernel
    code behind the real Python wrappers on numpy arrays, against the generic kernels: float32 to rtol 1e-5,
    float16/bfloat16 to 1e-2, odd row lengths (1, 33, 1500 > 1024 threads), every fallback. The shim also
@@ -14,8 +14,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
 import importlib.util
 import math
 import os
@@ -29,6 +27,7 @@ import pytest
 
 import oarlock
 from oarlock_cuda import fused
+from oarlock_cuda.emulation import HostRuntime, gxx
 
 ROOT = Path(__file__).resolve().parents[3]
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
@@ -109,204 +108,13 @@ def test_sources_are_self_contained():
 
 # -- 2. the kernels on the host -------------------------------------------------------------------------------
 
-SHIM = r"""
-// A host stand-in for the CUDA features the kernels use: one OS thread per CUDA thread of a block, a barrier
-// per block (__syncthreads) and per warp (shuffles); the blocks run one after another (so __shared__ can be
-// static).
-#include <atomic>
-#include <barrier>
-#include <cmath>
-#include <cstring>
-#include <memory>
-#include <mutex>
-#include <thread>
-#include <type_traits>
-#include <utility>
-#include <vector>
-#include <math.h>
-
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __restrict__ __restrict
-#define __shared__ static
-
-struct dim3 { unsigned x = 1, y = 1, z = 1; };
-static dim3 gridDim, blockDim;
-static thread_local dim3 threadIdx, blockIdx;
-
-struct Warp {
-    std::barrier<> bar{32};
-    unsigned long long slot[32];
-};
-static thread_local Warp* emu_warp;
-static thread_local int emu_lane;
-static thread_local std::barrier<>* emu_block;
-static std::mutex emu_atomic;
-
-inline void __syncthreads() { emu_block->arrive_and_wait(); }
-
-template <typename V>
-inline V __shfl_xor_sync(unsigned, V v, int offset) {
-    std::memcpy(&emu_warp->slot[emu_lane], &v, sizeof(V));
-    emu_warp->bar.arrive_and_wait();
-    V out;
-    std::memcpy(&out, &emu_warp->slot[emu_lane ^ offset], sizeof(V));
-    emu_warp->bar.arrive_and_wait();
-    return out;
-}
-
-inline float __int_as_float(int v) { float f; std::memcpy(&f, &v, 4); return f; }
-inline float __uint_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
-inline unsigned __float_as_uint(float v) { unsigned u; std::memcpy(&u, &v, 4); return u; }
-
-inline unsigned long long atomicMin(unsigned long long* address, unsigned long long value) {
-    std::lock_guard<std::mutex> lock(emu_atomic);
-    unsigned long long old = *address;
-    if (value < old) *address = value;
-    return old;
-}
-"""
-
-LAUNCHER = r"""
-struct half_t;
-struct bf16_t;
-
-template <typename T> constexpr char emu_code() {
-    if constexpr (std::is_pointer_v<T>) {
-        using P = std::remove_cv_t<std::remove_pointer_t<T>>;
-        if constexpr (std::is_same_v<P, float>) return 'F';
-        else if constexpr (std::is_same_v<P, half_t>) return 'H';
-        else if constexpr (std::is_same_v<P, bf16_t>) return 'B';
-        else if constexpr (std::is_same_v<P, long long>) return 'L';
-        else if constexpr (std::is_same_v<P, int>) return 'I';
-        else if constexpr (std::is_same_v<P, unsigned long long>) return 'U';
-        else return '?';
-    } else if constexpr (std::is_same_v<T, long long>) return 'q';
-    else if constexpr (std::is_same_v<T, unsigned long long>) return 'u';
-    else if constexpr (std::is_same_v<T, int>) return 'i';
-    else if constexpr (std::is_same_v<T, float>) return 'f';
-    else return '?';
-}
-
-template <typename... A>
-const char* emu_signature(void (*)(A...)) {
-    static const char text[] = {emu_code<A>()..., 0};
-    return text;
-}
-
-template <typename... A, std::size_t... I>
-void emu_invoke(void (*kernel)(A...), void** params, std::index_sequence<I...>) {
-    kernel(*static_cast<A*>(params[I])...);
-}
-
-template <typename... A>
-void emu_launch(void (*kernel)(A...), unsigned gx, unsigned gy, unsigned bx, unsigned by, void** params) {
-    gridDim = {gx, gy, 1};
-    blockDim = {bx, by, 1};
-    const unsigned threads = bx * by;
-    std::barrier<> block(threads);
-    std::vector<std::unique_ptr<Warp>> warps;
-    for (unsigned w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<Warp>());
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < threads; ++t) {
-        pool.emplace_back([&, t] {   // one OS thread per CUDA thread of the block, looping over the blocks
-            threadIdx = {t % bx, t / bx, 0};
-            emu_block = &block;
-            emu_warp = warps[t / 32].get();
-            emu_lane = (int)(t % 32);
-            for (unsigned y = 0; y < gy; ++y) {
-                for (unsigned x = 0; x < gx; ++x) {
-                    blockIdx = {x, y, 0};
-                    emu_invoke(kernel, params, std::index_sequence_for<A...>{});
-                    block.arrive_and_wait();   // the whole block is done before the next one reuses __shared__
-                }
-            }
-        });
-    }
-    for (auto& th : pool) th.join();
-}
-"""
-
-ARG_CODES = {np.float32: "f", np.int32: "i", np.int64: "q", np.uint64: "u"}
-POINTER_CODES = {"float32": "F", "float16": "H", "bfloat16": "B", "int64": "L", "int32": "I", "uint64": "U"}
-CTYPE_OF = {"f": ctypes.c_float, "i": ctypes.c_int, "q": ctypes.c_longlong, "u": ctypes.c_ulonglong}
-
-
-def _gxx():
-    gxx = shutil.which("g++")
-    if gxx is None:
-        pytest.skip("g++ is not installed here (the host emulation of the CUDA kernels needs it)")
-    return gxx
-
-
-class HostRuntime:
-    """fused.RUNTIME for numpy arrays: each family built once as a host shared library (cached by content)."""
-
-    def __init__(self, build_dir: Path):
-        self.build_dir, self.libs = build_dir, {}
-
-    def _library(self, family):
-        lib = self.libs.get(family)
-        if lib is not None:
-            return lib
-        names = fused.FAMILIES[family][1]
-        exports = "\n".join(
-            f'extern "C" void emu_launch_{i}(unsigned gx, unsigned gy, unsigned bx, unsigned by, void** p) '
-            f"{{ emu_launch(&{name}, gx, gy, bx, by, p); }}\n"
-            f'extern "C" const char* emu_signature_{i}() {{ return emu_signature(&{name}); }}'
-            for i, name in enumerate(names))
-        code = SHIM + fused.source(family) + LAUNCHER + exports
-        digest = hashlib.sha256(code.encode()).hexdigest()[:16]
-        so = self.build_dir / f"{family}-{digest}.so"
-        if not so.exists():
-            src = self.build_dir / f"{family}-{digest}.cpp"
-            src.write_text(code)
-            done = subprocess.run([_gxx(), "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-Wno-attributes",
-                                   "-o", str(so), str(src)], capture_output=True, text=True, timeout=600)
-            if done.returncode:
-                pytest.fail(f"host build of {family}.cu failed:\n{done.stderr[-4000:]}")
-        lib = self.libs[family] = ctypes.CDLL(str(so))
-        return lib
-
-    def function(self, family, name, device):
-        lib = self._library(family)
-        i = fused.FAMILIES[family][1].index(name)
-        signature = getattr(lib, f"emu_signature_{i}")
-        signature.restype = ctypes.c_char_p
-        return getattr(lib, f"emu_launch_{i}"), signature().decode(), name
-
-    @staticmethod
-    def device_of(array):
-        return 0
-
-    @staticmethod
-    def launch(fn, device, grid, block, args):
-        launch, signature, name = fn
-        assert len(args) == len(signature), f"{name}: {len(args)} arguments for the signature {signature}"
-        values = []
-        for k, (code, arg) in enumerate(zip(signature, args)):
-            if code.isupper():
-                assert isinstance(arg, np.ndarray), f"{name}: argument {k} must be an array, got {type(arg)}"
-                assert POINTER_CODES.get(arg.dtype.name) == code, f"{name}: argument {k} has dtype {arg.dtype}"
-                values.append(ctypes.c_void_p(arg.ctypes.data))
-            else:
-                assert ARG_CODES.get(type(arg)) == code, f"{name}: argument {k} is {type(arg).__name__}, needs {code}"
-                values.append(CTYPE_OF[code](arg))
-        params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
-        grid, block = tuple(grid) + (1,), tuple(block) + (1,)
-        assert block[0] * block[1] <= 1024 and (block[0] * block[1]) % 32 == 0, f"{name}: block {block}"
-        launch(ctypes.c_uint(grid[0]), ctypes.c_uint(grid[1]), ctypes.c_uint(block[0]), ctypes.c_uint(block[1]),
-               params)
-
-
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
-    _gxx()
+    if gxx() is None:
+        pytest.skip("g++ is not installed here (the host emulation of the CUDA kernels needs it)")
     build = Path(os.environ.get("OARLOCK_CUDA_EMU_CACHE") or tmp_path_factory.mktemp("emu"))
-    build.mkdir(parents=True, exist_ok=True)
     previous = fused.RUNTIME
-    fused.RUNTIME = HostRuntime(build)
+    fused.RUNTIME = HostRuntime(build, fused.source, lambda family: fused.FAMILIES[family][1])
     try:
         yield fused.RUNTIME
     finally:

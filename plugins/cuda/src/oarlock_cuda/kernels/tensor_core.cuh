@@ -107,7 +107,7 @@ __device__ __forceinline__ void cp_async_commit() {
 // wait until at most N committed groups of this thread are still in flight (then __syncthreads to share them)
 template <int N> __device__ __forceinline__ void cp_async_wait() {
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-    asm volatile("cp.async.wait_group %0;" :: "n"(N));
+    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");   // later plain reads must stay after it
 #endif
 }
 
