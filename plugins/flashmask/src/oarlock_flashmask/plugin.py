@@ -6,7 +6,7 @@ from __future__ import annotations
 import oarlock
 from oarlock import hookimpl
 
-from oarlock_flashmask import kernel, masks
+from oarlock_flashmask import gpu, kernel, masks
 
 _OP = "flashmask_attention_op"
 _GRAD = "flashmask_attention_grad"
@@ -95,6 +95,7 @@ def oarlock_register_ops(ops):
                doc="The dense additive mask [B, Hm, S, S] (0 allowed, -inf masked) of FlashMask's "
                    "startend_row_indices, as in Paddle's docs.")
     ops.kernel("flashmask_to_densemask")(kernel.densemask)
+    gpu.register(ops)
 
 
 @hookimpl
