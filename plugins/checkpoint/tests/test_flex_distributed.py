@@ -30,6 +30,7 @@ JOBS = {
     "load_cols2": (2, "launch", "load", "rows4", "cols", []),
     "load_whole1": (1, "python", "load", "rows4", "whole", []),
     "load_rows4": (4, "mpiexec", "load", "rows4", "rows", []),
+    "load_cols4_small_rounds": (4, "mpiexec", "load", "rows4", "cols", ["--round-bytes", "4096"]),
     "load_fused_cols2": (2, "launch", "load", "rows4", "cols", ["--fused", "--aoa", "fuse"]),
     "save_fused_async2": (2, "launch", "save", "fused2", "rows", ["--fused", "--async"]),
     "load_split_whole1": (1, "python", "load", "fused2", "whole", ["--aoa", "split"]),

@@ -400,3 +400,22 @@ def test_separate_qkv_checkpoint_runs_a_fused_gqa_model_and_back(tmp_path):
     dist.load_state_dict(again.state_dict(), tmp_path / "fused", aoa_config={"aoa_statements": SPLIT})
     for (key, a), b in zip(model.state_dict().items(), again.state_dict().values()):
         assert _same_bits(a.numpy(), b.numpy()), key
+
+
+def test_rounds_bound_what_a_rank_holds(tmp_path, monkeypatch):
+    """With a small budget the load runs in many rounds and still fills every tensor exactly."""
+    from oarlock_checkpoint.flex import plan
+    rng = np.random.default_rng(4)
+    state = {f"w{i}": oarlock.to_tensor(rng.standard_normal((16, 32)).astype(np.float32)) for i in range(6)}
+    dist.save_state_dict(state, tmp_path)
+    seen = []
+    original = plan._rounds
+    monkeypatch.setattr(plan, "_rounds", lambda *args: seen.append(original(*args)) or seen[-1])
+    monkeypatch.setenv("OARLOCK_CHECKPOINT_ROUND_BYTES", "4096")   # two 2 KiB tensors per round
+    target = _zeros_like(state)
+    dist.load_state_dict(target, tmp_path)
+    assert [len(r) for r in seen[0]] == [2, 2, 2]
+    assert all(_same_bits(target[k].numpy(), v.numpy()) for k, v in state.items())
+    monkeypatch.setenv("OARLOCK_CHECKPOINT_ROUND_BYTES", "lots")
+    with pytest.raises(ValueError, match="ROUND_BYTES must be a positive number of bytes, got 'lots'"):
+        dist.load_state_dict(target, tmp_path)

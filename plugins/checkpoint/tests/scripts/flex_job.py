@@ -1,7 +1,7 @@
 """One rank's part of a FlexCheckpoint test job (run under mpiexec, `oarlock launch` or alone).
 
     flex_job.py save DIR LAYOUT REPORT [--async [--fork]] [--fused] [--pickle]
-    flex_job.py load DIR LAYOUT REPORT [--fused] [--aoa fuse|split]
+    flex_job.py load DIR LAYOUT REPORT [--fused] [--aoa fuse|split] [--round-bytes N]
 
 save: the trained test model (the same on every rank) and its AdamW state,
 sharded by LAYOUT ("rows", "cols" or "whole") over the job, go to DIR. With
@@ -97,6 +97,8 @@ def main() -> None:
                 statements = {"fuse": FUSE, "split": SPLIT}[aoa]
                 config = {"aoa_statements": [s.replace("layers.", "model.layers.") for s in statements]}
                 target.pop("opt")    # the optimizer's keys follow parameter order, which fusing changes
+            if "--round-bytes" in flags:   # many small rounds: every all-to-all path runs several times
+                os.environ["OARLOCK_CHECKPOINT_ROUND_BYTES"] = flags[flags.index("--round-bytes") + 1]
             dist.load_state_dict(target, directory, aoa_config=config)
             compare(target["model"], weights, layout, "model", errors)
             if "opt" in target:

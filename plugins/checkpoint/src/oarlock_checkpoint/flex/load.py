@@ -16,7 +16,7 @@ from oarlock_checkpoint.flex import layout, pending
 from oarlock_checkpoint.flex.aoa import build_mapping
 from oarlock_checkpoint.flex.boxes import relative, shape_of, slices
 from oarlock_checkpoint.flex.datafile import CHECKSUM, DataFile, checksum, raw_bytes
-from oarlock_checkpoint.flex.plan import Request, make_plan
+from oarlock_checkpoint.flex.plan import Request, make_plan, round_bytes
 from oarlock_checkpoint.flex.state import flatten, put_objects
 from oarlock_checkpoint.flex.team import team_for
 
@@ -41,6 +41,7 @@ def load_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
     def describe():
         shards, objects = flatten(state_dict, WHERE)
         source, data_format = layout.open_source(path, unique_id, WHERE)
+        round_bytes()   # a bad OARLOCK_CHECKPOINT_ROUND_BYTES fails every rank here
         absent = [key for key in objects if key not in source.objects]
         if absent:   # plain values are per rank: checked here, where a failure reaches every rank
             raise KeyError(f"{WHERE}: {source.description} has no value for {', '.join(map(repr, absent))}")
@@ -48,10 +49,11 @@ def load_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
         return (shards, objects, source, data_format), mine
 
     (shards, objects, source, data_format), requests = team.gather_checked(describe, WHERE)
+    budget = round_bytes()
     mapping = build_mapping(aoa_config, {k: (t.shape, t.dtype) for k, t in source.tensors.items()},
                             _destination(requests))
     _check(mapping, source, requests)
-    rounds = make_plan(source, requests, mapping, WHERE)
+    rounds = make_plan(source, requests, mapping, WHERE, budget)
     targets = {key: _Target(shard) for key, shard in shards.items() if key not in mapping.created}
     files = {}
     for reads in rounds:

@@ -18,7 +18,16 @@ import numpy as np
 from oarlock_checkpoint._arrays import NUMPY_DTYPE
 from oarlock_checkpoint.flex.boxes import intersect, volume
 
-_ROUND_BYTES = int(os.environ.get("OARLOCK_CHECKPOINT_ROUND_BYTES", 1 << 30))
+
+
+def round_bytes() -> int:
+    """The most bytes a rank holds in one round (shards it read plus pieces it receives):
+    OARLOCK_CHECKPOINT_ROUND_BYTES, 1 GiB by default. A shard larger than that is a round of its own."""
+    value = os.environ.get("OARLOCK_CHECKPOINT_ROUND_BYTES", str(1 << 30))
+    if not value.isdigit() or int(value) <= 0:
+        raise ValueError(f"load_state_dict(): OARLOCK_CHECKPOINT_ROUND_BYTES must be a positive number of bytes, "
+                         f"got {value!r}")
+    return int(value)
 
 
 class Request(NamedTuple):
@@ -59,8 +68,8 @@ def _dst_box(piece, src_box: tuple) -> tuple:
     return tuple(out)
 
 
-def make_plan(source, requests: list, mapping, where: str, round_bytes: int = _ROUND_BYTES) -> list:
-    """Rounds of ShardReads (each round bounded by `round_bytes` read or received per rank), from
+def make_plan(source, requests: list, mapping, where: str, budget: int) -> list:
+    """Rounds of ShardReads (each round bounded by `budget` bytes read or received per rank), from
     `requests[rank]` = that rank's list of Request."""
     reads = {}
     for rank, mine in enumerate(requests):
@@ -87,7 +96,7 @@ def make_plan(source, requests: list, mapping, where: str, round_bytes: int = _R
                                  f"elements rank {rank} needs of {request.key!r} (box {list(request.box)}): its "
                                  f"metadata does not cover the tensor")
     assigned = _assign_readers(source, reads, len(requests))
-    return _rounds(assigned, len(requests), round_bytes)
+    return _rounds(assigned, len(requests), budget)
 
 
 def _assign_readers(source, reads: dict, size: int) -> list:
@@ -107,7 +116,7 @@ def _assign_readers(source, reads: dict, size: int) -> list:
     return [read._replace(reader=reader_of[read.file]) for _, read in sorted(reads.items())]
 
 
-def _rounds(reads: list, size: int, round_bytes: int) -> list:
+def _rounds(reads: list, size: int, budget: int) -> list:
     rounds, current = [], []
     held = [0] * size   # bytes a rank holds in this round: shards it read plus pieces it receives
     for read in reads:
@@ -116,7 +125,7 @@ def _rounds(reads: list, size: int, round_bytes: int) -> list:
         for t in read.transfers:
             if t.needer != read.reader:
                 adds[t.needer] += t.nbytes
-        if current and any(h + a > round_bytes for h, a in zip(held, adds)):
+        if current and any(h + a > budget for h, a in zip(held, adds)):
             rounds.append(current)
             current, held = [], [0] * size
         current.append(read)
