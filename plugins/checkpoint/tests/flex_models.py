@@ -129,14 +129,14 @@ SPLIT = [f"layers.$LAYER_ID.attn.qkv.{kind} -> layers.$LAYER_ID.attn.q.{kind}, l
          for kind in ("weight", "bias")]
 
 
-def shard(key: str, tensor, layout: str):
-    """This rank's part of a whole tensor: "rows" splits axis 0, "cols" the last axis, "whole" keeps it
-    whole (a plain Tensor, replicated on every rank)."""
+def shard(key: str, tensor, layout: str, group=None):
+    """This rank's part of a whole tensor over `group` (the world when None): "rows" splits axis 0, "cols"
+    the last axis, "whole" keeps it whole (a plain Tensor, replicated on every rank)."""
     if layout == "whole" or tensor.ndim == 0:
         return tensor
-    return dist.shard_full_weight(key, tensor, 0 if layout == "rows" else tensor.ndim - 1)
+    return dist.shard_full_weight(key, tensor, 0 if layout == "rows" else tensor.ndim - 1, group)
 
 
-def sharded(state: dict, layout: str, prefix: str) -> dict:
-    return {key: shard(f"{prefix}.{key}", value, layout) if isinstance(value, oarlock.Tensor) else value
+def sharded(state: dict, layout: str, prefix: str, group=None) -> dict:
+    return {key: shard(f"{prefix}.{key}", value, layout, group) if isinstance(value, oarlock.Tensor) else value
             for key, value in state.items()}

@@ -1,7 +1,8 @@
 """FlexCheckpoint in real MPI jobs: a model and its AdamW state saved on 4 ranks sharded along rows
 load bit for bit on 2 ranks sharded along columns, on 1 rank whole and on 4 ranks again; a
 separate-QKV checkpoint loads into a fused-QKV (GQA) model through AoA and back; async saves (a
-writer thread, and forked writers on 4 ranks) and pickle saves load; replicated tensors are written
+writer thread, and forked writers on 4 ranks) and pickle saves load; a process group of ranks 1 and
+3 saves and one of ranks 3, 1, 0 loads; loads in many small rounds; replicated tensors are written
 once with the bytes balanced over the ranks.
 
 Every job runs scripts/flex_job.py; each rank compares what it loaded with the expected shard
@@ -38,11 +39,13 @@ JOBS = {
     "load_fork4_rows2": (2, "launch", "load", "fork4", "rows", []),
     "save_pickle_cols2": (2, "launch", "save", "pickle2", "cols", ["--pickle"]),
     "load_pickle_rows4": (4, "mpiexec", "load", "pickle2", "rows", []),
+    "save_group13_rows": (4, "mpiexec", "save", "group13", "rows", ["--group", "1,3"]),
+    "load_group310_cols": (4, "launch", "load", "group13", "cols", ["--group", "3,1,0"]),
     "save_whole4": (4, "mpiexec", "save", "whole4", "whole", []),
     "load_whole4_cols2": (2, "launch", "load", "whole4", "cols", []),
 }
 SAVE_OF = {"rows4": "save_rows4", "fused2": "save_fused_async2", "fork4": "save_async_fork4",
-           "pickle2": "save_pickle_cols2",
+           "pickle2": "save_pickle_cols2", "group13": "save_group13_rows",
            "whole4": "save_whole4"}
 
 
@@ -101,6 +104,15 @@ def test_resharded_load_reads_each_file_once(run, name):
     read = [f for r in reports for f in r["files_read"]]
     files = json.loads((checkpoint / "0.metadata").read_text())["files"]
     assert sorted(read) == sorted(files), "every data file is read, by exactly one rank"
+
+
+def test_a_process_group_saves_with_its_own_ranks(run):
+    reports, checkpoint = run("save_group13_rows")
+    meta = json.loads((checkpoint / "0.metadata").read_text())
+    assert meta["world_size"] == 2 and sorted(meta["files"]) == ["0_0.safetensors", "1_0.safetensors"]
+    reports, _ = run("load_group310_cols")   # another group (ranks 3, 1, 0), another layout
+    assert reports[2]["files_read"] == [] and sorted(f for r in reports for f in r["files_read"]) == \
+        ["0_0.safetensors", "1_0.safetensors"]
 
 
 def test_replicated_tensors_are_written_once_and_balanced(run):

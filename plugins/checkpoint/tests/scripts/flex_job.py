@@ -2,6 +2,7 @@
 
     flex_job.py save DIR LAYOUT REPORT [--async [--fork]] [--fused] [--pickle]
     flex_job.py load DIR LAYOUT REPORT [--fused] [--aoa fuse|split] [--round-bytes N]
+    (either phase: [--group r,s,...] to save / load over a process group of those ranks)
 
 save: the trained test model (the same on every rank) and its AdamW state,
 sharded by LAYOUT ("rows", "cols" or "whole") over the job, go to DIR. With
@@ -36,15 +37,18 @@ def expected_state(fused: bool) -> tuple[dict, dict]:
     return (fused_state(weights) if fused else weights), opt.state_dict()
 
 
+GROUP = None   # --group r,s: a process group of those ranks saves / loads; the other ranks only make the group
+
+
 def zeros_like_layout(arrays: dict, layout: str, prefix: str) -> dict:
     return sharded({k: oarlock.zeros(list(v.shape), dtype=str(v.dtype)) if isinstance(v, np.ndarray) else
                     oarlock.zeros(v.shape, dtype=v.dtype.name) if isinstance(v, oarlock.Tensor) else 0
-                    for k, v in arrays.items()}, layout, prefix)
+                    for k, v in arrays.items()}, layout, prefix, GROUP)
 
 
 def compare(loaded: dict, expected: dict, layout: str, prefix: str, errors: list) -> None:
     want = sharded({k: oarlock.to_tensor(v) if isinstance(v, np.ndarray) else v for k, v in expected.items()},
-                   layout, prefix)
+                   layout, prefix, GROUP)
     for key, value in loaded.items():
         got, exp = value, want[key]
         if isinstance(got, dist.ShardedWeight):
@@ -70,7 +74,12 @@ def main() -> None:
         return original_read(self, *args, **kwargs)
 
     datafile.DataFile.read = counting_read
+    global GROUP
     try:
+        if "--group" in flags:
+            GROUP = dist.new_group([int(r) for r in flags[flags.index("--group") + 1].split(",")])
+            if not GROUP.is_member():
+                phase = "none"
         if phase == "save":
             model, opt = trained()
             if fused:
@@ -78,16 +87,18 @@ def main() -> None:
                 weights = {k: oarlock.to_tensor(v) for k, v in arrays.items()}
             else:
                 weights = model.state_dict()
-            state = {"model": sharded(weights, layout, "model"), "opt": sharded(opt.state_dict(), layout, "opt")}
+            state = {"model": sharded(weights, layout, "model", GROUP),
+                     "opt": sharded(opt.state_dict(), layout, "opt", GROUP)}
             if "--fork" in flags:
                 os.environ["OARLOCK_ASYNC_SAVE"] = "fork"
-            dist.save_state_dict(state, directory, async_save="--async" in flags, safetensors="--pickle" not in flags)
+            dist.save_state_dict(state, directory, process_group=GROUP, async_save="--async" in flags,
+                                 safetensors="--pickle" not in flags)
             if "--async" in flags:   # training goes on and changes the tensors; the checkpoint must not see it
                 for value in list(weights.values()) + list(opt.state_dict().values()):
                     if isinstance(value, oarlock.Tensor):
                         value.set_value(np.zeros(value.shape, value.numpy().dtype))
                 dist.wait_async_save()
-        else:
+        elif phase == "load":
             aoa = flags[flags.index("--aoa") + 1] if "--aoa" in flags else None
             weights, opt_state = expected_state(fused)
             target = {"model": zeros_like_layout(weights, layout, "model"),
@@ -99,7 +110,7 @@ def main() -> None:
                 target.pop("opt")    # the optimizer's keys follow parameter order, which fusing changes
             if "--round-bytes" in flags:   # many small rounds: every all-to-all path runs several times
                 os.environ["OARLOCK_CHECKPOINT_ROUND_BYTES"] = flags[flags.index("--round-bytes") + 1]
-            dist.load_state_dict(target, directory, aoa_config=config)
+            dist.load_state_dict(target, directory, process_group=GROUP, aoa_config=config)
             compare(target["model"], weights, layout, "model", errors)
             if "opt" in target:
                 compare(target["opt"], opt_state, layout, "opt", errors)
