@@ -26,3 +26,9 @@ def oarlock_register_api(api):
     from oarlock_checkpoint import flex
     for name in flex.__all__:
         api.export("oarlock.distributed", name, getattr(flex, name))
+
+
+@hookimpl
+def oarlock_register_commands(cli):
+    from oarlock_checkpoint.flex import command
+    cli.add("checkpoint", command.HELP, command.configure, command.run)

@@ -49,10 +49,11 @@ class Source:
     """The tensors and plain values a checkpoint holds, and where each shard lives."""
 
     def __init__(self, directory: str, tensors: dict, objects: dict, files: dict, description: str,
-                 unique_id: int | None = None):
+                 unique_id: int | None = None, world_size: int | None = None):
         self.directory, self.tensors, self.objects, self.files = directory, tensors, objects, files
         self.description = description   # for error messages: "checkpoint 3 in /ckpt"
         self.unique_id = unique_id       # None for safetensors files that are not a FlexCheckpoint
+        self.world_size = world_size     # the ranks that saved it (None: not a FlexCheckpoint)
 
     def file_path(self, name: str) -> str:
         return os.path.join(self.directory, name)
@@ -178,7 +179,8 @@ def _flex(path: str, unique_id: int, where: str) -> tuple:
                                  [Shard(box_of(s["offset"], s["shape"]), s["file"], s["checksum"])
                                   for s in entry["shards"]])
                for key, entry in body["tensors"].items()}
-    source = Source(path, tensors, body["objects"], body["files"], f"checkpoint {unique_id} in {path!r}", unique_id)
+    source = Source(path, tensors, body["objects"], body["files"], f"checkpoint {unique_id} in {path!r}", unique_id,
+                    body["world_size"])
     for name, info in body["files"].items():
         file = source.file_path(name)
         size = os.stat(file).st_size if os.path.exists(file) else None
