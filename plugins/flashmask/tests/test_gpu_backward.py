@@ -367,12 +367,12 @@ def test_errors_are_the_generic_kernels(no_launch, bad):
 
 
 def test_registered_kernel_takes_the_dispatchers_xp(no_launch):
-    """The registered function is called as fn(xp, *arrays, *attrs) (gpu._with_xp passes xp on as the keyword)."""
+    """The registered function is called as fn(xp, *arrays, *attrs)."""
     rng = np.random.default_rng(24)
     q, k, v, grad, out = (rng.standard_normal((1, 16, 2, 64)).astype(np.float32) for _ in range(5))
     lse = rng.standard_normal((1, 2, 16)).astype(np.float32)
     args = (grad, q, k, v, out, lse, None, None, None, 0.0, True, -1, -1, None)
-    got = gpu._with_xp(gpu_backward.flashmask_backward_gpu)(np, *args)
+    got = gpu_backward.backward_kernel(np, *args)
     for g, w in zip(got, kernel.flashmask_backward(np, *args)):
         np.testing.assert_array_equal(g, w)
 

@@ -2,8 +2,8 @@
 
 The kernel family "flashmask" is one CUDA source: oarlock_cuda's prelude.cuh (16-bit storage types) and
 tensor_core.cuh (mma.sync, ldmatrix, cp.async), then cuda/mask.cuh (the mask and the tile classes), cuda/fwd.cu
-(the pre-pass fm_block_stats and the forward fm_fwd<T, D>) and, when present, cuda/bwd.cu with the backward's
-name expressions from oarlock_flashmask.gpu_backward. It is compiled at first use with NVRTC through
+(the pre-pass fm_block_stats and the forward fm_fwd<T, D>) and cuda/bwd.cu with the backward's name expressions
+from oarlock_flashmask.gpu_backward. It is compiled at first use with NVRTC through
 `cupy.RawModule(code, options=OPTIONS, name_expressions=names())` (cupy adds -arch for the current device) and
 cached per device.
 
@@ -22,9 +22,6 @@ neither cupy nor oarlock_cuda.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import inspect
 import math
 from pathlib import Path
 
@@ -48,7 +45,6 @@ MAX_C = 4
 SMEM_DEFAULT_LIMIT = 48 * 1024                 # above this a kernel needs the opt-in attribute
 _OP = "flashmask_attention_op"
 _GRAD = "flashmask_attention_grad"
-_BACKWARD = "oarlock_flashmask.gpu_backward"
 
 
 def smem_bytes(d: int) -> int:
@@ -58,32 +54,21 @@ def smem_bytes(d: int) -> int:
 
 # -- the kernel family --------------------------------------------------------------------------------------
 
-def _backward_module():
-    """oarlock_flashmask.gpu_backward when it is installed (with cuda/bwd.cu), else None."""
-    if not (CUDA_DIR / "bwd.cu").exists() or importlib.util.find_spec(_BACKWARD) is None:
-        return None
-    return importlib.import_module(_BACKWARD)
-
-
 def forward_names() -> list[str]:
     return ["fm_block_stats"] + [f"fm_fwd<{c}, {d}>" for c in CTYPES.values() for d in HEAD_DIMS]
 
 
 def names(family: str = FAMILY) -> list[str]:
-    """The name expressions NVRTC instantiates: the forward's, then the backward's when present."""
-    out = forward_names()
-    backward = _backward_module()
-    if backward is not None:
-        out += [n for n in getattr(backward, "NAME_EXPRESSIONS", ()) if n not in out]
-    return out
+    """The name expressions NVRTC instantiates: the forward's, then the backward's."""
+    from oarlock_flashmask import gpu_backward   # imported here: it imports this module's runtime lazily too
+    return forward_names() + gpu_backward.NAME_EXPRESSIONS
 
 
 def source(family: str = FAMILY) -> str:
     """The family's CUDA source as compiled (self-contained: no #include)."""
     from oarlock_cuda.fused import KERNEL_DIR
-    parts = [KERNEL_DIR / "prelude.cuh", KERNEL_DIR / "tensor_core.cuh", CUDA_DIR / "mask.cuh", CUDA_DIR / "fwd.cu"]
-    if (CUDA_DIR / "bwd.cu").exists():
-        parts.append(CUDA_DIR / "bwd.cu")
+    parts = [KERNEL_DIR / "prelude.cuh", KERNEL_DIR / "tensor_core.cuh", CUDA_DIR / "mask.cuh", CUDA_DIR / "fwd.cu",
+             CUDA_DIR / "bwd.cu"]
     return "\n".join(p.read_text() for p in parts)
 
 
@@ -240,29 +225,9 @@ def _forward_kernel(xp, query, key, value, startend_row_indices=None, fixed_seed
 
 # -- registration -------------------------------------------------------------------------------------------------
 
-def _with_xp(fn):
-    """fn as a registered kernel: as it is when it takes xp first, else wrapped to drop the dispatcher's xp."""
-    params = list(inspect.signature(fn).parameters)
-    if params and params[0] == "xp":
-        return fn
-
-    takes_xp = "xp" in params
-
-    def registered(xp, *args, **kwargs):
-        if takes_xp:
-            kwargs.setdefault("xp", xp)
-        return fn(*args, **kwargs)
-    registered.__name__ = getattr(fn, "__name__", "registered")
-    registered.__module__ = getattr(fn, "__module__", __name__)
-    return registered
-
-
 def register(ops):
     """Register the fused kernels for device "gpu" and the bfloat16 and float16 dtypes: the forward of
-    flashmask_attention_op, and the backward (flashmask_attention_grad) when oarlock_flashmask.gpu_backward is
-    installed. Imports no cupy."""
+    flashmask_attention_op and the backward of flashmask_attention_grad. Imports no cupy."""
+    from oarlock_flashmask import gpu_backward
     ops.kernel(_OP, device=DEVICE, dtypes=DTYPES)(_forward_kernel)
-    backward = _backward_module()
-    fn = getattr(backward, "flashmask_backward_gpu", None) if backward is not None else None
-    if fn is not None:
-        ops.kernel(_GRAD, device=DEVICE, dtypes=DTYPES)(_with_xp(fn))
+    ops.kernel(_GRAD, device=DEVICE, dtypes=DTYPES)(gpu_backward.backward_kernel)

@@ -138,3 +138,10 @@ def flashmask_backward_gpu(grad, query, key, value, out, lse, startend_row_indic
                    (THREADS,), (q, k, v, do, lse32, delta, *mask, dq, *sizes),
                    shared_bytes=smem_bytes("fm_bwd_dq", d))
     return dq, dk, dv
+
+
+def backward_kernel(xp, grad, query, key, value, out, lse, startend_row_indices=None, seed_offset=None,
+                    grad_lse=None, dropout=0.0, causal=False, window_left=-1, window_right=-1, softmax_scale=None):
+    """The registered kernel of flashmask_attention_grad (the dispatcher passes xp first)."""
+    return flashmask_backward_gpu(grad, query, key, value, out, lse, startend_row_indices, seed_offset, grad_lse,
+                                  dropout, causal, window_left, window_right, softmax_scale, xp=xp)
