@@ -6,7 +6,7 @@ PYTHONPATH or, failing that, from this checkout's core/src and plugins/*/src):
 1. build: the "flashmask" kernel family compiled with NVRTC (cupy.RawModule), with each kernel's registers,
    local memory and shared memory as the driver reports them;
 2. correctness first, on fresh random inputs at --check-seq (2048) and the timing's B, H, D: out and lse (and
-   dq, dk, dv when oarlock_flashmask.gpu_backward is importable) of the fused kernels, every output poisoned
+   dq, dk, dv unless --no-backward) of the fused kernels, every output poisoned
    with NaN before the run, against a float32 dense reference in PyTorch: relative error ||x - ref|| / ||ref||
    under 1e-2 for each;
 3. timing at B=1, H=16, S=16384, D=128, bfloat16, for the masks causal, causal document (8 equal documents) and
@@ -232,12 +232,8 @@ def main(argv=None):
         bf16 = None
         device = torch.device("cuda")
         gpu_name = torch.cuda.get_device_name()
-    try:
-        from oarlock_flashmask import gpu_backward as backward
-    except ImportError:
-        backward = None
-    if args.no_backward:
-        backward = None
+    from oarlock_flashmask import gpu_backward
+    backward = None if args.no_backward else gpu_backward
     import torch.nn.functional as F
 
     torch.manual_seed(0)
