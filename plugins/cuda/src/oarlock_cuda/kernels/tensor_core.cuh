@@ -99,6 +99,15 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
     if (valid) __builtin_memcpy(smem, gmem, 16); else __builtin_memset(smem, 0, 16);
 #endif
 }
+// 4 bytes global -> shared the same way (cached at all levels: for small, reused data such as mask vectors)
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, bool valid) {
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+                 :: "r"(smem_address(smem)), "l"(gmem), "r"(valid ? 4 : 0));
+#else
+    if (valid) __builtin_memcpy(smem, gmem, 4); else __builtin_memset(smem, 0, 4);
+#endif
+}
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
     asm volatile("cp.async.commit_group;");
@@ -111,8 +120,21 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-// two floats -> one register of two T (round to nearest even), lo in the low half
+// two floats -> one register of two T (round to nearest even), lo in the low half: one cvt.rn.{bf16x2,f16x2}.f32
+// instruction on the GPU (kernels pack every P and dS tile this way), the prelude's from_f on the host
 template <typename T> __device__ __forceinline__ unsigned pack2(float lo, float hi) {
     const T l = from_f<T>(lo), h = from_f<T>(hi);
     return (unsigned)l.bits | ((unsigned)h.bits << 16);
 }
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+template <> __device__ __forceinline__ unsigned pack2<bf16_t>(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+template <> __device__ __forceinline__ unsigned pack2<half_t>(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+#endif

@@ -41,28 +41,6 @@
 
 __device__ __forceinline__ int fm_bwd_min(int a, int b) { return a < b ? a : b; }
 
-// two floats -> two T in one register (round to nearest even, lo in the low half): tensor_core.cuh's pack2 in
-// one cvt.rn.{bf16x2,f16x2}.f32 instruction on the GPU (P and dS are packed for every tile)
-template <typename T> __device__ __forceinline__ unsigned fm_bwd_pack2(float lo, float hi);
-template <> __device__ __forceinline__ unsigned fm_bwd_pack2<bf16_t>(float lo, float hi) {
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-    unsigned r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-#else
-    return pack2<bf16_t>(lo, hi);
-#endif
-}
-template <> __device__ __forceinline__ unsigned fm_bwd_pack2<half_t>(float lo, float hi) {
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-    unsigned r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-#else
-    return pack2<half_t>(lo, hi);
-#endif
-}
-
 // lse -> lse log2(e) for the exp2 form, +inf (P = 0) when lse is not finite (a fully masked row) or the row is
 // past the end
 __device__ __forceinline__ float fm_bwd_lse2(const float* lse, long long index, bool valid) {
@@ -191,9 +169,9 @@ __device__ __forceinline__ void fm_bwd_mma_cb(float (&acc)[DT][4], const float (
     const T* b_lane = b + (lane % 8 + 8 * ((lane / 8) % 2)) * S + 8 * (lane / 16);
 #pragma unroll
     for (int j = 0; j < NT / 2; ++j) {
-        const unsigned af[4] = {fm_bwd_pack2<T>(c[2 * j][0], c[2 * j][1]), fm_bwd_pack2<T>(c[2 * j][2], c[2 * j][3]),
-                                fm_bwd_pack2<T>(c[2 * j + 1][0], c[2 * j + 1][1]),
-                                fm_bwd_pack2<T>(c[2 * j + 1][2], c[2 * j + 1][3])};
+        const unsigned af[4] = {pack2<T>(c[2 * j][0], c[2 * j][1]), pack2<T>(c[2 * j][2], c[2 * j][3]),
+                                pack2<T>(c[2 * j + 1][0], c[2 * j + 1][1]),
+                                pack2<T>(c[2 * j + 1][2], c[2 * j + 1][3])};
 #pragma unroll
         for (int n = 0; n < DT / 2; ++n) {
             unsigned r[4];
@@ -351,9 +329,9 @@ __global__ void FM_BWD_BOUNDS fm_bwd_dkdv(const T* q, const T* k, const T* v, co
             for (int i = 0; i < DT; ++i) {
                 const int d = i * 8 + 2 * t;
                 *reinterpret_cast<unsigned*>(dk + row + d) =
-                    fm_bwd_pack2<T>(dk_acc[i][2 * half] * scale, dk_acc[i][2 * half + 1] * scale);
+                    pack2<T>(dk_acc[i][2 * half] * scale, dk_acc[i][2 * half + 1] * scale);
                 *reinterpret_cast<unsigned*>(dv + row + d) =
-                    fm_bwd_pack2<T>(dv_acc[i][2 * half], dv_acc[i][2 * half + 1]);
+                    pack2<T>(dv_acc[i][2 * half], dv_acc[i][2 * half + 1]);
             }
         }
     }
@@ -492,7 +470,7 @@ __global__ void FM_BWD_BOUNDS fm_bwd_dq(const T* q, const T* k, const T* v, cons
 #pragma unroll
             for (int n = 0; n < DT; ++n)
                 *reinterpret_cast<unsigned*>(dq + row + n * 8 + 2 * t) =
-                    fm_bwd_pack2<T>(dq_acc[n][2 * half] * scale, dq_acc[n][2 * half + 1] * scale);
+                    pack2<T>(dq_acc[n][2 * half] * scale, dq_acc[n][2 * half + 1] * scale);
         }
     }
 }

@@ -49,38 +49,6 @@
 
 struct __align__(16) fm_chunk16 { unsigned x, y, z, w; };    // one 16-byte shared/global transfer
 
-// 4 bytes global -> shared asynchronously (zero-filled when !valid; gmem must still be a valid pointer)
-__device__ __forceinline__ void fm_cp_async_4(void* smem, const void* gmem, bool valid) {
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
-                 :: "r"(smem_address(smem)), "l"(gmem), "r"(valid ? 4 : 0));
-#else
-    if (valid) __builtin_memcpy(smem, gmem, 4); else __builtin_memset(smem, 0, 4);
-#endif
-}
-
-// two floats -> two T in one register (round to nearest even, lo in the low half): pack2's result with one
-// cvt.rn.{bf16x2,f16x2}.f32 instruction on the GPU
-template <typename T> __device__ __forceinline__ unsigned fm_pack2(float lo, float hi);
-template <> __device__ __forceinline__ unsigned fm_pack2<bf16_t>(float lo, float hi) {
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-    unsigned r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-#else
-    return pack2<bf16_t>(lo, hi);
-#endif
-}
-template <> __device__ __forceinline__ unsigned fm_pack2<half_t>(float lo, float hi) {
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-    unsigned r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-#else
-    return pack2<half_t>(lo, hi);
-#endif
-}
-
 // -- the pre-pass ----------------------------------------------------------------------------------------
 
 // sri [BH = B * Hm, Sk, C] -> bmin, bmax [BH, nkb, C]; one thread per output element (grid-stride)
@@ -192,7 +160,7 @@ fm_fwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v
     auto load_vectors = [&](int* dst, int c0) {
         for (int i = tid; i < FM_BLOCK_N * c; i += FM_THREADS) {
             const bool ok = c0 + i / c < sk;
-            fm_cp_async_4(dst + i, ok ? vec_base + (long long)c0 * c + i : vec_base, ok);
+            cp_async_4(dst + i, ok ? vec_base + (long long)c0 * c + i : vec_base, ok);
         }
     };
 
@@ -315,10 +283,10 @@ fm_fwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v
         unsigned pa[4][4];
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
-            pa[ks][0] = fm_pack2<T>(s[2 * ks][0], s[2 * ks][1]);
-            pa[ks][1] = fm_pack2<T>(s[2 * ks][2], s[2 * ks][3]);
-            pa[ks][2] = fm_pack2<T>(s[2 * ks + 1][0], s[2 * ks + 1][1]);
-            pa[ks][3] = fm_pack2<T>(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+            pa[ks][0] = pack2<T>(s[2 * ks][0], s[2 * ks][1]);
+            pa[ks][1] = pack2<T>(s[2 * ks][2], s[2 * ks][3]);
+            pa[ks][2] = pack2<T>(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+            pa[ks][3] = pack2<T>(s[2 * ks + 1][2], s[2 * ks + 1][3]);
         }
 
         cp_async_wait<2>();                            // V_cur has landed (K, V of the next tile may not)
@@ -356,9 +324,9 @@ fm_fwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
         const int row = warp * 16 + g, col = dt * 8 + 2 * t;
-        *reinterpret_cast<unsigned*>(sO + row * PITCH + col) = fm_pack2<T>(o[dt][0] * inv[0], o[dt][1] * inv[0]);
+        *reinterpret_cast<unsigned*>(sO + row * PITCH + col) = pack2<T>(o[dt][0] * inv[0], o[dt][1] * inv[0]);
         *reinterpret_cast<unsigned*>(sO + (row + 8) * PITCH + col) =
-            fm_pack2<T>(o[dt][2] * inv[1], o[dt][3] * inv[1]);
+            pack2<T>(o[dt][2] * inv[1], o[dt][3] * inv[1]);
     }
     if (t == 0) {
         constexpr float LN2 = 0.69314718055994531f;
