@@ -33,17 +33,14 @@ import json
 import os
 import platform
 import re
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 
-RANK_MODE_ENV = "OARLOCK_BENCH_RANK_MODE"     # set by the driver in the ranks it launches
-RESULT_ENV = "OARLOCK_BENCH_RESULT"           # where rank 0 writes its figures as JSON (driver's temp file)
+from _mpi_driver import find_launcher, is_rank, mpi_library, run_ranks, write_result   # bench/ is sys.path[0]
+
 DEFAULT_SIZES = ["1K", "4K", "16K", "64K", "256K", "1M", "4M", "16M", "64M"]
 QUICK_SIZES = ["4K", "1M", "16M"]
 GOAL_RATIO = 0.9
@@ -130,10 +127,7 @@ def run_rank(args) -> None:
 
     if rank == 0:
         print(render_table(nranks, args, rows), flush=True)
-        path = os.environ.get(RESULT_ENV)
-        if path:
-            with open(path, "w") as fh:
-                json.dump({"ranks": nranks, "blocks": args.blocks, "target_ms": args.target_ms, "rows": rows}, fh)
+        write_result({"ranks": nranks, "blocks": args.blocks, "target_ms": args.target_ms, "rows": rows})
     comm.Free()
 
 
@@ -245,14 +239,11 @@ def render_table(nranks: int, args, rows: list) -> str:
 # -- the driver ----------------------------------------------------------------------------------------------------
 def machine_line() -> str:
     import mpi4py
-    mpi4py.rc.initialize = False    # the driver only asks for the library's version; no MPI_Init here
-    from mpi4py import MPI
-    library = MPI.Get_library_version().strip().splitlines()[0].strip()
-    library = re.sub(r"\s+", " ", library)
     cpus = os.cpu_count()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cpus
     return (f"machine: {cpus} CPUs ({usable} usable), {platform.processor() or platform.machine()}; "
-            f"MPI: {library}; mpi4py {mpi4py.__version__}; numpy {np.__version__}; Python {platform.python_version()}")
+            f"MPI: {mpi_library()}; mpi4py {mpi4py.__version__}; numpy {np.__version__}; "
+            f"Python {platform.python_version()}")
 
 
 def rank_arguments(args) -> list:
@@ -260,10 +251,8 @@ def rank_arguments(args) -> list:
 
 
 def drive(args) -> int:
-    launcher = shutil.which(args.mpiexec)
+    launcher = find_launcher(args.mpiexec, "allreduce.py")
     if launcher is None:
-        print(f"allreduce.py: {args.mpiexec!r} is not on PATH (pip install mpich gives MPICH's mpiexec)",
-              file=sys.stderr)
         return 2
     machine = machine_line()
     print(machine)
@@ -275,27 +264,12 @@ def drive(args) -> int:
     results, status = {"machine": machine, "goal": {"ratio": GOAL_RATIO, "min_bytes": GOAL_MIN_BYTES},
                        "runs": []}, 0
     for nranks in args.ranks:
-        with tempfile.TemporaryDirectory() as tmp:
-            result_path = os.path.join(tmp, "result.json")
-            env = dict(os.environ, **{RANK_MODE_ENV: "1", RESULT_ENV: result_path})
-            command = [launcher, "-n", str(nranks), sys.executable, os.path.abspath(__file__), *rank_arguments(args)]
-            started = time.perf_counter()
-            try:
-                # stdout is rank 0's table (the other ranks print nothing); stderr passes through
-                done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, timeout=args.timeout)
-            except subprocess.TimeoutExpired:
-                print(f"\n{nranks} ranks: no result within {args.timeout:g} s (mpiexec killed)", flush=True)
-                status = 1
-                continue
-            print()
-            print(done.stdout.rstrip())
-            print(f"({nranks} ranks: {time.perf_counter() - started:.0f} s including start-up)", flush=True)
-            if done.returncode != 0 or not os.path.exists(result_path):
-                print(f"{nranks} ranks: mpiexec exited with status {done.returncode}", flush=True)
-                status = 1
-                continue
-            with open(result_path) as fh:
-                results["runs"].append(json.load(fh))
+        # stdout is rank 0's table (the other ranks print nothing); stderr passes through
+        run = run_ranks(launcher, nranks, __file__, rank_arguments(args), args.timeout)
+        if run is None:
+            status = 1
+        else:
+            results["runs"].append(run)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=2)
@@ -304,7 +278,7 @@ def drive(args) -> int:
 
 def main(argv=None) -> int:
     args = settle(build_parser().parse_args(argv))
-    if os.environ.get(RANK_MODE_ENV) == "1":
+    if is_rank():
         run_rank(args)
         return 0
     return drive(args)

@@ -56,18 +56,16 @@ import argparse
 import json
 import os
 import platform
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
 
-RANK_MODE_ENV = "OARLOCK_BENCH_RANK_MODE"     # set by the driver in the ranks it launches
-RESULT_ENV = "OARLOCK_BENCH_RESULT"           # where rank 0 writes its figures as JSON (driver's temp file)
+from _mpi_driver import find_launcher, is_rank, mpi_library, run_ranks, write_result   # bench/ is sys.path[0]
+
 RUN_DIR_ENV = "OARLOCK_BENCH_CHECKPOINT_DIR"  # the directory one launch writes its files into
 GOAL_RATIO = 0.8
 GOAL_ASYNC = 0.10
@@ -297,10 +295,7 @@ def run_rank(args) -> None:
                       sum(nbytes((b - a, *shape[1:]), dtype) for (_, shape, dtype) in spec
                           for a, b in [rows_of(shape[0], r, nranks)]) for r in range(nranks)),
                   "seconds": {op: worst[i].tolist() for i, op in enumerate(OPS)}}
-        path = os.environ.get(RESULT_ENV)
-        if path:
-            with open(path, "w") as fh:
-                json.dump(result, fh)
+        write_result(result)
     comm.Free()
 
 
@@ -449,11 +444,8 @@ def filesystem_of(path: str) -> str:
 
 
 def machine_line(directory: str) -> str:
-    import mpi4py
-    mpi4py.rc.initialize = False    # the driver only asks for the library's version; no MPI_Init here
     import safetensors
-    from mpi4py import MPI
-    library = re.sub(r"\s+", " ", MPI.Get_library_version().strip().splitlines()[0].strip())
+    library = mpi_library()
     cpus = os.cpu_count()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cpus
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
@@ -482,10 +474,8 @@ def drive(args) -> int:
         print(f"checkpoint.py: the safetensors library is needed as the reference ({exc}); "
               "install it with `pip install safetensors`", file=sys.stderr)
         return 2
-    launcher = shutil.which(args.mpiexec)
+    launcher = find_launcher(args.mpiexec, "checkpoint.py")
     if launcher is None:
-        print(f"checkpoint.py: {args.mpiexec!r} is not on PATH (pip install mpich gives MPICH's mpiexec)",
-              file=sys.stderr)
         return 2
     os.makedirs(args.dir, exist_ok=True)
     base = tempfile.mkdtemp(prefix="oarlock-checkpoint-bench-", dir=args.dir)
@@ -514,27 +504,11 @@ def drive(args) -> int:
         for nranks in args.ranks:
             run_dir = os.path.join(base, f"{nranks}ranks")
             os.makedirs(run_dir)
-            result_path = os.path.join(base, f"result_{nranks}.json")
-            env = dict(os.environ, **{RANK_MODE_ENV: "1", RESULT_ENV: result_path, RUN_DIR_ENV: run_dir})
-            command = [launcher, "-n", str(nranks), sys.executable, os.path.abspath(__file__), *rank_arguments(args)]
-            started = time.perf_counter()
-            try:
-                # the ranks print nothing on stdout; rank 0's progress and any error pass through on stderr
-                done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, timeout=args.timeout)
-            except subprocess.TimeoutExpired:
-                print(f"{nranks} ranks: no result within {args.timeout:g} s (mpiexec killed)", flush=True)
+            # the ranks print nothing on stdout; rank 0's progress and any error pass through on stderr
+            run = run_ranks(launcher, nranks, __file__, rank_arguments(args), args.timeout, {RUN_DIR_ENV: run_dir})
+            if run is None:
                 status = 1
                 continue
-            if done.stdout.strip():
-                print(done.stdout.rstrip())
-            print(f"({nranks} rank{'s' if nranks > 1 else ''}: {time.perf_counter() - started:.0f} s including "
-                  "start-up)", file=sys.stderr, flush=True)
-            if done.returncode != 0 or not os.path.exists(result_path):
-                print(f"{nranks} ranks: mpiexec exited with status {done.returncode}", flush=True)
-                status = 1
-                continue
-            with open(result_path) as fh:
-                run = json.load(fh)
             run["summary"] = summarize(run)
             runs.append(run)
     finally:
@@ -554,7 +528,7 @@ def drive(args) -> int:
 
 def main(argv=None) -> int:
     args = settle(build_parser().parse_args(argv))
-    if os.environ.get(RANK_MODE_ENV) == "1":
+    if is_rank():
         run_rank(args)
         return 0
     return drive(args)
