@@ -14,51 +14,22 @@
    must agree to the bit. A mask that hides everything, with NaN keys and values, must give exact zeros (a
    SKIP tile that were loaded and used would bring the NaN in). The fallbacks are the generic kernel's;
 3. on a GPU with cupy: the fused backward against the CPU path (skipped with the reason otherwise).
+
+The support code shared with test_gpu_forward.py (input and mask builders, NaN poisoning, the nvcc and ptxas
+helpers, the `host` and `no_launch` fixtures) is in gpu_support.py and conftest.py.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import subprocess
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-import oarlock
 from oarlock_flashmask import gpu, gpu_backward, kernel, masks
 
-DTYPES = ("bfloat16", "float16")
-
-
-def _np_dtype(name):
-    return oarlock.dtypes.convert_dtype(name).np
-
+from gpu_support import (PoisonedNumpy, assert_raises_alike, assert_same, broken_kwargs, builder, case, compile_family,
+                         cupy_or_skip, everything_masked, np_dtype, reference_forward, relative_error, report_ptxas)
 
 # -- 1. compilation --------------------------------------------------------------------------------------------
-
-def _ptxas_stats(text):
-    """{mangled entry name: {"registers", "spill_stores", "spill_loads", "stack"}} from `ptxas -v` output."""
-    stats = {}
-    for block in text.split("Compiling entry function '")[1:]:
-        name = block.split("'", 1)[0]
-        spill = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", block)
-        regs = re.search(r"Used (\d+) registers", block)
-        assert spill and regs, f"unexpected ptxas output for {name}:\n{block}"
-        stats[name] = {"registers": int(regs.group(1)), "spill_stores": int(spill.group(2)),
-                       "spill_loads": int(spill.group(3)), "stack": int(spill.group(1))}
-    return stats
-
-
-def _demangle(names):
-    cxxfilt = shutil.which("c++filt")
-    if cxxfilt is None:
-        return {n: n for n in names}
-    done = subprocess.run([cxxfilt], input="\n".join(names), capture_output=True, text=True, timeout=60)
-    return {n: p.split("(")[0].removeprefix("void ") for n, p in zip(names, done.stdout.splitlines())}
-
 
 def test_name_expressions_are_in_the_family():
     names = gpu.names()
@@ -69,102 +40,15 @@ def test_name_expressions_are_in_the_family():
 
 
 def test_backward_compiles_with_nvcc_without_spills(tmp_path, record_property):
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc is not installed here")
-    refs = "\n".join(f"    (void*)&{name}," for name in gpu.names())
-    src = tmp_path / "flashmask.cu"
-    src.write_text(gpu.source() + "\n// every name expression of the RawModule\nextern void* oarlock_instances[];\n"
-                   f"void* oarlock_instances[] = {{\n{refs}\n}};\n")
-    cubin = tmp_path / "flashmask.cubin"
-    done = subprocess.run([nvcc, "-arch=sm_90", "--cubin", *gpu.OPTIONS, "-Xptxas", "-v", "-Werror", "all-warnings",
-                           "-o", str(cubin), str(src)], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    assert cubin.stat().st_size > 0
-    stats = _ptxas_stats(done.stderr)
+    stats = compile_family(tmp_path)
     backward = {n: s for n, s in stats.items() if "fm_bwd" in n}
-    plain = _demangle(list(backward))
-    print("\nptxas -v (sm_90), backward:")
-    for name, s in backward.items():
-        line = (f"{s['registers']} registers, {s['stack']} bytes stack, {s['spill_stores']} bytes spill stores, "
-                f"{s['spill_loads']} bytes spill loads")
-        print(f"  {plain[name]}: {line}")
-        record_property(plain[name], line)
+    plain = report_ptxas(backward, record_property, ", backward")
     assert len(backward) == len(gpu_backward.NAME_EXPRESSIONS), sorted(plain.values())
     spilling = {plain[n]: s for n, s in backward.items() if s["spill_stores"] or s["spill_loads"] or s["stack"]}
     assert not spilling, f"backward kernels spill to local memory: {spilling}"
 
 
 # -- 2. the kernels on the host ----------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    emulation = pytest.importorskip("oarlock_cuda.emulation")
-    if emulation.gxx() is None:
-        pytest.skip("g++ is not installed here (the host emulation of the CUDA kernels needs it)")
-    build = Path(os.environ.get("OARLOCK_CUDA_EMU_CACHE") or tmp_path_factory.mktemp("emu"))
-    build.mkdir(parents=True, exist_ok=True)
-    previous = gpu.RUNTIME
-    gpu.RUNTIME = emulation.HostRuntime(build, gpu.source, gpu.names)
-    try:
-        yield gpu.RUNTIME
-    finally:
-        gpu.RUNTIME = previous
-
-
-class PoisonedNumpy:
-    """numpy whose `empty` fills new arrays with NaN (floats) or a sentinel (ints), so that elements a kernel
-    does not write stand out; passed to flashmask_backward_gpu as its `xp`."""
-
-    def __getattr__(self, name):
-        return getattr(np, name)
-
-    @staticmethod
-    def empty(shape, dtype=float, **kwargs):
-        a = np.empty(shape, dtype=dtype, **kwargs)
-        a.fill(-987654 if a.dtype.kind in "iu" else np.nan)
-        return a
-
-
-def _blocky(rng, shape, low, high):
-    """int32 values in [low, high] constant over random runs of columns (axis 2), so that 64 x 64 tiles come
-    out SKIP, FULL and PARTIAL."""
-    b, hm, sk = shape
-    out = np.empty(shape, dtype=np.int64)
-    for i in range(b):
-        for h in range(hm):
-            j = 0
-            while j < sk:
-                n = int(rng.integers(8, 80))
-                mode = rng.integers(0, 3)
-                out[i, h, j:j + n] = (low if mode == 0 else high if mode == 1
-                                      else rng.integers(low, high + 1, min(n, sk - j)))
-                j += n
-    return out
-
-
-def _random_mask(rng, b, hm, sq, sk, c, causal, masked_rows=0):
-    """A valid startend_row_indices [B, Hm, Sk, C] (int32); `masked_rows` > 0 (C = 4) hides rows [0, masked_rows)
-    from every key (fully masked rows)."""
-    if c == 1:
-        cols = [_blocky(rng, (b, hm, sk), 0, sq)]
-    elif causal or c == 4:
-        cols = []
-        for _ in range(c // 2):
-            start = _blocky(rng, (b, hm, sk), 0, sq)
-            cols += [start, np.minimum(start + _blocky(rng, (b, hm, sk), 0, sq), sq)]
-        if masked_rows:
-            cols[0][...] = 0
-            cols[1][...] = np.maximum(cols[1], masked_rows)
-    else:                                            # (LTS, UTE): rows >= LTS and rows < UTE masked
-        cols = [_blocky(rng, (b, hm, sk), sq // 2, sq), _blocky(rng, (b, hm, sk), 0, sq // 2)]
-    return np.ascontiguousarray(np.stack(cols, axis=-1).astype(np.int32))
-
-
-def _builder(fn, *args, **kwargs):
-    sri, causal = fn(*args, **kwargs)
-    return np.ascontiguousarray(sri.numpy()), causal
-
 
 # id: (b, sq, sk, hq, hk, d, dtype, options); options: mask=(builder | ("random", hm, c[, masked rows])), causal,
 # window, scale, grad_lse, deterministic (run twice, compare bits)
@@ -175,9 +59,9 @@ CASES = {
     "causal-sq>sk": (1, 150, 70, 2, 2, 128, "bfloat16", {"causal": True}),           # rows < 80 fully masked
     "window-sq<sk": (1, 90, 150, 2, 1, 64, "bfloat16", {"window": (20, 5)}),
     "sliding-window-builder": (1, 130, 130, 2, 2, 64, "float16",
-                               {"mask": lambda: _builder(masks.sliding_window_mask, 130, 33)}),
+                               {"mask": lambda: builder(masks.sliding_window_mask, 130, 33)}),
     "causal-document": (2, 130, 130, 2, 1, 128, "bfloat16", {
-        "mask": lambda: _builder(masks.causal_document_mask, [[40, 60, 30], [100, 30]]), "grad_lse": True,
+        "mask": lambda: builder(masks.causal_document_mask, [[40, 60, 30], [100, 30]]), "grad_lse": True,
         "deterministic": True}),
     "random-C2-Hm=Hq": (1, 100, 130, 4, 2, 64, "bfloat16", {"mask": ("random", 4, 2)}),
     "random-C4-Hm=Hk-masked-rows": (1, 100, 100, 4, 2, 128, "bfloat16",
@@ -190,24 +74,10 @@ CASES = {
 def _case(rng, name):
     """(grad, q, k, v, out, lse, kwargs): 16-bit inputs, out from the CPU forward rounded to their dtype, lse
     float32, and the op's keyword arguments."""
-    b, sq, sk, hq, hk, d, dtype, opt = CASES[name]
-    dt = _np_dtype(dtype)
-    q, k, v, grad = (rng.standard_normal(shape).astype(dt)
-                     for shape in ((b, sq, hq, d), (b, sk, hk, d), (b, sk, hk, d), (b, sq, hq, d)))
-    causal = opt.get("causal", False)
-    sri = None
-    mask = opt.get("mask")
-    if callable(mask):
-        sri, causal = mask()
-    elif mask is not None:
-        sri = _random_mask(rng, b, mask[1], sq, sk, mask[2], causal, *mask[3:])
-    wl, wr = opt.get("window", (-1, -1))
-    kw = dict(startend_row_indices=sri, causal=causal, window_left=wl, window_right=wr,
-              softmax_scale=opt.get("scale"))
-    out, lse, _ = kernel.flashmask_forward(np, *(x.astype(np.float32) for x in (q, k, v)), sri, None, 0.0, causal,
-                                           wl, wr, opt.get("scale"))
-    kw["grad_lse"] = rng.standard_normal(lse.shape).astype(np.float32) if opt.get("grad_lse") else None
-    return grad, q, k, v, out.astype(dt), lse, kw
+    q, k, v, grad, kw = case(rng, CASES[name], grad=True)
+    out, lse = reference_forward(q, k, v, kw)
+    kw["grad_lse"] = rng.standard_normal(lse.shape).astype(np.float32) if CASES[name][7].get("grad_lse") else None
+    return grad, q, k, v, out.astype(q.dtype), lse, kw
 
 
 def _reference(grad, q, k, v, out, lse, kw):
@@ -222,8 +92,7 @@ def _check(got, want, inputs, lse, what):
         assert g.shape == x.shape and g.dtype == x.dtype, (what, name, g.shape, g.dtype)
         g32 = g.astype(np.float32)
         assert np.isfinite(g32).all(), f"{what} {name}: {np.count_nonzero(~np.isfinite(g32))} non-finite (unwritten?)"
-        norm = np.linalg.norm(w)
-        rel = np.linalg.norm(g32 - w) / (norm if norm else 1.0)
+        rel = relative_error(g32, w)
         assert rel < 1e-2, f"{what} {name}: relative error {rel:.3e}"
         rels.append(rel)
     empty = np.isneginf(lse)                                         # [B, Hq, Sq]: fully masked rows
@@ -255,7 +124,7 @@ def test_host_delta(host):
     rng = np.random.default_rng(20)
     for d, dtype in ((64, "bfloat16"), (128, "float16")):
         b, sq, hq = 2, 37, 3
-        do, o = (rng.standard_normal((b, sq, hq, d)).astype(_np_dtype(dtype)) for _ in range(2))
+        do, o = (rng.standard_normal((b, sq, hq, d)).astype(np_dtype(dtype)) for _ in range(2))
         glse = rng.standard_normal((b, hq, sq)).astype(np.float32)
         want = (do.astype(np.float32) * o.astype(np.float32)).sum(-1).transpose(0, 2, 1)
         fn = gpu.RUNTIME.function(gpu.FAMILY, f"fm_bwd_delta<{gpu_backward.CTYPES[dtype]}, {d}>", 0)
@@ -273,40 +142,18 @@ def test_host_everything_masked_reads_no_keys(host, dtype, d):
     """A mask that hides every key: zero gradients even with NaN keys and values (no tile is computed)."""
     rng = np.random.default_rng(21)
     b, sq, sk, hq, hk = 1, 100, 130, 4, 2
-    dt = _np_dtype(dtype)
+    dt = np_dtype(dtype)
     q, grad, out = (rng.standard_normal((b, sq, hq, d)).astype(dt) for _ in range(3))
     k = np.full((b, sk, hk, d), np.nan, dtype=dt)
     v = np.full((b, sk, hk, d), np.nan, dtype=dt)
     lse = np.full((b, hq, sq), -np.inf, dtype=np.float32)
-    for sri, causal in ((np.zeros((b, 1, sk, 1), dtype=np.int32), True),          # rows >= 0
-                        (np.stack([np.zeros((b, hq, sk)), np.full((b, hq, sk), sq)], -1).astype(np.int32), False)):
+    for sri, causal in everything_masked(b, hq, sq, sk):
         got = gpu_backward.flashmask_backward_gpu(grad, q, k, v, out, lse, sri, causal=causal, xp=PoisonedNumpy())
         for name, g in zip(("dq", "dk", "dv"), got):
             assert (g.astype(np.float32) == 0).all(), (name, causal)
 
 
 # -- fallbacks (no kernel runs) ------------------------------------------------------------------------------------
-
-class _NoLaunch:
-    def function(self, *args):
-        raise AssertionError("the fused kernels ran for inputs they do not take")
-
-    def device_of(self, array):
-        return 0
-
-    def launch(self, *args, **kwargs):
-        raise AssertionError("the fused kernels ran for inputs they do not take")
-
-
-@pytest.fixture
-def no_launch():
-    previous = gpu.RUNTIME
-    gpu.RUNTIME = _NoLaunch()
-    try:
-        yield
-    finally:
-        gpu.RUNTIME = previous
-
 
 @pytest.mark.parametrize("what", ["float32", "d32", "dropout", "empty", "dv-mismatch", "mixed-dtypes"])
 def test_fallbacks_are_the_generic_kernel(no_launch, what):
@@ -322,7 +169,7 @@ def test_fallbacks_are_the_generic_kernel(no_launch, what):
         sq = 0
     elif what == "dv-mismatch":
         dv = 128
-    dt = _np_dtype(dtype)
+    dt = np_dtype(dtype)
     q, grad, out = (rng.standard_normal((1, sq, 2, d)).astype(dt) for _ in range(3))
     k = rng.standard_normal((1, 40, 2, d)).astype(dt)
     v = rng.standard_normal((1, 40, 2, dv)).astype(dt)
@@ -331,39 +178,23 @@ def test_fallbacks_are_the_generic_kernel(no_launch, what):
     lse = rng.standard_normal((1, 2, sq)).astype(np.float32)
     args = (grad, q, k, v, out, lse)
     if what == "dv-mismatch":
-        with pytest.raises(ValueError) as got:
-            gpu_backward.flashmask_backward_gpu(*args, **kw)
-        with pytest.raises(ValueError) as want:
-            kernel.flashmask_backward(np, *args, **kw)
-        assert str(got.value) == str(want.value)
+        assert_raises_alike(lambda: gpu_backward.flashmask_backward_gpu(*args, **kw),
+                            lambda: kernel.flashmask_backward(np, *args, **kw), ValueError)
         return
-    got = gpu_backward.flashmask_backward_gpu(*args, **kw)
-    want = kernel.flashmask_backward(np, *args, **kw)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_array_equal(g.astype(np.float64), w.astype(np.float64))
+    assert_same(gpu_backward.flashmask_backward_gpu(*args, **kw), kernel.flashmask_backward(np, *args, **kw))
 
 
 @pytest.mark.parametrize("bad", ["sri-dtype", "sri-values", "window-and-sri", "seed-offset"])
 def test_errors_are_the_generic_kernels(no_launch, bad):
     rng = np.random.default_rng(23)
-    dt = _np_dtype("bfloat16")
+    dt = np_dtype("bfloat16")
     q, k, v, grad, out = (rng.standard_normal((1, 64, 2, 64)).astype(dt) for _ in range(5))
     lse = rng.standard_normal((1, 2, 64)).astype(np.float32)
-    kw = {"startend_row_indices": np.full((1, 1, 64, 1), 64, dtype=np.int32), "causal": True}
-    if bad == "sri-dtype":
-        kw["startend_row_indices"] = kw["startend_row_indices"].astype(np.int64)
-    elif bad == "sri-values":
-        kw["startend_row_indices"] = kw["startend_row_indices"] + 1
-    elif bad == "window-and-sri":
-        kw["window_left"] = 3
-    else:
+    kw = broken_kwargs(bad)
+    if bad == "seed-offset":
         kw["seed_offset"] = np.array([1, 2, 3], dtype=np.int64)
-    with pytest.raises((TypeError, ValueError)) as got:
-        gpu_backward.flashmask_backward_gpu(grad, q, k, v, out, lse, **kw)
-    with pytest.raises((TypeError, ValueError)) as want:
-        kernel.flashmask_backward(np, grad, q, k, v, out, lse, **kw)
-    assert type(got.value) is type(want.value) and str(got.value) == str(want.value)
+    assert_raises_alike(lambda: gpu_backward.flashmask_backward_gpu(grad, q, k, v, out, lse, **kw),
+                        lambda: kernel.flashmask_backward(np, grad, q, k, v, out, lse, **kw))
 
 
 def test_registered_kernel_takes_the_dispatchers_xp(no_launch):
@@ -372,26 +203,14 @@ def test_registered_kernel_takes_the_dispatchers_xp(no_launch):
     q, k, v, grad, out = (rng.standard_normal((1, 16, 2, 64)).astype(np.float32) for _ in range(5))
     lse = rng.standard_normal((1, 2, 16)).astype(np.float32)
     args = (grad, q, k, v, out, lse, None, None, None, 0.0, True, -1, -1, None)
-    got = gpu_backward.backward_kernel(np, *args)
-    for g, w in zip(got, kernel.flashmask_backward(np, *args)):
-        np.testing.assert_array_equal(g, w)
+    assert_same(gpu_backward.backward_kernel(np, *args), kernel.flashmask_backward(np, *args))
 
 
 # -- 3. on a GPU ---------------------------------------------------------------------------------------------------
 
-def _cupy():
-    try:
-        import cupy
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no GPU")
-    except Exception as exc:                  # no cupy, no driver, no device
-        pytest.skip(f"cupy with a GPU is not available here ({type(exc).__name__}: {exc})")
-    return cupy
-
-
 @pytest.mark.parametrize("name", list(CASES))
 def test_gpu_backward_matches_cpu(name):
-    cupy = _cupy()
+    cupy = cupy_or_skip()
     rng = np.random.default_rng(100 + list(CASES).index(name))
     grad, q, k, v, out, lse, kw = _case(rng, name)
     dev = {key: (cupy.asarray(val) if isinstance(val, np.ndarray) else val) for key, val in kw.items()}
