@@ -29,7 +29,7 @@
 // products and the source of each operand are spelled out where they are computed.
 
 #define FM_BWD_THREADS 128
-#define FM_BWD_BLOCK 64
+#define FM_BWD_BLOCK FM_STATS_BLOCK
 #define FM_BWD_LOG2E 1.4426950408889634f
 #define FM_BWD_INF __int_as_float(0x7f800000)
 
@@ -75,27 +75,6 @@ __device__ __forceinline__ void fm_bwd_load_vectors(int* s, const FlashMaskSpec&
             for (int p = 0; p < 4; ++p) s[tid * 4 + p] = 0;
         }
     }
-}
-
-// A mask spec from the kernel arguments (a launch passes scalars and arrays; sri, bmin and bmax are dummies when
-// has_sri is 0)
-__device__ __forceinline__ FlashMaskSpec fm_bwd_spec(const int* sri, const int* bmin, const int* bmax, int has_sri,
-                                                     int hm, int c, int hq, int causal, int wl, int wr, int sq,
-                                                     int sk) {
-    FlashMaskSpec m;
-    m.sri = has_sri ? sri : nullptr;
-    m.bmin = has_sri ? bmin : nullptr;
-    m.bmax = has_sri ? bmax : nullptr;
-    m.hm = hm;
-    m.c = c;
-    m.head_div = hq / hm;
-    m.causal = causal;
-    m.wl = wl;
-    m.wr = wr;
-    m.sq = sq;
-    m.sk = sk;
-    m.nkb = (sk + FM_BWD_BLOCK - 1) / FM_BWD_BLOCK;
-    return m;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -225,7 +204,7 @@ __global__ void FM_BWD_BOUNDS fm_bwd_dkdv(const T* q, const T* k, const T* v, co
     const int c0 = kb * FM_BWD_BLOCK, c1 = fm_bwd_min(c0 + FM_BWD_BLOCK, sk);
     const int group = hq / hk, h0 = h * group;
     const int nqb = (sq + FM_BWD_BLOCK - 1) / FM_BWD_BLOCK, n = group * nqb;
-    const FlashMaskSpec m = fm_bwd_spec(sri, bmin, bmax, has_sri, hm, c, hq, causal, wl, wr, sq, sk);
+    const FlashMaskSpec m = fm_spec(sri, bmin, bmax, has_sri, hm, c, hq, causal, wl, wr, sq, sk);
     const long long q_rs = (long long)hq * D, k_rs = (long long)hk * D;
     const float scale_log2 = scale * FM_BWD_LOG2E;
 
@@ -372,7 +351,7 @@ __global__ void FM_BWD_BOUNDS fm_bwd_dq(const T* q, const T* k, const T* v, cons
     const int qb = (int)blockIdx.x, h = (int)blockIdx.y, b = (int)blockIdx.z;
     const int r0 = qb * FM_BWD_BLOCK, r1 = fm_bwd_min(r0 + FM_BWD_BLOCK, sq);
     const int hkv = h / (hq / hk);
-    const FlashMaskSpec m = fm_bwd_spec(sri, bmin, bmax, has_sri, hm, c, hq, causal, wl, wr, sq, sk);
+    const FlashMaskSpec m = fm_spec(sri, bmin, bmax, has_sri, hm, c, hq, causal, wl, wr, sq, sk);
     const int mh = h / m.head_div;
     const long long q_rs = (long long)hq * D, k_rs = (long long)hk * D;
     const float scale_log2 = scale * FM_BWD_LOG2E;

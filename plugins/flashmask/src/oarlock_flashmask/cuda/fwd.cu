@@ -43,7 +43,7 @@
 //   tests check the skipping against the CPU classification.
 
 #define FM_BLOCK_M 64
-#define FM_BLOCK_N 64
+#define FM_BLOCK_N FM_STATS_BLOCK
 #define FM_THREADS 128
 #define FM_MAX_C 4
 
@@ -107,19 +107,7 @@ fm_fwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v
     const int kvh = h / (hq / hk);
     const int mh = h / (hq / hm);
 
-    FlashMaskSpec spec;
-    spec.sri = has_sri ? sri : nullptr;
-    spec.bmin = bmin;
-    spec.bmax = bmax;
-    spec.hm = hm;
-    spec.c = c;
-    spec.head_div = hq / hm;
-    spec.causal = causal;
-    spec.wl = wl;
-    spec.wr = wr;
-    spec.sq = sq;
-    spec.sk = sk;
-    spec.nkb = nkb;
+    const FlashMaskSpec spec = fm_spec(sri, bmin, bmax, has_sri, hm, c, hq, causal, wl, wr, sq, sk);
 
     const long long q_stride = (long long)hq * D;      // elements from one row (token) to the next
     const long long kv_stride = (long long)hk * D;

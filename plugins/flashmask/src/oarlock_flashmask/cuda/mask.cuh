@@ -16,6 +16,7 @@
 // SKIP (every element masked: no loads, no math), FULL (none masked: no mask work) or PARTIAL (apply
 // fm_masked element by element). Both must agree with the CPU kernel's _Mask.
 
+#define FM_STATS_BLOCK 64   // key columns per pre-pass block (the kernels' key tiles are this wide too)
 #define FM_SKIP 0
 #define FM_FULL 1
 #define FM_PARTIAL 2
@@ -88,4 +89,23 @@ __device__ __forceinline__ int fm_classify(const FlashMaskSpec& m, int b, int mh
         }
     }
     return full ? FM_SKIP : (clean ? FM_FULL : FM_PARTIAL);
+}
+
+// The spec of one launch from its kernel arguments (sri, bmin and bmax are dummies when has_sri is 0).
+__device__ __forceinline__ FlashMaskSpec fm_spec(const int* sri, const int* bmin, const int* bmax, int has_sri, int hm,
+                                                 int c, int hq, int causal, int wl, int wr, int sq, int sk) {
+    FlashMaskSpec m;
+    m.sri = has_sri ? sri : nullptr;
+    m.bmin = has_sri ? bmin : nullptr;
+    m.bmax = has_sri ? bmax : nullptr;
+    m.hm = hm;
+    m.c = c;
+    m.head_div = hq / hm;
+    m.causal = causal;
+    m.wl = wl;
+    m.wr = wr;
+    m.sq = sq;
+    m.sk = sk;
+    m.nkb = (sk + FM_STATS_BLOCK - 1) / FM_STATS_BLOCK;
+    return m;
 }
