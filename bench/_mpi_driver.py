@@ -21,6 +21,21 @@ def is_rank() -> bool:
     return os.environ.get(RANK_MODE_ENV) == "1"
 
 
+def main(args, run_rank, drive) -> int:
+    """A benchmark's entry point: run_rank(args) in a rank the driver launched, else drive(args)."""
+    if is_rank():
+        run_rank(args)
+        return 0
+    return drive(args)
+
+
+def save_json(path, results: dict) -> None:
+    """--json PATH: the driver's raw figures (nothing when no path was given)."""
+    if path:
+        with open(path, "w") as fh:
+            json.dump(results, fh, indent=2)
+
+
 def write_result(result: dict) -> None:
     """Rank 0: hand the figures to the driver (nothing when run by hand under mpiexec)."""
     path = os.environ.get(RESULT_ENV)

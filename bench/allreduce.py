@@ -29,7 +29,6 @@ that rank 0 prints, and prints the machine line.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
@@ -39,7 +38,8 @@ import time
 
 import numpy as np
 
-from _mpi_driver import find_launcher, is_rank, mpi_library, run_ranks, write_result   # bench/ is sys.path[0]
+# bench/ is sys.path[0] when this script runs
+from _mpi_driver import find_launcher, main as entry, mpi_library, run_ranks, save_json, write_result
 
 DEFAULT_SIZES = ["1K", "4K", "16K", "64K", "256K", "1M", "4M", "16M", "64M"]
 QUICK_SIZES = ["4K", "1M", "16M"]
@@ -270,18 +270,12 @@ def drive(args) -> int:
             status = 1
         else:
             results["runs"].append(run)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=2)
+    save_json(args.json, results)
     return status
 
 
 def main(argv=None) -> int:
-    args = settle(build_parser().parse_args(argv))
-    if is_rank():
-        run_rank(args)
-        return 0
-    return drive(args)
+    return entry(settle(build_parser().parse_args(argv)), run_rank, drive)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,6 @@ progress on stderr and prints one table for all rank counts.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -64,7 +63,8 @@ import time
 
 import numpy as np
 
-from _mpi_driver import find_launcher, is_rank, mpi_library, run_ranks, write_result   # bench/ is sys.path[0]
+# bench/ is sys.path[0] when this script runs
+from _mpi_driver import find_launcher, main as entry, mpi_library, run_ranks, save_json, write_result
 
 RUN_DIR_ENV = "OARLOCK_BENCH_CHECKPOINT_DIR"  # the directory one launch writes its files into
 GOAL_RATIO = 0.8
@@ -520,18 +520,12 @@ def drive(args) -> int:
     print(load_line() + " (at the end)", flush=True)
     results["runs"] = runs
     results["load_average_end"] = os.getloadavg()
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=2)
+    save_json(args.json, results)
     return status
 
 
 def main(argv=None) -> int:
-    args = settle(build_parser().parse_args(argv))
-    if is_rank():
-        run_rank(args)
-        return 0
-    return drive(args)
+    return entry(settle(build_parser().parse_args(argv)), run_rank, drive)
 
 
 if __name__ == "__main__":
