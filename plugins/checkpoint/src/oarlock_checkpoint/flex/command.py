@@ -9,7 +9,6 @@ merge   write its whole tensors as a Hugging Face style directory (merge_sharded
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -70,10 +69,6 @@ def _run(args: argparse.Namespace) -> int:
         return 2
 
 
-def _nbytes(tensor) -> int:
-    return math.prod(tensor.shape) * np.dtype(NUMPY_DTYPE[tensor.dtype]).itemsize
-
-
 def _size(nbytes: int) -> str:
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if nbytes >= scale:
@@ -90,7 +85,7 @@ def _info(args, source, data_format) -> int:
                 line += f"; interrupted saves {sorted(partial)} (" + "; ".join(
                     f"{uid}: {', '.join(layout.leftovers(args.path, uid))}" for uid in sorted(partial)) + ")"
             print(line)
-    total = sum(_nbytes(t) for t in source.tensors.values())
+    total = sum(t.nbytes for t in source.tensors.values())
     checked = "no checksums" if source.unique_id is None else f"{CHECKSUM} checksums"
     ranks = "" if source.world_size is None else f"saved by {source.world_size} rank(s), "
     print(f"{source.description}: {ranks}{len(source.tensors)} tensors, {_size(total)} in {len(source.files)} "

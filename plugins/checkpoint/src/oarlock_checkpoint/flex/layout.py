@@ -14,13 +14,17 @@ file: each tensor is then one whole shard of its file.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import warnings
 import zlib
 from typing import NamedTuple
 
+import numpy as np
+
 from oarlock_checkpoint import safetensors
+from oarlock_checkpoint._arrays import NUMPY_DTYPE
 from oarlock_checkpoint._files import atomic_write
 from oarlock_checkpoint.flex.boxes import box_of, whole
 from oarlock_checkpoint.flex.datafile import CHECKSUM, durable
@@ -43,6 +47,10 @@ class SourceTensor(NamedTuple):
     dtype: str
     shape: tuple
     shards: list
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * np.dtype(NUMPY_DTYPE[self.dtype]).itemsize
 
 
 class Source:

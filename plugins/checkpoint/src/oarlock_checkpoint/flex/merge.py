@@ -12,11 +12,9 @@ from __future__ import annotations
 import json
 import os
 
-import numpy as np
 
 import oarlock
 from oarlock_checkpoint import safetensors as st
-from oarlock_checkpoint._arrays import NUMPY_DTYPE
 from oarlock_checkpoint._files import atomic_write
 from oarlock_checkpoint.flex import layout
 from oarlock_checkpoint.flex.datafile import durable
@@ -50,9 +48,8 @@ def merge_sharded_state_dict(load_path, save_path, prefix=None, safetensor_prefi
         renamed = _strip(tensors, prefix)
         if _is_writer():
             st.save_file(renamed, os.path.join(save_path, name), durable=durable())
-        for key, tensor in renamed.items():
-            weight_map[key] = name
-            total += tensor.size * np.dtype(NUMPY_DTYPE[tensor.dtype.name]).itemsize
+        weight_map.update(dict.fromkeys(renamed, name))
+        total += sum(source.tensors[key].nbytes for key in group)
     if _is_writer():
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         with atomic_write(os.path.join(save_path, f"{safetensor_prefix}.safetensors.index.json"), WHERE,
@@ -88,8 +85,7 @@ def _strip(tensors: dict, prefix) -> dict:
 
 
 def _split_by_bytes(keys: list, source, file_num: int) -> list:
-    sizes = [int(np.prod(source.tensors[k].shape)) * np.dtype(NUMPY_DTYPE[source.tensors[k].dtype]).itemsize
-             for k in keys]
+    sizes = [source.tensors[k].nbytes for k in keys]
     total, groups, current, done = sum(sizes), [], [], 0
     for i, (key, size) in enumerate(zip(keys, sizes)):
         current.append(key)
