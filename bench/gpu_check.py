@@ -281,7 +281,7 @@ def _outputs_close(cp, op, got, want, dtype) -> str:
 
 
 def part_d(args, cp) -> None:
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     from oarlock_cuda import fused
     import oarlock  # noqa: F401  (loads the plugins, so fused.GENERIC finds the generic kernels)
 

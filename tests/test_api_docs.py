@@ -20,7 +20,7 @@ def test_api_page_matches_the_registry():
 
 def test_api_page_lists_every_public_name():
     import oarlock  # noqa: F401
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     page = (ROOT / "docs" / "api.md").read_text()
     missing = [f"{namespace}.{name}" for namespace, names in default_registry().api.items() for name in names
                if f"`{namespace}.{name}`" not in page]

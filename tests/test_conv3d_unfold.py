@@ -14,7 +14,7 @@ import pytest
 import oarlock
 import oarlock.nn as nn
 import oarlock.nn.functional as F
-from oarlock._registry import default_registry
+from oarlock.registry import default_registry
 from op_specs.conv import conv3d_ref, conv3d_transpose_ref, fold_ref, unfold_ref
 from errors import raises_naming
 from oracles import close as _close

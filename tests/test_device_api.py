@@ -16,7 +16,7 @@ import pytest
 
 import oarlock
 import oarlock.device as device
-from oarlock._registry import default_registry
+from oarlock.registry import default_registry
 from oarlock.device import Backend, Event, Stream, current_stream, set_stream, stream_guard
 
 
@@ -313,7 +313,7 @@ def test_device_errors(testdev):
 
 def test_pin_memory_without_a_gpu_says_why():
     import oarlock
-    gpu = oarlock._registry.default_registry().backends.get("gpu")
+    gpu = oarlock.registry.default_registry().backends.get("gpu")
     if gpu is not None and gpu.available()[0]:
         pinned = oarlock.ones([3]).pin_memory()
         assert pinned.place == "cpu" and pinned.tolist() == [1.0, 1.0, 1.0]
@@ -361,7 +361,7 @@ def test_kernels_run_through_the_backends_bind_kernel_on_both_paths():
 
 def test_oarlock_plugins_says_why_a_device_is_unavailable():
     import oarlock
-    gpu = oarlock._registry.default_registry().backends.get("gpu")
+    gpu = oarlock.registry.default_registry().backends.get("gpu")
     if gpu is None or gpu.available()[0]:
         pytest.skip("needs the gpu plugin installed without a usable GPU")
     done = subprocess.run([sys.executable, "-W", "ignore", "-m", "oarlock.cli", "plugins"], capture_output=True,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import oarlock
-from oarlock._registry import default_registry
+from oarlock.registry import default_registry
 from op_specs import FLOATS, In, all_specs
 
 SPECS = all_specs()

@@ -17,7 +17,7 @@ import pytest
 
 import oarlock
 import oarlock.nn.functional as F
-from oarlock._registry import default_registry
+from oarlock.registry import default_registry
 
 RNG = np.random.default_rng(32)
 

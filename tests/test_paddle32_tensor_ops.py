@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import oarlock
-from oarlock._registry import default_registry
+from oarlock.registry import default_registry
 from errors import raises_naming as _raises
 
 RNG = np.random.default_rng(2024)

@@ -14,7 +14,7 @@ import pluggy
 import pytest
 
 from oarlock import hookimpl
-from oarlock._registry import Registry
+from oarlock.registry import Registry
 from oarlock.device import Backend
 from oarlock.plugins import PluginManager
 

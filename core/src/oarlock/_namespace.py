@@ -14,7 +14,7 @@ def lazy_namespace(module_name: str, namespace: str, module_globals: dict):
     def __getattr__(name):
         if name.startswith("__"):
             raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
-        from oarlock._registry import default_registry
+        from oarlock.registry import default_registry
         entry = default_registry().api[namespace].get(name)
         if entry is None:
             raise AttributeError(f"module {module_name!r} has no attribute {name!r}: no installed plugin "
@@ -23,7 +23,7 @@ def lazy_namespace(module_name: str, namespace: str, module_globals: dict):
         return entry[0]
 
     def __dir__():
-        from oarlock._registry import default_registry
+        from oarlock.registry import default_registry
         return sorted(set(module_globals) | set(default_registry().api[namespace]))
 
     return __getattr__, __dir__

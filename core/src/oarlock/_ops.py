@@ -9,7 +9,7 @@ cost one attribute lookup after the first call.
 def __getattr__(name):
     if name.startswith("__"):
         raise AttributeError(name)
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     entry = default_registry().api["oarlock"].get(name)
     if entry is None:
         raise NotImplementedError(f"the core needs op {name!r}, but no installed plugin provides "

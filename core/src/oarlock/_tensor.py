@@ -39,8 +39,10 @@ class Tensor:
     """
 
     # _oidx, _grad, _hooks, _name, _persistable and _param are set only when used (read via properties)
-    __slots__ = ("_data", "_place", "_dtype", "stop_gradient", "_node", "_oidx", "_grad", "_hooks", "_name",
-                 "_persistable", "_param", "__weakref__")
+    # _vc: the version counter (None until the first in-place write; shared by views and their base);
+    # _view: (base tensor, function making this view from the base) for outputs of view ops
+    __slots__ = ("_data", "_place", "_dtype", "stop_gradient", "_node", "_oidx", "_vc", "_view", "_grad", "_hooks",
+                 "_name", "_persistable", "_param", "__weakref__")
     __array_ufunc__ = None      # make numpy defer to our reflected operators
     __array_priority__ = 1000
     __hash__ = object.__hash__  # __eq__ is elementwise, identity still hashes
@@ -75,7 +77,7 @@ class Tensor:
             raise TypeError(f"oarlock.Tensor(): argument 'stop_gradient' must be a bool, got "
                             f"{type(stop_gradient).__name__} {stop_gradient!r}")
         self._data, self._place, self._dtype = src._data, src._place, src._dtype
-        self.stop_gradient, self._node = bool(stop_gradient), None
+        self.stop_gradient, self._node, self._vc = bool(stop_gradient), None, None
 
     @staticmethod
     def _wrap(data, place, stop_gradient=True):
@@ -86,6 +88,7 @@ class Tensor:
         t._dtype = _BY_NP.get(data.dtype) or from_numpy_dtype(data.dtype)
         t.stop_gradient = stop_gradient
         t._node = None
+        t._vc = None
         return t
 
     # -- metadata ----------------------------------------------------------------------------------
@@ -144,6 +147,15 @@ class Tensor:
     @trainable.setter
     def trainable(self, value: bool):
         self.stop_gradient = not value
+
+    @property
+    def inplace_version(self) -> int:
+        """How many in-place writes this tensor's storage has seen (shared with its views), as Paddle's
+        `Tensor.inplace_version`; backward compares it with the version a saved tensor had."""
+        vc = self._vc
+        return 0 if vc is None else vc.value
+
+    _version = inplace_version  # torch's spelling
 
     @property
     def is_leaf(self) -> bool:
@@ -263,7 +275,7 @@ class Tensor:
 
     def to(self, *args, **kwargs):
         """to(device), to(dtype), to(device, dtype) or to(other_tensor); keywords device=, dtype=."""
-        from oarlock._registry import default_registry
+        from oarlock.registry import default_registry
         device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
         kwargs.pop("blocking", None), kwargs.pop("non_blocking", None), kwargs.pop("copy", None)
         if kwargs:
@@ -288,7 +300,7 @@ class Tensor:
     def pin_memory(self):
         """A copy of this cpu tensor in page-locked host memory, which copies to the GPU faster; it
         needs a usable "gpu" backend, whose reason is given when there is none."""
-        from oarlock._registry import default_registry
+        from oarlock.registry import default_registry
         if self._place.type != "cpu":
             raise ValueError(f"Tensor.pin_memory(): the tensor is on {self._place}; only cpu tensors can be "
                              f"pinned")
@@ -449,14 +461,14 @@ class Tensor:
         return method.__get__(self, Tensor)
 
     def __dir__(self):
-        from oarlock._registry import default_registry
+        from oarlock.registry import default_registry
         return sorted(set(super().__dir__()) | set(default_registry().api["Tensor"]))
 
 
 def _tensor_method(name):
     if name.startswith("_"):
         return None
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     entry = default_registry().api["Tensor"].get(name)
     if entry is None:
         return None
@@ -484,6 +496,28 @@ def _looks_like_dtype(value) -> bool:
         except (TypeError, ValueError):
             return False
     return not isinstance(value, Tensor) and value.__class__.__name__ in ("DType", "dtype", "type")
+
+
+class VersionCounter:
+    """The in-place version of one storage, shared by a tensor and its views."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int = 0):
+        self.value = value
+
+
+def version_counter(t) -> VersionCounter:
+    """t's counter, created on first need (a tensor without one is at version 0)."""
+    vc = t._vc
+    if vc is None:
+        vc = t._vc = VersionCounter()
+    return vc
+
+
+def bump_version(t) -> None:
+    """Record an in-place write to t's storage (seen by every view sharing it)."""
+    version_counter(t).value += 1
 
 
 class _HookHandle:
@@ -520,13 +554,13 @@ class _ToPlace(PyLayer):
 
 def from_dlpack(obj):
     """A Tensor sharing memory with a DLPack-capable object (a numpy/CuPy/torch array or capsule)."""
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     from oarlock.device import Place
     if isinstance(obj, Tensor):
         return obj
     device_type, device_id = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (1, 0)
     for backend in default_registry().backends.values():
-        if getattr(backend, "dlpack_device_type", None) == device_type:
+        if backend.dlpack_device_type == device_type:
             data = backend.from_dlpack(obj)
             return Tensor._wrap(data, default_registry().parse_place(Place(backend.type, device_id)))
     raise ValueError(f"from_dlpack(): no installed backend handles DLPack device type {device_type}")

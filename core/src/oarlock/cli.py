@@ -54,21 +54,21 @@ def describe_reuse(entry: dict) -> str:
 
 def _describe_device(device_type: str) -> str:
     """ "gpu", or with the reason when its library or hardware is missing."""
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     usable, reason = default_registry().backends[device_type].available()
     return device_type if usable else f"{device_type} (unavailable: {reason})"
 
 
 def _describe_comm(name: str) -> str:
     """ "mpi (cpu)", or with the reason when the library or device is missing."""
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     comm = default_registry().comms[name]
     usable, reason = comm.available() if hasattr(comm, "available") else (True, "")
     return f"{name} ({', '.join(comm.device_types)}" + ("" if usable else f"; unavailable: {reason}") + ")"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     parser = argparse.ArgumentParser(prog="oarlock", description="oarlock: a plugin-based deep-learning framework")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     plugins = sub.add_parser("plugins", help="list installed plugins: distribution, version, hooks, devices, "

@@ -119,6 +119,7 @@ class Backend:
     parent: str | None = None
     xp = None
     array_types: tuple = ()
+    dlpack_device_type: int | None = None  # DLPack's device code (kDLCPU = 1, kDLCUDA = 2); None: no DLPack import
 
     def available(self) -> tuple[bool, str]:
         """(True, "") when the device can be used, else (False, why not): shown when a place of this
@@ -144,6 +145,16 @@ class Backend:
     def to_host(self, array):
         """Copy an array of this backend to a numpy array."""
         raise NotImplementedError
+
+    def from_dlpack(self, obj):
+        """An array of this backend sharing memory with a DLPack-capable object (or capsule) whose device
+        type is `dlpack_device_type`; `oarlock.from_dlpack` picks the backend by that code."""
+        raise NotImplementedError(f"device type {self.type!r} does not import DLPack objects")
+
+    def pin_memory(self, host):
+        """A copy of the numpy array `host` in page-locked host memory (a backend whose device copies
+        from pinned memory faster, such as "gpu", implements it; `Tensor.pin_memory` asks the "gpu" backend)."""
+        raise NotImplementedError(f"device type {self.type!r} has no pinned host memory")
 
     def generator(self, index: int = 0):
         """The random generator of device `index` (numpy.random.Generator-like)."""
@@ -299,7 +310,7 @@ def split_device_string(text: str) -> tuple[str, int | None]:
 
 
 def _registry():
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     return default_registry()
 
 

@@ -22,13 +22,7 @@ __all__ = [
 
 def _is_gpu(place) -> bool:
     """Whether `place` is a gpu or a CUDA-like device derived from "gpu"."""
-    backends, current, seen = _registry().backends, place.type, set()
-    while current is not None and current not in seen:
-        if current == "gpu":
-            return True
-        seen.add(current)
-        current = getattr(backends.get(current), "parent", None)
-    return False
+    return "gpu" in _registry().parent_chain(place.type)
 
 
 def _gpu_place(device, what: str):

@@ -29,11 +29,11 @@ import numbers
 import numpy as np
 
 from oarlock import dtypes as _dtypes
-from oarlock._registry import GENERIC, Registry
-from oarlock._tensor import Tensor
+from oarlock.registry import GENERIC, Registry
+from oarlock._tensor import Tensor, bump_version
 from oarlock.autograd import GRAD_MODE, Node
 
-__all__ = ["OpDef", "OpRegistrar", "OpError", "define_frontend", "AUTOCAST", "set_autocast"]
+__all__ = ["OpDef", "OpRegistrar", "OpError", "define_frontend", "AUTOCAST", "set_autocast", "write_out"]
 
 TENSOR_KINDS = ("Tensor", "TensorOrScalar", "OptTensor", "TensorList")
 _MISSING = object()
@@ -349,7 +349,7 @@ def define_frontend(op: OpDef, apply_fn):
             body.append(f"            if {n} is not _UNSET: raise TypeError({message!r})")
             body.append(f"            {n} = _rest[{k}]")
     body.append("    if _kw:")
-    body.append(f"        if 'out' in _kw: return _with_out(_op, _kw.pop('out'), {_recall(op)})")
+    body.append(f"        if 'out' in _kw: return write_out(_op, _kw.pop('out'), {_recall(op)})")
     for alias, target in op.aliases.items():
         body.append(f"        if {alias!r} in _kw: {target} = _take_alias(_op, _kw, {alias!r}, {target}, {target!r})")
     for p in rare:
@@ -388,7 +388,7 @@ def define_frontend(op: OpDef, apply_fn):
         namespace[f"_P_{p.name}"] = p
         if p.base in CONVERTERS and _immutable_default(op, p):
             namespace[f"_C_{p.name}"] = _convert_attr(op, p, p.default)
-    namespace["_with_out"] = _with_out
+    namespace["write_out"] = write_out
     exec(compile(source, f"<oarlock op {op.name}>", "exec"), namespace)
     fn = namespace[op.name]
     namespace["_self"] = fn
@@ -410,8 +410,8 @@ def _recall(op) -> str:
     return f"lambda: _self({', '.join(args + ['**_kw'])})"
 
 
-def _with_out(op, out, compute):
-    """`out=`: run the op, then write its result(s) into `out` (a Tensor, or a tuple of Tensors for
+def write_out(op, out, compute):
+    """`out=` (public: plugins whose Python frontends take `out=` reuse it; `op` needs only `.display`): run the op, then write its result(s) into `out` (a Tensor, or a tuple of Tensors for
     several outputs), which is returned. Shapes must match exactly; the result is cast to out's
     dtype when that loses no kind (float into int, complex into real are refused), as in torch."""
     result = compute()
@@ -435,6 +435,7 @@ def _with_out(op, out, compute):
             raise RuntimeError(f"{op.display}(): out= does not support autograd (an input requires a gradient); "
                                f"call it without out=, or under oarlock.no_grad()")
         o._data = r._data if r._dtype is o._dtype else r._data.astype(o._dtype.np)
+        bump_version(o)
     return out
 
 
@@ -568,7 +569,7 @@ def set_autocast(enabled: bool, dtype=None, level: str = "O1", white=(), black=(
     if AUTOCAST.enabled:
         # the generated fast paths know nothing of autocast: empty their caches, and `apply` does
         # not refill them while autocast is on, so every call goes through the cast below
-        from oarlock._registry import default_registry
+        from oarlock.registry import default_registry
         for op in default_registry().ops.values():
             op.fast.clear()
     return previous

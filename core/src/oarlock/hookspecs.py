@@ -43,7 +43,7 @@ def oarlock_register_api(api):
     ``oarlock.nn.functional.relu6`` resolve to ``fn``. Namespaces are
     "oarlock", "oarlock.nn", "oarlock.nn.functional", "oarlock.linalg",
     "oarlock.compat", "oarlock.distributed" and "Tensor" (methods); the full list is
-    ``oarlock._registry.NAMESPACES``.
+    ``oarlock.registry.NAMESPACES``.
     """
 
 

@@ -19,7 +19,7 @@ from importlib.metadata import entry_points
 import pluggy
 
 from oarlock import hookspecs
-from oarlock._registry import (ApiRegistrar, BackendRegistrar, CommandRegistrar, CommRegistrar, FormatRegistrar,
+from oarlock.registry import (ApiRegistrar, BackendRegistrar, CommandRegistrar, CommRegistrar, FormatRegistrar,
                                Registry, set_default_registry)
 
 ENTRY_POINT_GROUP = "oarlock.plugins"

@@ -6,7 +6,7 @@ __all__ = ["seed", "get_rng_state", "set_rng_state"]
 
 
 def _backends():
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     return default_registry().backends
 
 
@@ -19,7 +19,7 @@ def seed(seed: int) -> None:
 
 
 def _place(device):
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     from oarlock.device import default_place
     return default_place() if device is None else default_registry().parse_place(device, what="device")
 

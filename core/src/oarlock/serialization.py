@@ -27,7 +27,7 @@ class CheckpointFormat:
 
 
 def format_for(path, format: str | None = None, what: str = "save") -> CheckpointFormat:
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     formats = default_registry().formats
     if format is not None:
         found = formats.get(format)

@@ -54,7 +54,7 @@ class CupySpy:
 spy = CupySpy()
 sys.meta_path.insert(0, spy)
 import oarlock
-from oarlock._registry import default_registry
+from oarlock.registry import default_registry
 mine = sorted({(op, dev, dt.name if dt else None) for (op, dev, dt), (fn, plugin) in default_registry().kernels.items()
                if fn.__module__ == "oarlock_cuda.fused"})
 print(json.dumps({"attempts": spy.attempts, "cupy_loaded": any(m == "cupy" or m.startswith("cupy.")

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import oarlock
-from oarlock._registry import default_registry
+from oarlock.registry import default_registry
 from oarlock_cuda.backend import GPUBackend, probe_cupy
 from oarlock_cuda.memory import CountingAllocator
 from oarlock_cuda.rng import ALGORITHM, CounterGenerator, NumpyEngine, key_of
@@ -52,7 +52,7 @@ def test_loading_plugins_and_cpu_work_do_not_import_cupy():
     code = textwrap.dedent("""
         import sys
         import oarlock
-        from oarlock._registry import default_registry
+        from oarlock.registry import default_registry
         registry = default_registry()
         assert "gpu" in registry.backends, sorted(registry.backends)
         x = oarlock.randn([4, 4])

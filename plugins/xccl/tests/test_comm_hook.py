@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from oarlock._registry import DuplicateRegistration, Registry
+from oarlock.registry import DuplicateRegistration, Registry
 from oarlock.device import Backend
 
 pytest.importorskip("mpi4py")

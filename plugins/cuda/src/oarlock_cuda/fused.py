@@ -134,7 +134,7 @@ class _Generic:
     def __call__(self, op):
         fn = self.kernels.get(op)
         if fn is None:
-            from oarlock._registry import default_registry
+            from oarlock.registry import default_registry
             for registry in [default_registry(), *list(self.registries)]:
                 found = registry.kernels.get((op, None, None))
                 if found is not None:

@@ -8,7 +8,7 @@ import oarlock
 
 def sum_to_shape(g, shape):
     """Undo broadcasting: sum g over the axes that broadcasting added or stretched to reach `shape`."""
-    gshape = tuple(g._data.shape)
+    gshape = tuple(g.shape)
     shape = tuple(shape)
     if gshape == shape:
         return g
@@ -16,7 +16,7 @@ def sum_to_shape(g, shape):
     axes = list(range(lead)) + [lead + i for i, n in enumerate(shape) if n == 1 and gshape[lead + i] != 1]
     if axes:
         g = oarlock.sum(g, axis=axes, keepdim=True)
-    return oarlock.reshape(g, list(shape)) if tuple(g._data.shape) != shape else g
+    return oarlock.reshape(g, list(shape)) if tuple(g.shape) != shape else g
 
 
 def unbroadcast(ctx, i, g):

@@ -23,7 +23,7 @@ import numpy as np
 
 import oarlock
 from oarlock import dtypes as D
-from oarlock._registry import default_registry
+from oarlock.plugin_api import default_registry, wrap
 
 # the keywords every creation op without a tensor input takes after its own arguments
 _PLACED = "place: Place|None = None, requires_grad: bool = False, pin_memory: bool = False"
@@ -424,7 +424,7 @@ def as_tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=Fal
         target = place or default_place()
         shared = (data.__class__ is np.ndarray and target.backend.xp is np
                   and (dt is None or dt.np == data.dtype) and _known_dtype(data.dtype))
-        out = oarlock.Tensor._wrap(data, target) if shared else oarlock.to_tensor(data, dtype=dt, place=target)
+        out = wrap(data, target) if shared else oarlock.to_tensor(data, dtype=dt, place=target)
     if flag_arg(public, "requires_grad", requires_grad) and out.stop_gradient:
         out = (out.detach() if out is data else out).requires_grad_()
     return out

@@ -38,7 +38,7 @@ import types
 
 import oarlock
 from oarlock import Tensor
-from oarlock.dispatch import _with_out
+from oarlock.plugin_api import write_out as write_result_into
 from oarlock_ops.linalg import compute_dtype
 from oarlock_ops.reduction import _axes, _keep, _reduced_shape
 from oarlock_ops.shape import _axis
@@ -74,9 +74,9 @@ return_types = types.SimpleNamespace(**{name: _values_indices(name) for name in 
 
 def write_out(public, out, result):
     """`out=` for the frontends here, which reshape an op's result: the call path's rules (exact shape,
-    same device, no kind-losing cast, no autograd; dispatch._with_out) under the frontend's name. A
+    same device, no kind-losing cast, no autograd; plugin_api.write_out) under the frontend's name. A
     named tuple result comes back as the same type over the `out` tensors; otherwise `out` itself."""
-    written = _with_out(types.SimpleNamespace(display=public), out, lambda: result)
+    written = write_result_into(types.SimpleNamespace(display=public), out, lambda: result)
     return type(result)(*written) if hasattr(result, "_fields") else written
 
 

@@ -15,6 +15,7 @@ import os
 import numpy as np
 
 from oarlock import Tensor
+from oarlock.plugin_api import array_of, wrap
 from oarlock_xccl import groups, watchdog
 from oarlock_xccl.backend import ReduceOp
 
@@ -66,12 +67,12 @@ class Call:
     # -- arrays for the backend ----------------------------------------------------------------
     def input(self, tensor) -> object:
         """A C-contiguous array with `tensor`'s values, without a copy where possible."""
-        array = tensor.numpy() if self.staged else tensor._data
+        array = tensor.numpy() if self.staged else array_of(tensor)
         return array if array.flags.c_contiguous else array.copy(order="C")
 
     def inout(self, tensor) -> object:
         """The array the backend reads and overwrites; staged arrays are written back afterwards."""
-        array = tensor.numpy() if self.staged else tensor._data
+        array = tensor.numpy() if self.staged else array_of(tensor)
         if array.flags.c_contiguous and getattr(array.flags, "writeable", True) and not self.staged:
             return array
         array = array.copy(order="C")
@@ -85,7 +86,7 @@ class Call:
         """A Tensor over a result array, on the call's device."""
         if self.staged:
             array = self.place.backend.asarray(array, None, self.place.index)
-        return Tensor._wrap(array, self.place)
+        return wrap(array, self.place)
 
     def then(self, step) -> None:
         self.afterwards.append(step)
@@ -98,7 +99,7 @@ class Call:
 
 
 def _served_types(backend) -> set:
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     registry = default_registry()
     return {device for device in registry.backends if backend in registry.comms_for_device(device)}
 
@@ -153,7 +154,7 @@ def begin(name: str, group, tensors: list, peers=None, agree=(), same_shape=Fals
 def _route(group, place, what: str) -> tuple:
     """(backend, communicator, staged) for `place`'s tensors on `group`, remembered per device
     type until a plugin registers something new."""
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     generation = default_registry().generation
     cached = group.routes.get(place.type)
     if cached is not None and cached[0] == generation:
@@ -168,7 +169,7 @@ def _check_agreement(call, fingerprint: tuple) -> None:
     """Debug mode: before the collective, the members compare what they are about to call; ranks
     that call different collectives (or pass a different op or shape) fail at once with every
     rank's call listed, instead of exchanging mismatched data or hanging."""
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     group = call.group
     comm = group.communicator(default_registry().comms["mpi"])
     digest = np.frombuffer(hashlib.blake2b(repr(fingerprint).encode(), digest_size=16).digest(), dtype=np.uint8)
@@ -184,7 +185,7 @@ def _check_agreement(call, fingerprint: tuple) -> None:
 
 def choose_backend(group, place, what: str):
     """The group's backend if it names one, else the first available backend serving the device."""
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     registry = default_registry()
     if group.backend_name:
         backend = registry.comms[group.backend_name]

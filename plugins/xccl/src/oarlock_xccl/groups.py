@@ -88,7 +88,7 @@ class Group:
         return backend.comm_init_rank(self.nranks, unique_id, self.rank)
 
     def destroy(self):
-        from oarlock._registry import default_registry
+        from oarlock.registry import default_registry
         comms = default_registry().comms
         for name, comm in self._comms.items():
             comms[name].comm_destroy(comm)
@@ -143,7 +143,7 @@ def new_group(ranks=None, backend=None, timeout=None, nccl_comm_init_option=0, n
 
 
 def _check_backend(name, what):
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     comms = default_registry().comms
     if name not in comms:
         raise ValueError(f"{what}: unknown communication backend {name!r}; installed: {', '.join(sorted(comms))}")
@@ -209,7 +209,7 @@ def get_backend(group=None) -> str:
 
 
 def is_available() -> bool:
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     return any(comm.available()[0] for comm in default_registry().comms.values())
 
 

@@ -85,7 +85,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.usage = ("%(prog)s [-h] -n N [--backend {auto,mpi,nccl}] [--timeout SECONDS] [--grace SECONDS] "
                     "[--mpiexec PATH] SCRIPT [ARGS ...]")
     parser.add_argument("-n", "--nproc", type=int, required=True, metavar="N", help="number of ranks to start")
-    from oarlock._registry import default_registry
+    from oarlock.registry import default_registry
     backends = ["auto", *sorted(default_registry().comms)]    # every installed library, third-party ones too
     parser.add_argument("--backend", choices=backends, default="auto",
                         help="communication backend of the ranks' process groups, passed as OARLOCK_COMM_BACKEND; "

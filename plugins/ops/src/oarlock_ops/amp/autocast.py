@@ -27,7 +27,7 @@ import functools
 
 import oarlock
 from oarlock import dispatch
-from oarlock._registry import default_registry
+from oarlock.registry import default_registry
 
 LEVELS = ("O0", "O1", "O2", "OD")
 DTYPES = ("float16", "bfloat16")
@@ -153,7 +153,7 @@ def resolve_op_name(name, where: str) -> str:
         close = difflib.get_close_matches(name.rpartition(".")[2], known, n=3)
         hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
         raise ValueError(f"{where}: unknown op name {name!r}{hint}. Give an op's registry name (the keys of "
-                         f"oarlock._registry.default_registry().ops, also shown by oarlock.amp.white_list() and "
+                         f"oarlock.registry.default_registry().ops, also shown by oarlock.amp.white_list() and "
                          f"black_list()), a public name such as 'matmul' or 'nn.functional.softmax' (see "
                          f"dir(oarlock.nn.functional)), or a Paddle operator name such as 'elementwise_add'")
     if not _castable(op):

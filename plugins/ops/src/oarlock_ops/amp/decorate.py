@@ -14,6 +14,7 @@ import warnings
 from collections import OrderedDict
 
 import oarlock
+from oarlock.plugin_api import array_of, rebind
 from oarlock_ops.amp.autocast import _check_dtype
 from oarlock_ops.layers.base import Layer
 
@@ -73,7 +74,7 @@ def _cast_own_tensors(layer, dtype):
             if t is None or not t.dtype.is_floating_point or t.dtype == dtype:
                 continue
             cast = t.astype(dtype)
-            t._data, t._dtype = cast._data, cast._dtype
+            rebind(t, array_of(cast))
             if t.grad is not None:
                 t.grad = t.grad.astype(dtype)
     layer._dtype = oarlock.dtypes.convert_dtype(dtype)

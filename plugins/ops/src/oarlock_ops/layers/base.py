@@ -14,6 +14,7 @@ import numpy as np
 
 import oarlock
 from oarlock import Tensor
+from oarlock.plugin_api import array_of, rebind
 from oarlock_ops.layers.initializer import Constant, ParamAttr, XavierUniform
 
 
@@ -302,7 +303,7 @@ class Layer:
                 if dtype is not None and moved.dtype.is_floating_point:
                     moved = moved.astype(dtype)
                 if moved is not t:
-                    t._data, t._place, t._dtype = moved._data, moved._place, moved._dtype
+                    rebind(t, array_of(moved), moved.place)
         if dtype is not None:
             self._dtype = oarlock.dtypes.convert_dtype(dtype)
         return self

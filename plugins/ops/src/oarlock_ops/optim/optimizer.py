@@ -17,6 +17,7 @@ import warnings
 
 import oarlock
 from oarlock import Tensor
+from oarlock.plugin_api import array_of, rebind
 from oarlock_ops.amp.autocast import suspended
 from oarlock_ops.optim.clip import ClipGradBase
 from oarlock_ops.optim.lr import LRScheduler
@@ -399,10 +400,10 @@ def _on_master(param, master):
     """Let the update ops write into the float32 master through the parameter itself (so what an
     optimizer keys by parameter -- AdamW's decay function, Lamb's exclusion -- still sees it), then give
     the parameter the master rounded to its own dtype."""
-    dtype = param._dtype
-    param._data, param._dtype = master._data, master._dtype
+    dtype = param.dtype
+    rebind(param, array_of(master))
     try:
         yield
     finally:
-        master._data = param._data
-        param._data, param._dtype = master._data.astype(dtype.np), dtype
+        rebind(master, array_of(param))
+        rebind(param, array_of(master).astype(dtype.np))

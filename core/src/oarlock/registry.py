@@ -68,6 +68,17 @@ class Registry:
             if place.type == backend.type:
                 place.backend = backend
 
+    def parent_chain(self, device_type: str) -> list[str]:
+        """`device_type` followed by the device types it derives from, nearest first (a CUDA-like
+        "npu" gives ["npu", "gpu"]); the order kernel lookup and communication backends follow.
+        A type no plugin registered ends the chain; a cycle is cut where it repeats."""
+        chain, current = [], device_type
+        while current is not None and current not in chain:
+            chain.append(current)
+            backend = self.backends.get(current)
+            current = backend.parent if backend is not None else None
+        return chain
+
     def parse_place(self, device, what: str = "device") -> Place:
         """A Place from "cpu", "gpu", "gpu:1", "cuda:0", "name:N" or a Place; errors name `what`."""
         if isinstance(device, Place):
@@ -85,10 +96,10 @@ class Registry:
                              f"no installed plugin provides it. Available device types: {known}")
         count = backend.device_count()
         if place.index >= count:
-            usable, reason = backend.available() if count == 0 and hasattr(backend, "available") else (True, "")
+            usable, reason = backend.available() if count == 0 else (True, "")
             if not usable:  # installed but unusable (no driver, no library, no device): say why
                 working = ", ".join(sorted(t for t, b in self.backends.items()
-                                           if not hasattr(b, "available") or b.available()[0])) or "none"
+                                           if b.available()[0])) or "none"
                 raise ValueError(f"{what}: device type {place.type!r} (from {device!r}) is not available: "
                                  f"{reason}. Usable device types: {working}")
             raise ValueError(f"{what}: {device!r} asks for device index {place.index} but only "
@@ -117,14 +128,7 @@ class Registry:
         if fn is not None:
             return fn
         kernels = self.kernels
-        chain, seen = [], set()
-        current = device
-        while current is not None and current not in seen:
-            seen.add(current)
-            chain.append(current)
-            backend = self.backends.get(current)
-            current = backend.parent if backend is not None else None
-        chain.append(GENERIC)
+        chain = [*self.parent_chain(device), GENERIC]
         for dev in chain:
             for dt in (dtype, ANY_DTYPE):
                 found = kernels.get((op, dev, dt))
@@ -148,13 +152,7 @@ class Registry:
             known = ", ".join(sorted(self.backends)) or "none"
             raise ValueError(f"kernel_reuse(): device_type {device_type!r} is not a registered device type; "
                              f"registered: {known}")
-        chain, seen, current = [], {device_type}, self.backends[device_type].parent
-        while current is not None and current not in seen:  # the parents, as find_kernel walks them
-            seen.add(current)
-            chain.append(current)
-            backend = self.backends.get(current)
-            current = backend.parent if backend is not None else None
-        chain.append(GENERIC)
+        chain = [*self.parent_chain(device_type)[1:], GENERIC]   # the parents, as find_kernel walks them
         devices_of_op = defaultdict(set)
         for op, device, _dtype in self.kernels:
             devices_of_op[op].add(device)
@@ -196,14 +194,10 @@ class Registry:
 
     def comms_for_device(self, device_type: str) -> list:
         """The communication backends that move arrays of `device_type` (or of the device it derives from)."""
-        current, seen = device_type, set()
-        while current is not None and current not in seen:
-            seen.add(current)
+        for current in self.parent_chain(device_type):
             found = [c for c in self.comms.values() if current in c.device_types]
             if found:
                 return found
-            backend = self.backends.get(current)
-            current = backend.parent if backend is not None else None
         return []
 
 

@@ -1,0 +1,64 @@
+"""The core's public plugin API: what a plugin may use beyond the user-facing `oarlock` names.
+
+Plugins import from here (or from the public modules it re-exports: `oarlock.registry`,
+`oarlock.device`, `oarlock.dispatch`, `oarlock.autograd`, `oarlock.dtypes`, `oarlock.hookspecs`),
+never from a private `oarlock._*` module; import-linter holds that as a contract.
+
+- Registry queries: `default_registry()` and the `Registry` it returns (backends, ops, kernels,
+  `find_kernel`, `parent_chain`, `comms`, `comms_for_device`, `formats`, `commands`, `api`).
+- Raw arrays and Tensors: `array_of(t)` is the backend array under a Tensor (kernels' currency),
+  `wrap(array, place)` a Tensor over an array without a copy.
+- Storage rebinding: `rebind(t, array, place=None)` gives an existing Tensor new storage (and the
+  dtype of that array) while every reference to it stays valid: optimizer master weights, `Layer.to`,
+  `amp.decorate`. It counts as an in-place modification (the version counter moves).
+- The Backend interface (`Backend`, `DeviceProperties`, `HostStream`, `HostEvent`), the op registrar
+  types, autocast state, and the hook markers.
+"""
+
+from __future__ import annotations
+
+from oarlock._tensor import Tensor, bump_version
+from oarlock.autograd import Node, is_grad_enabled
+from oarlock.device import Backend, DeviceProperties, HostEvent, HostStream, Place
+from oarlock.dispatch import AUTOCAST, OpDef, OpError, OpRegistrar, set_autocast, write_out
+from oarlock.hookspecs import hookimpl, hookspec
+from oarlock.registry import ANY_DTYPE, GENERIC, DuplicateRegistration, Registry, default_registry
+
+__all__ = ["ANY_DTYPE", "AUTOCAST", "Backend", "DeviceProperties", "DuplicateRegistration", "GENERIC", "HostEvent",
+           "HostStream", "Node", "OpDef", "OpError", "OpRegistrar", "Place", "Registry", "array_of",
+           "default_registry", "hookimpl", "hookspec", "is_grad_enabled", "rebind", "set_autocast", "wrap",
+           "write_out"]
+
+
+def array_of(tensor: Tensor):
+    """The backend array holding `tensor`'s values (numpy on "cpu", CuPy on "gpu"); shared, not copied."""
+    if tensor.__class__ is not Tensor:
+        raise TypeError(f"array_of(): tensor must be an oarlock.Tensor, got {type(tensor).__name__}")
+    return tensor._data
+
+
+def wrap(array, place: Place, stop_gradient: bool = True) -> Tensor:
+    """A Tensor over `array` (an array of `place`'s backend), sharing its memory."""
+    if not isinstance(place, Place):
+        raise TypeError(f"wrap(): place must be an oarlock Place, got {type(place).__name__} {place!r}")
+    if place.backend is None or not isinstance(array, place.backend.array_types):
+        kinds = ", ".join(t.__name__ for t in (place.backend.array_types if place.backend else ()))
+        raise TypeError(f"wrap(): array must be an array of {place}'s backend ({kinds or 'not loaded'}), "
+                        f"got {type(array).__name__}")
+    return Tensor._wrap(array, place, stop_gradient)
+
+
+def rebind(tensor: Tensor, array, place: Place | None = None) -> Tensor:
+    """Give `tensor` the storage `array` (its dtype becomes the array's), on `place` if given; returns
+    `tensor`. The shape may not change. Every reference to `tensor` sees the new values."""
+    if tensor.__class__ is not Tensor:
+        raise TypeError(f"rebind(): tensor must be an oarlock.Tensor, got {type(tensor).__name__}")
+    place = tensor._place if place is None else place
+    if not isinstance(array, place.backend.array_types):
+        raise TypeError(f"rebind(): array must be an array of {place}'s backend, got {type(array).__name__}")
+    if tuple(array.shape) != tuple(tensor._data.shape):
+        raise ValueError(f"rebind(): array has shape {list(array.shape)}, but the tensor has shape {tensor.shape}")
+    fresh = Tensor._wrap(array, place)
+    tensor._data, tensor._place, tensor._dtype = fresh._data, fresh._place, fresh._dtype
+    bump_version(tensor)
+    return tensor
