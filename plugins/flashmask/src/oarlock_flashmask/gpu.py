@@ -66,8 +66,9 @@ def names(family: str = FAMILY) -> list[str]:
 
 def source(family: str = FAMILY) -> str:
     """The family's CUDA source as compiled (self-contained: no #include)."""
-    from oarlock_cuda.fused import KERNEL_DIR
-    parts = [KERNEL_DIR / "prelude.cuh", KERNEL_DIR / "tensor_core.cuh", CUDA_DIR / "mask.cuh", CUDA_DIR / "fwd.cu",
+    from oarlock_cuda import kernel_dir    # the extra "cuda": only a "gpu" device (oarlock-cuda's) runs this
+    headers = kernel_dir()
+    parts = [headers / "prelude.cuh", headers / "tensor_core.cuh", CUDA_DIR / "mask.cuh", CUDA_DIR / "fwd.cu",
              CUDA_DIR / "bwd.cu"]
     return "\n".join(p.read_text() for p in parts)
 
