@@ -1,0 +1,165 @@
+"""The import boundaries: pyproject.toml's [tool.importlinter] section is what tools/boundaries.py generates
+from the pyprojects, and its contracts can fail. lint-imports runs on a scratch copy of the sources
+(core and every plugin): unmodified, every contract is kept; with a plugin importing a private core
+module, a plugin importing a plugin it does not declare, or the core importing a plugin, the contract
+concerned is broken and the offending import is named."""
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE = "boundary_probe"
+
+
+def _load_boundaries():
+    spec = importlib.util.spec_from_file_location("oarlock_tools_boundaries", ROOT / "tools" / "boundaries.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module            # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+boundaries = _load_boundaries()
+
+
+def _lint_imports() -> str:
+    pytest.importorskip("importlinter", reason="import-linter is not installed (pip install -r requirements-dev.txt)")
+    beside = Path(sys.executable).with_name("lint-imports")
+    found = str(beside) if beside.exists() else shutil.which("lint-imports")
+    if not found:
+        pytest.skip("the lint-imports command is not on PATH")
+    return found
+
+
+def test_section_is_generated_from_the_pyprojects():
+    """A new cross-plugin dependency is declared in the plugin's pyproject.toml and the section regenerated."""
+    text = (ROOT / "pyproject.toml").read_text()
+    _, committed, _ = boundaries._split(text, ROOT / "pyproject.toml")
+    generated = boundaries.render(boundaries.contracts(boundaries.workspace()))
+    assert committed == generated, "pyproject.toml's import boundaries are stale: python tools/boundaries.py --write"
+
+
+def test_every_plugin_has_a_dependency_contract():
+    table = boundaries.contracts(boundaries.workspace())
+    ids = {c["id"] for c in table["contracts"]}
+    for dist in boundaries.workspace().values():
+        if dist.name != boundaries.CORE:
+            assert f"deps-{dist.packages[0]}" in ids
+    assert {"core-imports-no-plugin", "no-private-core-imports"} <= ids
+    assert set(table["root_packages"]) >= {"oarlock", "oarlock_cpu", "oarlock_ops", "oarlock_nn", "oarlock_io",
+                                           "oarlock_train", "oarlock_checkpoint", "oarlock_flashmask",
+                                           "oarlock_xccl", "oarlock_cuda"}
+
+
+# -- the contracts on a scratch copy ---------------------------------------------------------------------------
+
+@pytest.fixture
+def scratch(tmp_path):
+    """The Python sources of the distributions in the tree (PLANNED ones left out), with their generated
+    contracts; .run() lints it and returns (exit status, output, {contract id: "KEPT" | "BROKEN"})."""
+    lint = _lint_imports()
+    dists = boundaries.workspace(planned=False)
+    src = tmp_path / "src"
+    for dist in dists.values():
+        for package in dist.packages:
+            origin = dist.path / "src" / package
+            for path in origin.rglob("*.py"):
+                if "__pycache__" in path.parts:
+                    continue
+                target = src / package / path.relative_to(origin)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
+    table = boundaries.contracts(dists)
+    (tmp_path / "pyproject.toml").write_text(boundaries.render(table))
+    names = {c["id"]: c["name"] for c in table["contracts"]}
+
+    class Scratch:
+        root = src
+        workspace = dists
+
+        def write(self, relative: str, text: str):
+            path = src / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not (path.parent / "__init__.py").exists():
+                (path.parent / "__init__.py").write_text("")
+            path.write_text(text)
+
+        def run(self):
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OARLOCK"))}
+            env.update(PYTHONPATH=str(src), COLUMNS="1000", NO_COLOR="1")
+            done = subprocess.run([lint, "--no-cache", "--config", str(tmp_path / "pyproject.toml")], cwd=tmp_path,
+                                  env=env, capture_output=True, text=True, timeout=120)
+            out = re.sub(r"\s+", " ", done.stdout + done.stderr)
+            status = {}
+            for cid, name in names.items():
+                found = re.search(re.escape(name) + r" (KEPT|BROKEN)", out)
+                assert found, f"lint-imports did not report the contract {name!r}:\n{done.stdout}{done.stderr}"
+                status[cid] = found.group(1)
+            return done.returncode, out, status
+
+    return Scratch()
+
+
+def test_unmodified_copy_keeps_every_contract(scratch):
+    code, out, status = scratch.run()
+    assert code == 0 and set(status.values()) == {"KEPT"}, out
+
+
+def test_plugin_importing_a_private_core_module_breaks_the_contract(scratch):
+    plugin = next(p for d in scratch.workspace.values() if d.name != boundaries.CORE for p in d.packages)
+    # a private module that does not exist in the tree (any future oarlock._x is covered), and one deeper down
+    scratch.write("oarlock/_probe_private.py", "VALUE = 1\n")
+    scratch.write("oarlock/probe_public/_inner.py", "VALUE = 2\n")
+    lines = ["from oarlock._probe_private import VALUE", "from oarlock.probe_public._inner import VALUE as V2"]
+    existing = sorted(p.stem for p in (scratch.root / "oarlock").glob("_*.py") if not p.stem.startswith("__"))
+    existing = [name for name in existing if name != "_probe_private"]
+    if existing:                                      # one the core has today (oarlock._tensor, ...)
+        lines.append(f"import oarlock.{existing[0]}")
+    scratch.write(f"{plugin}/{PROBE}.py", "\n".join(lines) + "\n")
+    code, out, status = scratch.run()
+    assert code != 0 and status["no-private-core-imports"] == "BROKEN", out
+    assert f"{plugin}.{PROBE} -> oarlock._probe_private" in out
+    assert f"{plugin}.{PROBE} -> oarlock.probe_public._inner" in out
+    if existing:
+        assert f"{plugin}.{PROBE} -> oarlock.{existing[0]}" in out
+    # the core itself may still import its private modules, and nothing else broke
+    assert "oarlock.dispatch ->" not in out
+    assert [cid for cid, s in status.items() if s == "BROKEN"] == ["no-private-core-imports"]
+
+
+def _undeclared_pair(dists):
+    plugins = [d for d in dists.values() if d.name != boundaries.CORE]
+    pairs = [(a, b) for a in plugins for b in plugins if a is not b and b.name not in a.declared()]
+    preferred = [(a, b) for a, b in pairs if (a.name, b.name) == ("oarlock-checkpoint", "oarlock-xccl")]
+    return (preferred or pairs)[0]
+
+
+def test_undeclared_cross_plugin_import_breaks_the_contract(scratch):
+    importer, imported = _undeclared_pair(scratch.workspace)
+    scratch.write(f"{importer.packages[0]}/{PROBE}.py", f"import {imported.packages[0]}\n")
+    # a declared one in another plugin stays allowed
+    declaring = next((d for d in scratch.workspace.values() if d is not importer
+                      and any(n in scratch.workspace and n != boundaries.CORE for n in d.declared())), None)
+    if declaring is not None:
+        dep = next(n for n in sorted(declaring.declared()) if n in scratch.workspace and n != boundaries.CORE)
+        scratch.write(f"{declaring.packages[0]}/{PROBE}.py", f"import {scratch.workspace[dep].packages[0]}\n")
+    code, out, status = scratch.run()
+    contract = f"deps-{importer.packages[0]}"
+    assert code != 0 and status[contract] == "BROKEN", out
+    assert f"{importer.packages[0]}.{PROBE} -> {imported.packages[0]}" in out
+    assert [cid for cid, s in status.items() if s == "BROKEN"] == [contract], out
+
+
+def test_core_importing_a_plugin_breaks_the_contract(scratch):
+    plugin = next(p for d in scratch.workspace.values() if d.name != boundaries.CORE for p in d.packages)
+    scratch.write(f"oarlock/{PROBE}.py", f"import {plugin}\n")
+    code, out, status = scratch.run()
+    assert code != 0 and status["core-imports-no-plugin"] == "BROKEN", out
+    assert f"oarlock.{PROBE} -> {plugin}" in out
