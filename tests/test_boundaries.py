@@ -62,10 +62,10 @@ def test_every_plugin_has_a_dependency_contract():
 
 @pytest.fixture
 def scratch(tmp_path):
-    """The Python sources of the distributions in the tree (PLANNED ones left out), with their generated
+    """The Python sources of the distributions in the tree, with their generated
     contracts; .run() lints it and returns (exit status, output, {contract id: "KEPT" | "BROKEN"})."""
     lint = _lint_imports()
-    dists = boundaries.workspace(planned=False)
+    dists = boundaries.workspace()
     src = tmp_path / "src"
     for dist in dists.values():
         for package in dist.packages:

@@ -21,9 +21,7 @@ Contracts (checked by `lint-imports`):
   (tools/check_plugin_isolation.py) installs no extras and imports every module. A dependency
   reached through a declared one (train -> ops -> core) is fine, so indirect imports are allowed.
 
-The workspace is core/ plus plugins/*/ (each with a src/ layout). PLANNED lists distributions
-announced but not yet in the tree; a real plugins/<x>/pyproject.toml replaces its entry (delete the
-entry then).
+The workspace is core/ plus plugins/*/ (each with a src/ layout).
 """
 
 from __future__ import annotations
@@ -48,13 +46,6 @@ END = "# END import boundaries"
 # Third-party packages the core must never import (plugins' dependencies and the test oracles).
 CORE_FORBIDDEN_THIRD_PARTY = ("cupy", "mpi4py", "torch", "paddle", "safetensors", "matplotlib", "xxhash")
 
-# Distributions issue 14 announces that are not in the tree yet:
-# name -> (import package, workspace dependencies). A real pyproject.toml wins over its entry.
-PLANNED = {
-    "oarlock-nn": ("oarlock_nn", ("oarlock-core", "oarlock-ops")),
-    "oarlock-io": ("oarlock_io", ("oarlock-core",)),
-}
-
 
 def normalize(name: str) -> str:
     """PEP 503 name normalisation."""
@@ -71,7 +62,7 @@ def requirement_name(requirement: str) -> str:
 @dataclass
 class Distribution:
     name: str                                   # normalised distribution name, e.g. "oarlock-ops"
-    path: Path | None                           # its folder (None for a planned one)
+    path: Path                                  # its folder
     packages: list[str]                         # top-level import packages under src/
     requires: list[str] = field(default_factory=list)            # `dependencies`, normalised names
     extras: dict[str, list[str]] = field(default_factory=dict)   # extra -> normalised names
@@ -97,7 +88,7 @@ def read_distribution(folder: Path) -> Distribution:
     )
 
 
-def workspace(root: Path = ROOT, planned: bool = True) -> dict[str, Distribution]:
+def workspace(root: Path = ROOT) -> dict[str, Distribution]:
     """The workspace's distributions by name: the core first, then the plugins sorted by name."""
     folders = [root / "core"] + sorted(p.parent for p in (root / "plugins").glob("*/pyproject.toml"))
     dists = {}
@@ -108,10 +99,6 @@ def workspace(root: Path = ROOT, planned: bool = True) -> dict[str, Distribution
         if not dist.packages:
             raise ValueError(f"{folder} has no import package under src/")
         dists[dist.name] = dist
-    if planned:
-        for name, (package, requires) in PLANNED.items():
-            if name not in dists:
-                dists[name] = Distribution(name, None, [package], list(requires))
     if CORE not in dists:
         raise ValueError(f"no {CORE} distribution in {root / 'core'}")
     return {name: dists[name] for name in [CORE] + sorted(set(dists) - {CORE})}
@@ -162,17 +149,11 @@ def contracts(dists: dict[str, Distribution]) -> dict:
             "source_modules": list(dist.packages),
             "forbidden_modules": forbidden,
             "allow_indirect_imports": True,
-            "broken_contract_guidance": f"Declare the distribution in {_where(dist)} (in dependencies, or in "
-                                        "an extra of optional-dependencies if the import is lazy), then run "
-                                        "python tools/boundaries.py --write.",
+            "broken_contract_guidance": f"Declare the distribution in plugins/{dist.path.name}/pyproject.toml "
+                                        "(in dependencies, or in an extra of optional-dependencies if the import "
+                                        "is lazy), then run python tools/boundaries.py --write.",
         })
     return table
-
-
-def _where(dist: Distribution) -> str:
-    if dist.path is None:
-        return f"{dist.name}'s pyproject.toml"
-    return f"{dist.path.parent.name}/{dist.path.name}/pyproject.toml"
 
 
 # -- TOML output ---------------------------------------------------------------------------------------------
@@ -217,9 +198,8 @@ def main(argv=None) -> int:
     mode.add_argument("--write", action="store_true", help="rewrite the section in pyproject.toml")
     mode.add_argument("--check", action="store_true", help="exit 1 when pyproject.toml's section is stale")
     parser.add_argument("--root", type=Path, default=ROOT, help="workspace root (default: this repository)")
-    parser.add_argument("--no-planned", action="store_true", help="leave out PLANNED distributions")
     args = parser.parse_args(argv)
-    section = render(contracts(workspace(args.root, planned=not args.no_planned)))
+    section = render(contracts(workspace(args.root)))
     if not (args.write or args.check):
         sys.stdout.write(section)
         return 0
