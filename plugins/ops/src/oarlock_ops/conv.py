@@ -896,3 +896,15 @@ def register(ops):
                public=["adaptive_avg_pool2d_grad"], dtypes=_FLOATS, grad=_adaptive_grad_rule,
                doc="The gradient (adjoint) of adaptive_avg_pool2d.")
     ops.kernel("adaptive_avg_pool2d_grad")(_adaptive_avg_pool2d_grad)
+
+
+def register_api(api):
+    """The functional max_pool2d is a Python wrapper over the op max_pool2d_with_index (it picks whether to
+    return the mask), so the family exports it itself."""
+    api.export("oarlock.nn.functional", "max_pool2d", max_pool2d)
+
+
+# -- argument helpers oarlock-nn's conv and pooling layers share (public: another distribution imports them) --
+layout_text = _layout          # layout_text(nd, channel_last) -> '[N, C, H, W]'
+int_args = _ints               # int_args(name, value, n, minimum) -> n ints, or a ValueError naming `name`
+resolve_padding = _padding     # resolve_padding(padding, size, kernel, stride, dilation, last) -> (pads, dilation)

@@ -1,5 +1,5 @@
 """Loss ops of oarlock.nn.functional: nll_loss, mse_loss, l1_loss, smooth_l1_loss, binary_cross_entropy,
-binary_cross_entropy_with_logits and kl_div (cross_entropy lives in nn.py, next to softmax).
+binary_cross_entropy_with_logits and kl_div (cross_entropy lives in softmax.py, next to softmax).
 
 Every loss except nll_loss is pointwise: an unreduced loss l(x, y) per element, optionally times a
 weight, then reduced. A `Pointwise` entry gives l written against xp (for the kernel) and its partial

@@ -1,0 +1,21 @@
+"""nn layers: the Layer base, Parameter, containers, initializers and the layer families; each
+family module lists what it exports in EXPORTS = {namespace: [classes or (name, object) pairs]}."""
+
+from oarlock_nn.layers import (activation, attention, base, common, containers, conv, init, initializer, loss,
+                                norm)
+
+CORE_EXPORTS = {
+    "oarlock.nn": [base.Layer, base.Parameter, containers.Sequential, containers.LayerList, containers.LayerDict,
+                   containers.ParameterList, initializer.ParamAttr,
+                   ("Module", base.Layer), ("ModuleList", containers.LayerList), ("ModuleDict", containers.LayerDict)],
+    "oarlock.nn.initializer": list(initializer.INITIALIZERS),
+}
+FAMILIES = (common, activation, conv, norm, attention, loss, init)
+
+
+def register_api(api):
+    for exports in (CORE_EXPORTS, *(family.EXPORTS for family in FAMILIES)):
+        for namespace, objects in exports.items():
+            for obj in objects:
+                name, value = obj if isinstance(obj, tuple) else (obj.__name__, obj)
+                api.export(namespace, name, value)
