@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from oarlock import _ops
+from oarlock import autograd as _autograd
 from oarlock.autograd import PyLayer, run_backward, _seed_grads
 from oarlock.dtypes import _BY_NP, convert_dtype, from_numpy_dtype, get_default_dtype
 
@@ -564,3 +565,6 @@ def from_dlpack(obj):
             data = backend.from_dlpack(obj)
             return Tensor._wrap(data, default_registry().parse_place(Place(backend.type, device_id)))
     raise ValueError(f"from_dlpack(): no installed backend handles DLPack device type {device_type}")
+
+
+_autograd._bind_tensor_type()

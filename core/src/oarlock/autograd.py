@@ -12,16 +12,21 @@ differentiated again.
 from __future__ import annotations
 
 import functools
+import threading
 
 __all__ = ["no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "grad", "backward",
-           "PyLayer", "PyLayerContext", "Function", "Node"]
+           "PyLayer", "PyLayerContext", "Function", "Node", "record", "RecordSpec"]
 
 
-class _GradMode:
+class _GradMode(threading.local):
+    """Grad mode, per thread (as in PyTorch and Paddle): a thread starts with it on, and `no_grad` in one
+    thread never changes another's. `enabled` is a class-level default, so a new thread reads True
+    without any per-thread set-up."""
+
     enabled = True
 
 
-GRAD_MODE = _GradMode  # read on the hot path as a class attribute: one lookup, no call
+GRAD_MODE = _GradMode()  # read on the hot path as one attribute of a thread-local object
 
 
 def is_grad_enabled() -> bool:
@@ -97,6 +102,9 @@ class Node:
     # __dict__ with class-level defaults, so recording a node sets only what every node has.
     __slots__ = ("name", "rule", "edges", "meta", "attrs", "place", "out_meta", "__dict__")
     _saved_in = _saved_out = _save_plan = None
+    # versions of what was saved, checked when backward reads it: one per "in" entry of the save plan
+    # (of that input tensor, or a tuple for a list input), and the outputs' counters with their values
+    _in_versions = _out_counters = _out_versions = None
     hooks = None
     released = False
 
@@ -117,14 +125,38 @@ class Node:
                                f"freed after the first backward; pass retain_graph=True to the first call")
         from oarlock._tensor import Tensor
         result = []
+        k = 0
         for kind, index in self._save_plan:
             if kind == "in":
-                result.append(self._saved_in[index])
+                saved = self._saved_in[index]
+                if self._in_versions is not None:
+                    self._check_version(saved, self._in_versions[k], f"input {index}")
+                    k += 1
+                result.append(saved)
             else:  # an output: re-wrap the array and point it at this node so higher orders work
+                counter, expected = self._out_counters[index], self._out_versions[index]
+                if expected is not None and counter.value != expected:
+                    self._modified(f"output {index}", self._saved_out[index].shape, counter.value,
+                                   self._out_versions[index])
                 t = Tensor._wrap(self._saved_out[index], self.place, False)
-                t._node, t._oidx = self, index
+                t._node, t._oidx, t._vc = self, index, counter
                 result.append(t)
         return tuple(result)
+
+    def _check_version(self, saved, version, what):
+        if version is None or saved is None:   # not needed by the gradients asked for, or no tensor
+            return
+        if saved.__class__ is list:
+            for i, (t, v) in enumerate(zip(saved, version)):
+                self._check_version(t, v, f"{what}[{i}]")
+        elif saved.inplace_version != version:
+            self._modified(what, saved._data.shape, saved.inplace_version, version)
+
+    def _modified(self, what, shape, now, expected):
+        raise RuntimeError(f"one of the variables needed for gradient computation has been modified by an "
+                           f"inplace operation: {what} of op {self.name!r} (shape {list(shape)}), saved for its "
+                           f"backward, is at version {now}; expected version {expected} instead. Hint: work on a "
+                           f"copy (x.clone()) or use the out-of-place op before {self.name!r} reads it")
 
     @property
     def needs_input_grad(self) -> tuple:
@@ -418,14 +450,14 @@ class PyLayer:
         ctx.needs_input_grad = tuple(not t.stop_gradient for t in tensor_args)
         with no_grad():
             outputs = cls.forward(ctx, *args, **kwargs)
-        record = GRAD_MODE.enabled and any(ctx.needs_input_grad)
+        recording = GRAD_MODE.enabled and any(ctx.needs_input_grad)
         single = isinstance(outputs, Tensor)
         outs = [outputs] if single else list(outputs)
-        if not record:
+        if not recording:
             return outputs
-        edges = tuple(_edge(t) for t in tensor_args)
-        meta = tuple((t._data.shape, t._dtype) for t in tensor_args)
-        out_tensors = [o for o in outs if isinstance(o, Tensor)]
+        # fresh output tensors (forward may return its inputs or views of them) take the node
+        wrapped = [Tensor._wrap(o._data, o._place) if isinstance(o, Tensor) else o for o in outs]
+        out_tensors = [o for o in wrapped if isinstance(o, Tensor)]
 
         def rule(node, *grads):
             if ctx.materialize_grads:
@@ -434,24 +466,100 @@ class PyLayer:
             result = cls.backward(ctx, *grads)
             return result if isinstance(result, (tuple, list)) else (result,)
 
-        node = Node(cls.__name__, rule, edges, meta, place=tensor_args[0]._place)
-        node.out_meta = [(o._data.shape, o._dtype) for o in out_tensors]
-        wrapped, k = [], 0
-        for o in outs:
-            if isinstance(o, Tensor):
-                o = Tensor._wrap(o._data, o._place, False)
-                o._node, o._oidx = node, k
-                k += 1
-            wrapped.append(o)
+        record(RecordSpec(cls.__name__, rule), tensor_args, out_tensors, None, tensor_args[0]._place)
         return wrapped[0] if single else type(outputs)(wrapped) if isinstance(outputs, tuple) else wrapped
 
 
 Function = PyLayer
 
 
-def _edge(t):
-    """The graph edge to input tensor t: its node, itself if a leaf wanting grad, or None.
-    Setting stop_gradient=True on an intermediate result cuts the graph there, as in Paddle."""
-    if t.stop_gradient:
+class RecordSpec:
+    """What `record` needs of an op, for recorders that have no OpDef (PyLayer)."""
+
+    __slots__ = ("name", "rule", "nondiff", "_save_plan", "save_needs", "saves_inputs", "saves_outputs")
+
+    def __init__(self, name, rule, nondiff=(), save_plan=()):
+        self.name, self.rule, self.nondiff, self._save_plan = name, rule, nondiff, save_plan
+        self.save_needs = (None,) * len(save_plan)
+        self.saves_inputs = any(kind == "in" for kind, _ in save_plan)
+        self.saves_outputs = any(kind == "out" for kind, _ in save_plan)
+
+
+def record(spec, inputs, outputs, attrs, place):
+    """Record one graph node: the only place nodes are made (the dispatcher's fast and slow paths and
+    PyLayer all call it). `spec` is an OpDef or a RecordSpec; `inputs` holds one entry per tensor
+    parameter (a Tensor, a list of Tensors, None, or a Python scalar on the fast path); `outputs` are
+    the op's output Tensors. The one rule for gradients: an input takes one when it is a Tensor with
+    stop_gradient=False, of a differentiable dtype (float or complex), at a parameter not in
+    spec.nondiff; an output carries the node when its dtype is differentiable. Nothing is recorded
+    when no input takes a gradient or no output can carry one. Returns the node or None."""
+    edges, meta, wanted, nondiff = [], [], False, spec.nondiff
+    for i, a in enumerate(inputs):
+        for t in (a if a.__class__ is list else (a,)):
+            if t.__class__ is not _Tensor:
+                edges.append(None)
+                meta.append(None)
+                continue
+            meta.append((t._data.shape, t._dtype))
+            if t.stop_gradient or not t._dtype.differentiable or i in nondiff:
+                edges.append(None)
+            else:
+                edges.append((t, 0) if t._node is None else (t._node, t._oidx))
+                wanted = True
+    if not wanted:
         return None
-    return (t, 0) if t._node is None else (t._node, t._oidx)
+    carriers = [o for o in outputs if o._dtype.differentiable]
+    if not carriers:
+        return None
+    node = Node(spec.name, spec.rule, tuple(edges), tuple(meta), attrs, place)
+    node.out_meta = tuple((o._data.shape, o._dtype) for o in outputs)
+    plan = spec._save_plan
+    if plan:
+        node._save_plan = plan
+        needs = spec.save_needs
+        if spec.saves_inputs:
+            saved = [_as_saved(a, outputs[0]) for a in inputs]
+            node._saved_in = saved
+            node._in_versions = tuple(_version_of(saved[index]) if need is None or _takes_grad(inputs, need, nondiff)
+                                      else None for (kind, index), need in zip(plan, needs) if kind == "in")
+        if spec.saves_outputs:
+            node._saved_out = [o._data for o in outputs]
+            node._out_counters = counters = tuple(_version_counter(o) for o in outputs)
+            node._out_versions = tuple(c.value for c in counters)
+            for (kind, index), need in zip(plan, needs):
+                if kind == "out" and need is not None and not _takes_grad(inputs, need, nondiff):
+                    node._out_versions = (*node._out_versions[:index], None, *node._out_versions[index + 1:])
+    for i, o in enumerate(outputs):
+        if o._dtype.differentiable:
+            o.stop_gradient = False
+            o._node, o._oidx = node, i
+    return node
+
+
+def _takes_grad(inputs, i, nondiff) -> bool:
+    a = inputs[i]
+    return (a.__class__ is _Tensor and not a.stop_gradient and a._dtype.differentiable) and i not in nondiff
+
+
+def _as_saved(a, like):
+    """A Python scalar operand (fast path) is saved as a 0-d tensor of the op's result dtype."""
+    if a is None or a.__class__ is _Tensor or a.__class__ is list:
+        return a
+    place = like._place
+    return _Tensor._wrap(place.backend.asarray(a, like._dtype.np, place.index), place)
+
+
+def _version_of(saved):
+    if saved.__class__ is list:
+        return tuple(t.inplace_version for t in saved)
+    return None if saved is None else saved.inplace_version
+
+
+def _bind_tensor_type():
+    """autograd is imported by _tensor; the Tensor class is bound here once both exist."""
+    global _Tensor, _version_counter
+    from oarlock._tensor import Tensor, version_counter
+    _Tensor, _version_counter = Tensor, version_counter
+
+
+_Tensor = _version_counter = None

@@ -30,8 +30,8 @@ import numpy as np
 
 from oarlock import dtypes as _dtypes
 from oarlock.registry import GENERIC, Registry
-from oarlock._tensor import Tensor, bump_version
-from oarlock.autograd import GRAD_MODE, Node
+from oarlock._tensor import Tensor, bump_version, version_counter
+from oarlock.autograd import GRAD_MODE, RecordSpec, record
 
 __all__ = ["OpDef", "OpRegistrar", "OpError", "define_frontend", "AUTOCAST", "set_autocast", "write_out"]
 
@@ -98,6 +98,8 @@ class OpDef:
     - public: qualified names it is exported under ("oarlock.concat", "oarlock.cat",
       "Tensor.sum", "oarlock.nn.functional.relu"); a bare name means "oarlock.<name>".
     - aliases: {"input": "x", "dim": "axis"}; giving both a name and its alias is an error.
+    - saves: what backward needs ("x", "out", "out1"); "x:y" saves x for y's gradient alone, so that an
+      in-place write to x after the call is an error only when y takes a gradient (PyTorch's rule).
     - grad: rule(ctx, *grad_outputs) -> one gradient (or None) per tensor input, flattened
       over TensorList inputs; ctx.saved holds what `saves` names ("x", "out", "out1").
     - promote: True (all tensor inputs) or the names of the inputs that share a dtype.
@@ -110,13 +112,21 @@ class OpDef:
       intermediate outputs: softmax probabilities, a dropout mask). They are not returned to the
       caller; `saves` may name them (outN, numbered after the declared outputs) so backward can use them.
     - inplace: the tensor input whose array the kernel writes into (setitem_); the call returns
-      that tensor itself. In-place autograd is not supported yet, so under grad mode the call is refused
-      when that tensor or any other input wants a gradient (see _check_inplace).
+      that tensor itself, its version counter moved on. Under autograd the write is recorded like the
+      out-of-place op (the rule sees the input's old value and identity) and the tensor takes the
+      node; a write into a view also rebases the view's base (see _run_inplace).
+    - inplace_of: an in-place variant of that (already defined) op: no kernel of its own, the base
+      op's kernel computes the result, which is written into the `inplace` input (kind-losing writes
+      refused); rule, saves and nondiff come from the base op (exp_, relu_, scale_, clip_ ...).
+    - grad_of: take rule, saves and nondiff from that op (an in-place op with its own kernel: add_).
+    - view: the output may share the first input's memory (reshape, getitem, transpose...); when it
+      does, it shares the input's version counter and remembers how to remake itself from the base,
+      so that an in-place write through it reaches the base's gradient.
     """
 
     def __init__(self, signature, *, public=(), aliases=None, grad=None, saves=(), promote=False,
                  to_float=False, dtypes=None, nondiff=(), random=False, amp=None, doc=None,
-                 varargs=None, inplace=None, intermediate=0):
+                 varargs=None, inplace=None, intermediate=0, inplace_of=None, grad_of=None, view=False):
         self.name, self.params, self.returns = _parse_signature(signature)
         self.signature = signature
         self.n_outputs = _n_outputs(self.returns)
@@ -139,6 +149,8 @@ class OpDef:
         self.nondiff = tuple(i for i, n in enumerate(tensor_names) if n in nondiff)
         self.inplace = None if inplace is None else tensor_names.index(inplace)
         self.intermediate = intermediate
+        self.inplace_of, self.grad_of, self.view = inplace_of, grad_of, view
+        self.saves, self.nondiff_names, self.promote_names = tuple(saves), tuple(nondiff), promote
         self.random = random
         self.amp = amp
         self.varargs = varargs
@@ -147,6 +159,8 @@ class OpDef:
         # attributes the frontend handles itself and never passes to kernels
         self.frontend_attrs = {"place", "device", "stop_gradient", "requires_grad", "pin_memory"}
         self._save_plan = tuple(self._plan_save(s, tensor_names) for s in saves)
+        # "x:y" saves x for y's gradient only: x's version is checked only when y takes a gradient
+        self.save_needs = tuple(tensor_names.index(s.split(":")[1]) if ":" in s else None for s in saves)
         self.saves_inputs = any(kind == "in" for kind, _ in self._save_plan)
         self.saves_outputs = any(kind == "out" for kind, _ in self._save_plan)
         self.__doc__ = doc
@@ -155,10 +169,11 @@ class OpDef:
         self.fast_eligible = (bool(self.tensor_params) and self.n_outputs == 1 and not random
                               and all(p.base in ("Tensor", "TensorOrScalar") for p in self.tensor_params)
                               and not any(p.name in self.frontend_attrs for p in self.attr_params)
-                              and inplace is None and not intermediate)
+                              and inplace is None and not intermediate and not view)
 
     @staticmethod
     def _plan_save(name, tensor_names):
+        name = name.split(":")[0]
         if name in tensor_names:
             return ("in", tensor_names.index(name))
         if name == "out":
@@ -379,8 +394,7 @@ def define_frontend(op: OpDef, apply_fn):
     body.append(f"    return _apply(_op, ({tensors}{',' if op.tensor_params else ''}), {{{attrs}}})")
     source = f"def {op.name}({', '.join(sig)}):\n" + "\n".join(body) + "\n"
     namespace = {"_UNSET": _UNSET, "_op": op, "_apply": apply_fn, "_T": Tensor, "_wrap": Tensor._wrap,
-                 "_GM": GRAD_MODE, "_fast": op.fast, "_record_simple": _record_simple, "_Node": Node,
-                 "_NO_EDGES": (None,) * len(op.tensor_params), "_take_alias": _take_alias,
+                 "_GM": GRAD_MODE, "_fast": op.fast, "_record": record, "_take_alias": _take_alias,
                  "_unexpected": _unexpected, "_missing": _missing, "_convert_attr": _convert_attr,
                  "_split_varargs": _split_varargs}
     for p in op.params:
@@ -411,7 +425,8 @@ def _recall(op) -> str:
 
 
 def write_out(op, out, compute):
-    """`out=` (public: plugins whose Python frontends take `out=` reuse it; `op` needs only `.display`): run the op, then write its result(s) into `out` (a Tensor, or a tuple of Tensors for
+    """`out=` (public: plugins whose Python frontends take `out=` reuse it; `op` needs only `.display`):
+    run the op, then write its result(s) into `out` (a Tensor, or a tuple of Tensors for
     several outputs), which is returned. Shapes must match exactly; the result is cast to out's
     dtype when that loses no kind (float into int, complex into real are refused), as in torch."""
     result = compute()
@@ -443,7 +458,7 @@ def _fast_path_lines(op):
     """Code for the common case, skipping everything `apply` re-derives: the tensor arguments are
     Tensors on one place, the promoted ones share one dtype (a Python int/float may stand in for a
     promoted one when the dtype keeps it weak), and the slow path already validated a kernel for that
-    (place, dtype). Records the graph node with _record_simple."""
+    (place, dtype). Records the graph node with autograd.record, as every other path does."""
     names = [p.name for p in op.tensor_params]
     promoted = [names[i] for i in op.promote] or names[:1]  # names whose dtype keys the kernel
     scalars = [p.name for p in op.tensor_params if p.base == "TensorOrScalar" and p.name in promoted]
@@ -470,25 +485,7 @@ def _fast_path_lines(op):
             "                    return _o",
         ]
 
-    def record_tensors():
-        """Graph recording unrolled for all-Tensor arguments (what _record_simple does in a loop)."""
-        edges = ", ".join("None" if i in op.nondiff else
-                          f"(None if {t}.stop_gradient or not {t}._dtype.differentiable else ({t}, 0) "
-                          f"if {t}._node is None else ({t}._node, {t}._oidx))" for i, t in enumerate(names))
-        meta = ", ".join(f"({t}._data.shape, {t}._dtype)" for t in names)
-        pad = " " * 24
-        lines = [f"{pad}_ed = ({edges},)",
-                 f"{pad}if _o._dtype.differentiable and _ed != _NO_EDGES:",
-                 f"{pad}    _n = _Node(_op.name, _op.rule, _ed, ({meta},), {{{attrs}}}, _pl)",
-                 f"{pad}    _n.out_meta = ((_o._data.shape, _o._dtype),)"]
-        if op._save_plan:
-            lines.append(f"{pad}    _n._save_plan = _op._save_plan")
-            if op.saves_inputs:
-                lines.append(f"{pad}    _n._saved_in = ({', '.join(names)},)")
-            if op.saves_outputs:
-                lines.append(f"{pad}    _n._saved_out = (_o._data,)")
-        lines.append(f"{pad}    _o.stop_gradient = False; _o._node = _n; _o._oidx = 0")
-        return lines
+    record = [f"                        _record(_op, ({', '.join(names)},), (_o,), {{{attrs}}}, _pl)"]
 
     def same_place(candidates):
         return [f"{t}._place is _pl" for t in candidates]
@@ -500,7 +497,7 @@ def _fast_path_lines(op):
              f"        _pl = {anchor}._place; _dt = {anchor}._dtype",
              f"        if {' and '.join(checks) or 'True'}:"]
     lines += run(", ".join(f"{t}._data" for t in names), " and ".join(f"{t}.stop_gradient" for t in names),
-                 record_tensors())
+                 record)
     if not scalars:
         return lines
     # 2. Python scalars among the promoted arguments: the first promoted Tensor anchors dtype and place
@@ -522,8 +519,7 @@ def _fast_path_lines(op):
                        for t in names)
     quiet = " and ".join(f"({t}.__class__ is not _T or {t}.stop_gradient)" if t in scalars
                          else f"{t}.stop_gradient" for t in names)
-    return lines + run(arrays, quiet, [f"                        _record_simple(_op, ({', '.join(names)},), _o, "
-                                       f"{{{attrs}}})"])
+    return lines + run(arrays, quiet, record)
 
 
 def _fast_cacheable(op, flat, args, dtype) -> bool:
@@ -688,7 +684,7 @@ def apply(op: OpDef, args: tuple, attrs: dict):
         accepted = ", ".join(d.name for d in _dtypes.all_dtypes if d.kind in op.dtypes)
         raise OpError(f"{op.display}(): got dtype {in_dtype.name} ({_inputs_text(op, args)}); it accepts {accepted}")
     # 3. kernel lookup
-    kernel = op.registry.find_kernel(op.name, place.type, dtype)
+    kernel = op.registry.find_kernel(op.inplace_of or op.name, place.type, dtype)
     if kernel is not None:
         kernel = backend.bind_kernel(kernel, place.index)
     if kernel is None:
@@ -701,23 +697,13 @@ def apply(op: OpDef, args: tuple, attrs: dict):
               if k not in op.frontend_attrs}
     if op.random:
         kattrs["generator"] = backend.generator(place.index)
-    if op.inplace is not None and GRAD_MODE.enabled:
-        _check_inplace(op, args)
+    if op.inplace is not None:
+        return _run_inplace(op, args, flat, attrs, place, lambda: _run_kernel(op, kernel, backend, arrays, kattrs,
+                                                                              args, attrs))
     # 4. run it; a kernel's complaint is re-raised naming the op and its inputs
-    try:
-        out = kernel(backend.xp, *arrays, **kattrs)
-    except (ValueError, TypeError, IndexError) as exc:
-        message = f"{op.display}(): {exc} (inputs: {_inputs_text(op, args) or 'none'}"
-        message += f"; attributes: {attrs})" if attrs else ")"
-        try:
-            error = type(exc)(message)
-        except Exception:
-            error = OpError(message)
-        raise error from exc
+    out = _run_kernel(op, kernel, backend, arrays, kattrs, args, attrs)
     if op.fast_eligible and not AUTOCAST.enabled and _fast_cacheable(op, flat, args, dtype):
         op.fast[(place, dtype)] = (kernel, backend.xp, backend.array_types[0])
-    if op.inplace is not None:  # the kernel wrote into that input's array: hand back the tensor itself
-        return args[op.inplace]
     # 5. wrap, and record the graph node if any input wants a gradient
     single = op.n_outputs == 1 and not op.intermediate
     outs = (out,) if single else tuple(out)
@@ -725,7 +711,9 @@ def apply(op: OpDef, args: tuple, attrs: dict):
     wrap = Tensor._wrap
     tensors = tuple(wrap(o if o.__class__ in array_types else backend.xp.asarray(o), place) for o in outs)
     if op.rule is not None and GRAD_MODE.enabled:
-        _record(op, flat, tensors, attrs, place)
+        record(op, flat, tensors, attrs, place)
+    if op.view and backend.xp.may_share_memory(tensors[0]._data, flat[0]._data):
+        _link_view(op, flat[0], tensors[0], attrs)
     if op.intermediate:  # kept by the graph node only
         tensors = tensors[:-op.intermediate]
         single = op.n_outputs == 1
@@ -737,21 +725,124 @@ def apply(op: OpDef, args: tuple, attrs: dict):
     return tensors[0] if single else (list(tensors) if op.n_outputs is None else tensors)
 
 
-def _check_inplace(op, args):
-    """Refuse an in-place call whose gradients would silently be wrong (no in-place autograd yet)."""
+def _run_kernel(op, kernel, backend, arrays, kattrs, args, attrs):
+    """kernel(xp, *arrays, **attrs); a kernel's complaint is re-raised naming the op and its inputs."""
+    try:
+        return kernel(backend.xp, *arrays, **kattrs)
+    except (ValueError, TypeError, IndexError) as exc:
+        message = f"{op.display}(): {exc} (inputs: {_inputs_text(op, args) or 'none'}"
+        message += f"; attributes: {attrs})" if attrs else ")"
+        try:
+            error = type(exc)(message)
+        except Exception:
+            error = OpError(message)
+        raise error from exc
+
+
+def _wants_grad(flat) -> bool:
+    for a in flat:
+        for t in (a if a.__class__ is list else (a,)):
+            if t.__class__ is Tensor and not t.stop_gradient and t._dtype.differentiable:
+                return True
+    return False
+
+
+def _run_inplace(op, args, flat, attrs, place, run):
+    """An in-place op. Without autograd: run the kernel, move the version counter. With it (grad mode on
+    and some input wants a gradient), PyTorch's rules: a leaf that requires grad (or a view of one) is
+    refused; the op is recorded as its out-of-place form whose input is a shadow of the target with the
+    target's old graph identity (a copy of its values when the rule saves that input, as PyTorch saves
+    `original self`); the target takes the node; a write through a view rebases the view's base."""
     target = args[op.inplace]
-    name = op.tensor_params[op.inplace].name
-    if any(t._node is None and not t.stop_gradient for t in (target if target.__class__ is list else (target,))):
-        raise OpError(f"{op.display}(): '{name}' is a leaf tensor that requires a gradient "
-                      f"(stop_gradient=False); it cannot be modified in place. Modify it under "
-                      f"oarlock.no_grad(), or work on a copy (x.clone())")
-    wants = [p.name for p, a in zip(op.tensor_params, args)
-             if any(t.__class__ is Tensor and not t.stop_gradient for t in (a if a.__class__ is list else (a,)))]
-    if wants:
-        which = " and ".join(map(repr, wants)) + (" is" if len(wants) == 1 else " are")
-        raise NotImplementedError(f"{op.display}(): in-place autograd is not supported yet, and {which} part of "
-                                  f"a graph that needs gradients; use an out-of-place op (e.g. oarlock.index_put, "
-                                  f"oarlock.masked_fill) or detach() first")
+    graph = GRAD_MODE.enabled and _wants_grad(flat)
+    view = None
+    if graph:
+        name = op.tensor_params[op.inplace].name
+        if op.rule is None or target.__class__ is list:
+            raise NotImplementedError(f"{op.display}() has no gradient, and an input requires one; call it under "
+                                      f"oarlock.no_grad(), or detach() the inputs")
+        if target._node is None and not target.stop_gradient:
+            raise RuntimeError(f"{op.display}(): '{name}' is a leaf Tensor that requires grad (stop_gradient=False) "
+                               f"and is being used in an in-place operation; modify it under oarlock.no_grad(), or "
+                               f"work on a copy (x.clone())")
+        view = getattr(target, "_view", None)
+        if view is not None and view[0]._node is None and not view[0].stop_gradient:
+            raise RuntimeError(f"{op.display}(): '{name}' is a view of a leaf Tensor that requires grad "
+                               f"(stop_gradient=False) and is being used in an in-place operation; modify the "
+                               f"leaf under oarlock.no_grad(), or work on a copy (x.clone())")
+        if flat[op.inplace] is target:
+            flat = list(flat)
+            flat[op.inplace] = _shadow(target, copy=("in", op.inplace) in op._save_plan)
+    out = run()
+    if op.inplace_of is not None:   # a variant of an out-of-place op: its result is written into the target
+        _write_result(op, target, out)
+    for t in (target if target.__class__ is list else (target,)):
+        bump_version(t)
+    if graph:
+        record(op, flat, (target,), attrs, place)
+        if view is not None:
+            _rebase(view, target)
+    return target
+
+
+def _shadow(t, copy):
+    """A stand-in for t before an in-place write: t's graph identity, and t's storage (shared, with its
+    version counter) or a copy of its values."""
+    data = t._data.copy() if copy else t._data
+    s = Tensor._wrap(data, t._place, t.stop_gradient)
+    if t._node is not None:
+        s._node, s._oidx = t._node, t._oidx
+    if not copy:
+        s._vc = version_counter(t)
+    return s
+
+
+def _write_result(op, target, out):
+    if tuple(out.shape) != tuple(target._data.shape):
+        raise ValueError(f"{op.display}(): the result has shape {list(out.shape)}, but an in-place op must keep "
+                         f"the shape of its input {target.shape}; use the out-of-place op")
+    kind = _dtypes.from_numpy_dtype(out.dtype).kind
+    if _KIND_ORDER[kind] > _KIND_ORDER[target._dtype.kind]:
+        raise TypeError(f"{op.display}(): the result has dtype {out.dtype}, which cannot be stored in the input of "
+                        f"dtype {target._dtype.name}; use the out-of-place op, or cast the input first")
+    target._data[...] = out
+
+
+def _link_view(op, source, view, attrs):
+    """`view` shares `source`'s memory: share its version counter, and remember the root base and how to
+    make the view from it (the view op replayed on the base's view function)."""
+    view._vc = version_counter(source)
+    parent = getattr(source, "_view", None)
+    if parent is None:
+        view._view = (source, lambda base: apply(op, (base,), attrs))
+    else:
+        root, make_parent = parent
+        view._view = (root, lambda base: apply(op, (make_parent(base),), attrs))
+
+
+def _rebase(view_info, written):
+    """After an in-place write into a view, the base's new value is its old value with the view's region
+    replaced (PyTorch's CopySlices): record that as a node over (old base, written view)."""
+    base, make_view = view_info
+
+    def copy_slices_grad(ctx, g):
+        g_view = make_view(g)
+        return g - _scatter_back(make_view, g_view, g), g_view
+
+    old = _shadow(base, copy=False)
+    record(RecordSpec("copy_slices", copy_slices_grad), (old, written), (base,), None, base._place)
+
+
+def _scatter_back(make_view, g_view, like):
+    """The adjoint of the view function: g_view placed at the view's region of a zero tensor like `like`."""
+    from oarlock import _ops
+    from oarlock.autograd import enable_grad, grad
+    create = GRAD_MODE.enabled
+    with enable_grad():
+        z = _ops.zeros_like(like)
+        z.stop_gradient = False
+        (placed,) = grad([make_view(z)], [z], grad_outputs=[g_view], create_graph=create)
+    return placed
 
 
 def _promoted_dtype(op, flat):
@@ -783,70 +874,6 @@ def _cast(t, dtype):
     return _ops.cast(t, dtype)
 
 
-def _record(op, flat, outputs, attrs, place):
-    from oarlock.autograd import _edge
-    edges, meta, any_edge = [], [], False
-    for i, a in enumerate(flat):
-        items = a if a.__class__ is list else (a,)
-        for t in items:
-            if t is None:
-                edge = None
-                meta.append(None)
-            else:
-                edge = None if (i in op.nondiff or not (t._dtype.is_floating_point or t._dtype.is_complex)) \
-                    else _edge(t)
-                meta.append((t._data.shape, t._dtype))
-            any_edge = any_edge or edge is not None
-            edges.append(edge)
-    if not any_edge:
-        return
-    node = Node(op.name, op.rule, tuple(edges), tuple(meta), attrs, place)
-    node.out_meta = [(t._data.shape, t._dtype) for t in outputs]
-    if op._save_plan:
-        node._save_plan = op._save_plan
-        if op.saves_inputs:
-            node._saved_in = flat  # one entry per tensor parameter; a TensorList stays one list
-        if op.saves_outputs:
-            node._saved_out = [t._data for t in outputs]
-    for i, t in enumerate(outputs):
-        if t._dtype.is_floating_point or t._dtype.is_complex:
-            t.stop_gradient = False
-            t._node, t._oidx = node, i
-
-
-def _record_simple(op, inputs, out, attrs):
-    """_record for the fast path: every input a Tensor, one output."""
-    if not out._dtype.differentiable:
-        return
-    edges = []
-    wanted = False
-    nondiff = op.nondiff
-    tensor = Tensor
-    for i, t in enumerate(inputs):
-        if t.__class__ is not tensor or t.stop_gradient or not t._dtype.differentiable or i in nondiff:
-            edges.append(None)
-        else:
-            wanted = True
-            edges.append((t, 0) if t._node is None else (t._node, t._oidx))
-    if not wanted:
-        return
-    node = Node(op.name, op.rule, tuple(edges),
-                tuple([(t._data.shape, t._dtype) if t.__class__ is tensor else None for t in inputs]), attrs,
-                out._place)
-    node.out_meta = ((out._data.shape, out._dtype),)
-    if op._save_plan:
-        node._save_plan = op._save_plan
-        if op.saves_inputs:  # a Python scalar operand is saved as a 0-d tensor of the op's dtype
-            node._saved_in = tuple(t if t.__class__ is tensor else
-                                   tensor._wrap(out._place.backend.asarray(t, out._dtype.np, out._place.index),
-                                                out._place) for t in inputs)
-        if op.saves_outputs:
-            node._saved_out = (out._data,)
-    out.stop_gradient = False
-    out._node = node
-    out._oidx = 0
-
-
 class OpRegistrar:
     """Passed to `oarlock_register_ops`: define ops, their kernels, and export them."""
 
@@ -854,6 +881,18 @@ class OpRegistrar:
         self._registry, self.plugin = registry, plugin
 
     def define(self, signature: str, **options) -> OpDef:
+        base_name = options.get("grad_of") or options.get("inplace_of")
+        if base_name is not None:
+            base = self._registry.ops.get(base_name)
+            if base is None:
+                raise ValueError(f"op {signature.split('(')[0]!r}: grad_of/inplace_of names op {base_name!r}, which "
+                                 f"is not defined (define it first)")
+            options.setdefault("grad", base.rule)
+            options.setdefault("saves", base.saves)
+            options.setdefault("nondiff", base.nondiff_names)
+            if options.get("inplace_of"):
+                for key in ("promote", "to_float", "dtypes"):
+                    options.setdefault(key, getattr(base, {"promote": "promote_names"}.get(key, key)))
         op = OpDef(signature, **options)
         op.registry = self._registry
         self._registry.add_op(op, self.plugin)
@@ -862,6 +901,19 @@ class OpRegistrar:
             namespace, _, public_name = qualified.rpartition(".")
             self._registry.add_api(namespace, public_name, fn, self.plugin)
         return op
+
+    def define_inplace(self, base: str, public=(), **options):
+        """The in-place variant `<base>_` of an out-of-place op already defined (exp_ of exp, relu_ of
+        relu): same parameters (the first becomes the Tensor written into), no kernel of its own (the
+        base op's computes the result, which is written into the input), the base op's gradient rule."""
+        op = self._registry.ops.get(base)
+        if op is None:
+            raise ValueError(f"define_inplace(): op {base!r} is not defined (define it first)")
+        first = op.tensor_params[0].name
+        params = op.signature.strip()[len(op.name):].replace(f"{first}: TensorOrScalar", f"{first}: Tensor", 1)
+        return self.define(f"{op.name}_{params}", public=public, aliases=op.aliases, inplace=first, inplace_of=base,
+                           doc=options.pop("doc", f"{base}, written into {first} (in place); returns {first}."),
+                           **options)
 
     def kernel(self, op: str, device: str | None = GENERIC, dtypes=None):
         """Decorator registering fn(xp, *arrays, **attrs) for op on `device` (None: generic array-API

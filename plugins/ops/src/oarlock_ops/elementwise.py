@@ -20,6 +20,7 @@ import numpy as np
 import oarlock
 from oarlock import dtypes as D
 from oarlock.dtypes import get_default_dtype
+from oarlock_ops._inplace import define_variants
 from oarlock_ops._grad import unbroadcast
 
 NUMERIC = ("int", "float", "complex")
@@ -304,13 +305,13 @@ ROUNDING_MODE = ", *, rounding_mode: Any = None"  # checked by _divide (a conver
 ARITHMETIC = [
     ("add", (), _add, _add_grad, (), NUMERIC, {"attrs": ALPHA}),
     ("subtract", ("sub",), _subtract, _subtract_grad, (), NUMERIC, {"attrs": ALPHA}),
-    ("multiply", ("mul",), ufunc("multiply"), _multiply_grad, ("x", "y"), NUMERIC, {}),
+    ("multiply", ("mul",), ufunc("multiply"), _multiply_grad, ("x:y", "y:x"), NUMERIC, {}),
     # true division (integers divide in the default float dtype) or rounded division
-    ("divide", ("div", "true_divide"), _divide, _divide_grad, ("y", "out"), REAL, {"attrs": ROUNDING_MODE}),
+    ("divide", ("div", "true_divide"), _divide, _divide_grad, ("y", "out:y"), REAL, {"attrs": ROUNDING_MODE}),
     ("floor_divide", (), _integer_division("floor_divide"), None, (), REAL, {}),
     # the sign of the divisor, like Python's % (numpy.remainder), not C's fmod
     ("remainder", ("mod", "floor_mod"), _integer_division("remainder"), _remainder_grad, ("x", "y"), REAL, {}),
-    ("pow", (), ufunc("power"), _pow_grad, ("x", "y", "out"), REAL,
+    ("pow", (), ufunc("power"), _pow_grad, ("x", "y", "out:y"), REAL,
      {"aliases": {**BINARY_ALIASES, "exponent": "y"}, "amp": "black"}),
     ("maximum", (), ufunc("maximum"), _maximum_grad, ("x", "y"), REAL, {}),
     ("minimum", (), ufunc("minimum"), _minimum_grad, ("x", "y"), REAL, {}),
@@ -366,7 +367,7 @@ def register(ops):
     for name, base, names in IN_PLACE:
         kernel, kinds, attrs = arithmetic[base]
         ops.define(f"{name}(x: Tensor, y: TensorOrScalar{attrs}) -> Tensor", public=names, dtypes=kinds,
-                   aliases=BINARY_ALIASES, inplace="x",
+                   aliases=BINARY_ALIASES, inplace="x", grad_of=base,
                    doc=f"x = {base}(x, y) in place (y broadcasts to x; the result keeps x's dtype); returns x.")
         ops.kernel(name)(_in_place(kernel))
     for name, spellings, function, kinds in PREDICATES2:
@@ -403,3 +404,7 @@ def register(ops):
     ops.define("cast(x: Tensor, dtype: DType) -> Tensor", public=["cast", "Tensor.cast", "Tensor.astype"],
                grad=_cast_grad, aliases={"input": "x"})
     ops.kernel("cast")(lambda xp, x, dtype: x.astype(dtype))
+    define_variants(ops, ("abs", "neg", "ceil", "floor", "trunc", "square", "clip", "pow", "remainder", "floor_divide",
+                          "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "logical_and", "logical_or",
+                          "logical_xor", "logical_not", "equal", "not_equal", "less_than", "less_equal", "greater_than",
+                          "greater_equal"))

@@ -13,6 +13,7 @@ with accumulate=True, so repeated indices add up and higher-order gradients work
 from __future__ import annotations
 
 import oarlock
+from oarlock_ops._inplace import define_variants
 from oarlock_ops._grad import sum_to_shape
 from oarlock_ops.shape import _axis
 
@@ -162,6 +163,15 @@ def _index_put_grad(ctx, g):
     return gx, gv
 
 
+def _setitem_grad(ctx, g):
+    """x[index] = value: the overwritten positions of x get no gradient, value gets g at them (summed
+    over the axes it was broadcast along)."""
+    index = ctx.attrs["index"]
+    gx = oarlock.index_put(g, index, 0) if ctx.edges[0] is not None else None
+    gv = _sum_to(oarlock.getitem(g, index), ctx.meta[1][0]) if ctx.edges[1] is not None else None
+    return gx, gv
+
+
 def _take_grad(ctx, g):
     (index,) = ctx.saved
     axis = ctx.attrs["axis"]
@@ -187,11 +197,12 @@ def _masked_fill_grad(ctx, g):
 
 def register(ops):
     # public top-level too: Tensor.__getitem__ / __setitem__ resolve oarlock.getitem / oarlock.setitem_
-    ops.define("getitem(x: Tensor, index: Any) -> Tensor", public=["getitem"], grad=_getitem_grad,
+    ops.define("getitem(x: Tensor, index: Any) -> Tensor", public=["getitem"], grad=_getitem_grad, view=True,
                doc="x[index]: ints, slices (any step), None, Ellipsis, bool masks, int lists and tensors.")
     ops.kernel("getitem")(_getitem_kernel)
     ops.define("setitem_(x: Tensor, index: Any, value: TensorOrScalar) -> Tensor", public=["setitem_"],
-               inplace="x", doc="x[index] = value, in place (value is cast to x's dtype); returns x.")
+               inplace="x", grad=_setitem_grad,
+               doc="x[index] = value, in place (value is cast to x's dtype); returns x.")
     ops.kernel("setitem_")(_setitem_kernel)
     ops.define("index_put(x: Tensor, indices: Any, value: TensorOrScalar, accumulate: bool = False) -> Tensor",
                public=["index_put", "Tensor.index_put"], grad=_index_put_grad,
@@ -214,3 +225,4 @@ def register(ops):
                saves=("mask",), nondiff=("mask",),
                doc="x with `value` (cast to x's dtype) where the bool `mask` (broadcast with x) is True.")
     ops.kernel("masked_fill")(_masked_fill_kernel)
+    define_variants(ops, ("index_put", "masked_fill"))

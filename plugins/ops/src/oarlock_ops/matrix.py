@@ -21,6 +21,7 @@ diagonal with index_put, diff applies the adjoint of each difference n times.
 from __future__ import annotations
 
 import oarlock
+from oarlock_ops._inplace import define_variants
 from oarlock_ops.shape import _axis
 
 
@@ -221,3 +222,4 @@ def register(ops):
                dtypes=("int", "float"), grad=_trace_grad,
                doc="The sum of the offset-th diagonal of the (axis1, axis2) planes.")
     ops.kernel("trace")(_trace_kernel)
+    define_variants(ops, ("tril", "triu"))

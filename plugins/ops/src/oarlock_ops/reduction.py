@@ -24,6 +24,7 @@ import functools
 import math
 
 import oarlock
+from oarlock_ops._inplace import define_variants
 from oarlock import dtypes as D
 
 
@@ -332,3 +333,4 @@ def register(ops):
     for name in ("all", "any"):
         ops.define(name + _REDUCE, public=_public(name), aliases=_ALIASES)
         ops.kernel(name)(_logical_kernel(name))
+    define_variants(ops, ("cumsum",))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import oarlock
+from oarlock_ops._inplace import define_variants
 from oarlock_ops.elementwise import REAL, public
 
 SQRT_PI = math.sqrt(math.pi)
@@ -263,3 +264,6 @@ def register(ops):
     ops.define("relu(x: Tensor) -> Tensor", public=public("relu", functional=True), dtypes=REAL,
                grad=_of_saved(lambda g, out: g * (out > 0)), saves=("out",), aliases={"input": "x"})
     ops.kernel("relu")(lambda xp, x: xp.maximum(x, 0))
+    define_variants(ops, ("exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "sigmoid"))
+    define_variants(ops, ("tanh",), namespaces=("oarlock", "Tensor", "oarlock.nn.functional"))
+    define_variants(ops, ("relu", "elu", "leaky_relu"), namespaces=("oarlock.nn.functional",))
