@@ -23,6 +23,7 @@ input's shape and a per-position scale `s` (weight and ignore mask), loss = -s *
 from __future__ import annotations
 
 import oarlock
+from oarlock_ops._inplace import define_variants
 from oarlock.nn import functional as F
 from oarlock_ops.linalg import compute_dtype
 
@@ -267,3 +268,4 @@ def register(ops):
                nondiff=("label", "weight"), grad=_cross_entropy_grad, saves=("input", "label", "weight"),
                amp="black", doc="Softmax cross entropy with hard (class index) or soft labels, Paddle's semantics.")
     ops.kernel("cross_entropy")(_cross_entropy)
+    define_variants(ops, ("softmax",), namespaces=("oarlock.nn.functional",))
