@@ -46,6 +46,19 @@ def test_section_is_generated_from_the_pyprojects():
     assert committed == generated, "pyproject.toml's import boundaries are stale: python tools/boundaries.py --write"
 
 
+def test_ci_runs_the_readme_test_command_and_nothing_else():
+    """.ci/run is the README's test command (item 8 of issue 14): a broken README cannot hide behind CI."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## The two commands", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash", 1)[1].split("```", 1)[0].splitlines()
+    readme_command = next(block[i + 1].strip() for i, line in enumerate(block) if line.strip().startswith("# tests"))
+    script = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    commands = [line for line in script if line and not line.startswith("#")]
+    assert commands[-1] == readme_command
+    assert all(line.startswith(("set ", "cd ")) for line in commands[:-1]), commands   # nothing installed first
+    assert "-r requirements-oracles.txt" in (ROOT / "requirements-dev.txt").read_text().splitlines()
+
+
 def test_every_plugin_has_a_dependency_contract():
     table = boundaries.contracts(boundaries.workspace())
     ids = {c["id"] for c in table["contracts"]}

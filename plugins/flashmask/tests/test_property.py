@@ -13,6 +13,7 @@ table's own constraints; the table gives them a meaning too.
 
 import numpy as np
 import pytest
+pytest.importorskip("hypothesis", reason="the property tests need hypothesis (pip install -r requirements-dev.txt)")
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
