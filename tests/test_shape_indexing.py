@@ -89,21 +89,23 @@ def test_setitem_values_and_dtypes():
         m[0] = oarlock.ones([2])
 
 
-def test_in_place_refuses_what_autograd_would_get_wrong():
+def test_in_place_on_a_leaf_that_requires_grad_is_refused_and_tracked_elsewhere():
     w = _x(3, grad=True)
-    with pytest.raises(ValueError, match="leaf tensor that requires a gradient"):
+    with pytest.raises(RuntimeError, match="leaf Tensor that requires grad"):
         w[0] = 5.0
-    with pytest.raises(NotImplementedError, match="'x' is part of a graph"):
-        y = w * 2.0
-        y[0] = 1.0
-    with pytest.raises(NotImplementedError, match="'value' is part of a graph"):
-        oarlock.zeros([3], dtype="float64")[1] = w[0]
+    y = w * 2.0
+    y[0] = 1.0           # tracked: position 0 no longer depends on w
+    y.sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [0.0, 2.0, 2.0])
+    z = oarlock.zeros([3], dtype="float64")
+    z[1] = w[0] * 3.0    # z now depends on w through the written value
+    assert not z.stop_gradient
     with oarlock.no_grad():  # optimizer-style updates are fine
         w[0] = 5.0
     assert w.numpy()[0] == 5.0 and not w.stop_gradient
     d = w.detach()
-    d[1] = 6.0  # a tensor without a graph may be modified
-    assert w.numpy()[1] == 6.0
+    d[1] = 6.0  # a tensor without a graph may be modified; it shares w's storage and version
+    assert w.numpy()[1] == 6.0 and w.inplace_version == d.inplace_version == 2
 
 
 def test_list_ops_promote_to_a_common_dtype():

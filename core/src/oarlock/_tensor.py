@@ -248,8 +248,10 @@ class Tensor:
     cast = astype
 
     def detach(self):
-        """A tensor sharing this one's data, cut from the graph (stop_gradient=True)."""
-        return Tensor._wrap(self._data, self._place)
+        """A tensor sharing this one's data (and its version counter), cut from the graph (stop_gradient=True)."""
+        t = Tensor._wrap(self._data, self._place)
+        t._vc = version_counter(self)
+        return t
 
     def detach_(self):
         self._node = None

@@ -485,14 +485,16 @@ class RecordSpec:
         self.saves_outputs = any(kind == "out" for kind, _ in save_plan)
 
 
-def record(spec, inputs, outputs, attrs, place):
+def record(spec, inputs, outputs, attrs, place, written=None):
     """Record one graph node: the only place nodes are made (the dispatcher's fast and slow paths and
     PyLayer all call it). `spec` is an OpDef or a RecordSpec; `inputs` holds one entry per tensor
     parameter (a Tensor, a list of Tensors, None, or a Python scalar on the fast path); `outputs` are
     the op's output Tensors. The one rule for gradients: an input takes one when it is a Tensor with
     stop_gradient=False, of a differentiable dtype (float or complex), at a parameter not in
     spec.nondiff; an output carries the node when its dtype is differentiable. Nothing is recorded
-    when no input takes a gradient or no output can carry one. Returns the node or None."""
+    when no input takes a gradient or no output can carry one. `written` is the tensor an in-place op
+    has just written: where it is also a saved input, it was saved before the write. A view whose base
+    was written in place since its graph identity was set gets a fresh one first. Returns the node or None."""
     edges, meta, wanted, nondiff = [], [], False, spec.nondiff
     for i, a in enumerate(inputs):
         for t in (a if a.__class__ is list else (a,)):
@@ -501,6 +503,10 @@ def record(spec, inputs, outputs, attrs, place):
                 meta.append(None)
                 continue
             meta.append((t._data.shape, t._dtype))
+            if t._vc is not None:
+                view = getattr(t, "_view", None)
+                if view is not None and view[2] != t._vc.value:
+                    _refresh_view(t, view)
             if t.stop_gradient or not t._dtype.differentiable or i in nondiff:
                 edges.append(None)
             else:
@@ -520,8 +526,9 @@ def record(spec, inputs, outputs, attrs, place):
         if spec.saves_inputs:
             saved = [_as_saved(a, outputs[0]) for a in inputs]
             node._saved_in = saved
-            node._in_versions = tuple(_version_of(saved[index]) if need is None or _takes_grad(inputs, need, nondiff)
-                                      else None for (kind, index), need in zip(plan, needs) if kind == "in")
+            node._in_versions = tuple(_version_of(saved[index], written)
+                                      if need is None or _takes_grad(inputs, need, nondiff) else None
+                                      for (kind, index), need in zip(plan, needs) if kind == "in")
         if spec.saves_outputs:
             node._saved_out = [o._data for o in outputs]
             node._out_counters = counters = tuple(_version_counter(o) for o in outputs)
@@ -534,6 +541,18 @@ def record(spec, inputs, outputs, attrs, place):
             o.stop_gradient = False
             o._node, o._oidx = node, i
     return node
+
+
+def _refresh_view(t, view):
+    """t is a view whose base was written in place after t's graph identity was set (PyTorch
+    regenerates a view's grad_fn then): remake the view from the base to take its current identity."""
+    base, make_view, _ = view
+    with enable_grad():
+        fresh = make_view(base)
+    t._node, t.stop_gradient = fresh._node, fresh.stop_gradient
+    if fresh._node is not None:
+        t._oidx = fresh._oidx
+    t._view = (base, make_view, t._vc.value)
 
 
 def _takes_grad(inputs, i, nondiff) -> bool:
@@ -549,10 +568,11 @@ def _as_saved(a, like):
     return _Tensor._wrap(place.backend.asarray(a, like._dtype.np, place.index), place)
 
 
-def _version_of(saved):
+def _version_of(saved, written):
+    """The version of a saved input (a tuple for a list); one less for the tensor the op wrote itself."""
     if saved.__class__ is list:
-        return tuple(t.inplace_version for t in saved)
-    return None if saved is None else saved.inplace_version
+        return tuple(t.inplace_version - (t is written) for t in saved)
+    return None if saved is None else saved.inplace_version - (saved is written)
 
 
 def _bind_tensor_type():

@@ -29,7 +29,7 @@ import numbers
 import numpy as np
 
 from oarlock import dtypes as _dtypes
-from oarlock.registry import GENERIC, Registry
+from oarlock.registry import GENERIC, OP_LIBRARY, Registry, library_name
 from oarlock._tensor import Tensor, bump_version, version_counter
 from oarlock.autograd import GRAD_MODE, RecordSpec, record
 
@@ -779,8 +779,9 @@ def _run_inplace(op, args, flat, attrs, place, run):
     for t in (target if target.__class__ is list else (target,)):
         bump_version(t)
     if graph:
-        record(op, flat, (target,), attrs, place)
-        if view is not None:
+        record(op, flat, (target,), attrs, place, written=target)
+        if view is not None:   # the view's identity is current again; then the base takes the write
+            target._view = (view[0], view[1], target._vc.value)
             _rebase(view, target)
     return target
 
@@ -811,19 +812,19 @@ def _write_result(op, target, out):
 def _link_view(op, source, view, attrs):
     """`view` shares `source`'s memory: share its version counter, and remember the root base and how to
     make the view from it (the view op replayed on the base's view function)."""
-    view._vc = version_counter(source)
+    vc = view._vc = version_counter(source)
     parent = getattr(source, "_view", None)
     if parent is None:
-        view._view = (source, lambda base: apply(op, (base,), attrs))
+        view._view = (source, lambda base: apply(op, (base,), attrs), vc.value)
     else:
-        root, make_parent = parent
-        view._view = (root, lambda base: apply(op, (make_parent(base),), attrs))
+        root, make_parent, _ = parent
+        view._view = (root, lambda base: apply(op, (make_parent(base),), attrs), vc.value)
 
 
 def _rebase(view_info, written):
     """After an in-place write into a view, the base's new value is its old value with the view's region
     replaced (PyTorch's CopySlices): record that as a node over (old base, written view)."""
-    base, make_view = view_info
+    base, make_view, _ = view_info
 
     def copy_slices_grad(ctx, g):
         g_view = make_view(g)
@@ -880,7 +881,12 @@ class OpRegistrar:
     def __init__(self, registry: Registry, plugin: str):
         self._registry, self.plugin = registry, plugin
 
-    def define(self, signature: str, **options) -> OpDef:
+    def define(self, signature: str, **options):
+        """Define an op (see OpDef for the options) and return its callable (the generated frontend; its
+        `.opdef` is the OpDef). The op is exported under its public names and always as
+        oarlock.ops.<plugin>.<op name>. `internal=True`: no public name (a gradient kernel, a helper
+        that a public Python function wraps): call it through the callable this returns.
+        `display=`: the name its errors carry (the public function that wraps it)."""
         base_name = options.get("grad_of") or options.get("inplace_of")
         if base_name is not None:
             base = self._registry.ops.get(base_name)
@@ -893,14 +899,26 @@ class OpRegistrar:
             if options.get("inplace_of"):
                 for key in ("promote", "to_float", "dtypes"):
                     options.setdefault(key, getattr(base, {"promote": "promote_names"}.get(key, key)))
+        internal, display = options.pop("internal", False), options.pop("display", None)
+        if internal and options.get("public"):
+            raise ValueError(f"op {signature.split('(')[0]!r}: an internal op has no public names, got "
+                             f"public={options['public']!r}")
         op = OpDef(signature, **options)
+        library = f"{OP_LIBRARY}.{library_name(self.plugin)}"
+        if internal:
+            op.public, op.display = (), f"{library}.{op.name}"
+        if display is not None:
+            op.display = display
         op.registry = self._registry
         self._registry.add_op(op, self.plugin)
         fn = define_frontend(op, apply)
+        if internal:
+            fn.__module__ = library
         for qualified in op.public:
             namespace, _, public_name = qualified.rpartition(".")
             self._registry.add_api(namespace, public_name, fn, self.plugin)
-        return op
+        self._registry.add_library_op(op.name, fn, self.plugin)
+        return fn
 
     def define_inplace(self, base: str, public=(), **options):
         """The in-place variant `<base>_` of an out-of-place op already defined (exp_ of exp, relu_ of

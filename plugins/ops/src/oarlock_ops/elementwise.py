@@ -184,6 +184,25 @@ def _zero_grads(ctx, *grads):
                  for edge, meta in zip(ctx.edges, ctx.meta))
 
 
+def _overwritten(ctx, g):
+    """fill_ / zero_: every old value is overwritten, so it gets no gradient."""
+    return (None,)
+
+
+def _fill_kernel(xp, x, value=0):
+    x[...] = value
+    return x
+
+
+def _scale(xp, x, scale=1.0, bias=0.0, bias_after_scale=True):
+    out = x * scale + bias if bias_after_scale else (x + bias) * scale
+    return out.astype(x.dtype, copy=False)
+
+
+def _scale_grad(ctx, g):
+    return g * ctx.attrs["scale"]
+
+
 def _multiply_grad(ctx, g):
     x, y = ctx.saved
     return (unbroadcast(ctx, 0, g * y) if _needs(ctx, 0) else None,
@@ -404,6 +423,17 @@ def register(ops):
     ops.define("cast(x: Tensor, dtype: DType) -> Tensor", public=["cast", "Tensor.cast", "Tensor.astype"],
                grad=_cast_grad, aliases={"input": "x"})
     ops.kernel("cast")(lambda xp, x, dtype: x.astype(dtype))
+    ops.define("scale(x: Tensor, scale: float = 1.0, bias: float = 0.0, bias_after_scale: bool = True) -> Tensor",
+               public=["scale", "Tensor.scale"], dtypes=REAL, grad=_scale_grad,
+               doc="x * scale + bias (bias_after_scale) or (x + bias) * scale, in x's dtype (Paddle's scale).")
+    ops.kernel("scale")(_scale)
+    ops.define("fill_(x: Tensor, value: Scalar) -> Tensor", public=["Tensor.fill_"], inplace="x",
+               grad=_overwritten, doc="Set every element of x to value, in place; returns x.")
+    ops.define("zero_(x: Tensor) -> Tensor", public=["Tensor.zero_"], inplace="x", grad=_overwritten,
+               doc="Set every element of x to zero, in place; returns x.")
+    ops.kernel("fill_")(_fill_kernel)
+    ops.kernel("zero_")(_fill_kernel)
+    define_variants(ops, ("scale",))
     define_variants(ops, ("abs", "neg", "ceil", "floor", "trunc", "square", "clip", "pow", "remainder", "floor_divide",
                           "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "logical_and", "logical_or",
                           "logical_xor", "logical_not", "equal", "not_equal", "less_than", "less_equal", "greater_than",

@@ -220,21 +220,21 @@ def _tile_grad(ctx, g):
 def register(ops):
     x_alias = {"input": "x"}
     ops.define("reshape(x: Tensor, shape: Shape) -> Tensor", public=["reshape", "Tensor.reshape", "Tensor.view"],
-               aliases=x_alias, grad=_reshape_grad, varargs="shape")
+               aliases=x_alias, grad=_reshape_grad, varargs="shape", view=True)
     ops.kernel("reshape")(lambda xp, x, shape: xp.reshape(x, shape))
 
     ops.define("unsqueeze(x: Tensor, axis: Axis) -> Tensor", public=["unsqueeze", "Tensor.unsqueeze"],
-               aliases={"input": "x", "dim": "axis"}, grad=_reshape_grad)
+               aliases={"input": "x", "dim": "axis"}, grad=_reshape_grad, view=True)
     ops.kernel("unsqueeze")(_unsqueeze_kernel)
 
     ops.define("squeeze(x: Tensor, axis: Axis|None = None) -> Tensor", public=["squeeze", "Tensor.squeeze"],
-               aliases={"input": "x", "dim": "axis"}, grad=_reshape_grad,
+               aliases={"input": "x", "dim": "axis"}, grad=_reshape_grad, view=True,
                doc="Remove axes of size 1 (all of them, or those in `axis`; listed axes of another size are "
                    "left alone, as in Paddle).")
     ops.kernel("squeeze")(_squeeze_kernel)
 
     ops.define("flatten(x: Tensor, start_axis: int = 0, stop_axis: int = -1) -> Tensor",
-               public=["flatten", "Tensor.flatten"], grad=_reshape_grad,
+               public=["flatten", "Tensor.flatten"], grad=_reshape_grad, view=True,
                aliases={"input": "x", "start_dim": "start_axis", "end_dim": "stop_axis"})
     ops.kernel("flatten")(_flatten_kernel)
 
@@ -243,9 +243,10 @@ def register(ops):
     ops.define("transpose(x: Tensor, perm: Shape, dim1: int|None = None) -> Tensor",
                public=[f"{owner}{name}" for name in ("transpose", "swapaxes", "swapdims") for owner in ("", "Tensor.")],
                aliases={"input": "x", "dim0": "perm", "axis0": "perm", "axis1": "dim1"}, grad=_transpose_grad,
+               view=True,
                doc="Permute the axes of x (perm: a permutation of them), or swap two: transpose(x, dim0, dim1).")
     ops.define("permute(x: Tensor, perm: Shape) -> Tensor", public=["permute", "Tensor.permute"],
-               aliases={"input": "x", "dims": "perm"}, grad=_transpose_grad, varargs="perm")
+               aliases={"input": "x", "dims": "perm"}, grad=_transpose_grad, varargs="perm", view=True)
     ops.kernel("transpose")(_transpose_kernel)
     ops.kernel("permute")(_transpose_kernel)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 import oarlock
+from oarlock_ops._grad import sum_to_shape
 from oarlock_ops.creation import (_UNSET, dtype_arg, fill_arg, make_filled, place_arg, sizes_arg,
                                   tensor_arg)
 
@@ -108,15 +109,19 @@ def new_full(self, size=_UNSET, fill_value=_UNSET, *, dtype=None, device=None, r
                        pin_memory)
 
 
+def _copy_grad(ctx, g):
+    """x is overwritten (no gradient to its old value); src gets g, summed over its broadcast axes."""
+    return None, (sum_to_shape(g, ctx.meta[1][0]) if ctx.edges[1] is not None else None)
+
+
 # -- registration --------------------------------------------------------------------------------------------
 
 def register(ops):
     ops.define("ravel(x: Tensor) -> Tensor", public=["ravel", "Tensor.ravel"], aliases={"input": "x"},
                grad=_ravel_grad, doc="x flattened to 1-d (a 0-d tensor gives shape [1]); a view where possible.")
     ops.kernel("ravel")(lambda xp, x: xp.reshape(x, (-1,)))
-    # in place: the dispatcher refuses it under grad mode when a gradient would be involved
     ops.define("copy_(x: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor", public=["Tensor.copy_"],
-               aliases={"other": "src"}, inplace="x",
+               aliases={"other": "src"}, inplace="x", grad=_copy_grad,
                doc="Copy src into this tensor in place (broadcast to its shape, cast to its dtype) and return "
                    "it. src must be on the same device; non_blocking is accepted and changes nothing.")
     ops.kernel("copy_")(_copy_kernel)
