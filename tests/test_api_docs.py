@@ -22,6 +22,6 @@ def test_api_page_lists_every_public_name():
     import oarlock  # noqa: F401
     from oarlock.registry import default_registry
     page = (ROOT / "docs" / "api.md").read_text()
-    missing = [f"{namespace}.{name}" for namespace, names in default_registry().api.items() for name in names
+    missing = [f"{namespace}.{name}" for namespace, names in default_registry().public_api().items() for name in names
                if f"`{namespace}.{name}`" not in page]
     assert not missing, f"docs/api.md lacks {missing[:10]} (run python tools/api_docs.py)"

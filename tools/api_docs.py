@@ -60,7 +60,7 @@ def _module(path: str | None):
 def _entries(registry) -> list[dict]:
     """One entry per public object: its qualified names, kind and one-line description."""
     by_object: dict[int, dict] = {}
-    for namespace, names in registry.api.items():
+    for namespace, names in registry.public_api().items():   # the op library oarlock.ops.* is left out
         for name, (obj, plugin) in names.items():
             key = id(getattr(obj, "opdef", obj))
             entry = by_object.setdefault(key, {"names": [], "obj": obj, "plugin": plugin})
@@ -90,7 +90,7 @@ def _spellings(names: list, column: int, frameworks: dict) -> str:
 
 def render() -> str:
     import oarlock  # noqa: F401  (loads the plugins on first registry use)
-    from oarlock._registry import NAMESPACES, default_registry
+    from oarlock.registry import TENSOR, default_registry
     registry = default_registry()
     targets = {path for pair in COUNTERPARTS.values() for path in pair if path}
     frameworks = {path: _module(path) for path in sorted(targets)}
@@ -103,7 +103,9 @@ def render() -> str:
              + ("3.2" if have_paddle else "(not installed)") + " and PyTorch "
              + ("" if have_torch else "(not installed) ") + "also have.", "",
              f"{len(entries)} objects, {sum(len(e['names']) for e in entries)} public names.", ""]
-    for namespace in NAMESPACES:
+    order = list(COUNTERPARTS)   # the namespaces plugins created, those with a counterpart first, Tensor last
+    for namespace in sorted(registry.public_api(), key=lambda ns: (ns == TENSOR, order.index(ns) if ns in order
+                                                                   else len(order), ns)):
         rows = [e for e in entries if e["names"][0].rpartition(".")[0] == namespace]
         if not rows:
             continue

@@ -5,7 +5,7 @@ path is random and is checked there too."""
 import numpy as np
 
 import oarlock.nn.functional as F
-from op_specs.base import FLOATS, Case, In, OpSpec
+from op_specs.base import FLOATS, Case, In, OpSpec, library_op
 
 
 def _heads_first(x, heads_k):
@@ -136,5 +136,5 @@ SPECS = [
     OpSpec("scaled_dot_product_attention", SDPA_CASES, ref=sdpa_ref, dtypes=FLOATS,
            call=F.scaled_dot_product_attention),
     OpSpec("_scaled_dot_product_attention_grad", GRAD_CASES, ref=sdpa_grad_ref, dtypes=FLOATS, grad=False,
-           call=F._scaled_dot_product_attention_grad),
+           call=library_op("_scaled_dot_product_attention_grad")),
 ]

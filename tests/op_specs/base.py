@@ -19,6 +19,20 @@ ALL_REAL = FLOATS + INTS
 ALL = ALL_REAL + ("bool",)
 
 
+def library_op(name: str):
+    """The op `name` as the op library holds it, oarlock.ops.<registering plugin>.<name>: how tests call
+    internal ops (gradient kernels, helpers), which have no public name. Resolved at call time."""
+
+    def call(*args, **kwargs):
+        import oarlock
+        from oarlock.registry import default_registry, library_name
+        library = getattr(oarlock.ops, library_name(default_registry().ops[name].plugin))
+        return getattr(library, name)(*args, **kwargs)
+
+    call.__name__ = name
+    return call
+
+
 @dataclass
 class In:
     """A random tensor input of this shape. dtype=None means: the dtype under test.

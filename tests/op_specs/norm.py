@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import oarlock.nn.functional as F
-from op_specs.base import FLOATS, Case, In, OpSpec
+from op_specs.base import FLOATS, Case, In, OpSpec, library_op
 
 POSITIVE = (0.5, 2.0)  # variances, inverse standard deviations
 
@@ -287,9 +287,9 @@ SPECS = [
     OpSpec("rms_norm", RMS_NORM_CASES, ref=rms_norm_ref, call=F.rms_norm),
     OpSpec("batch_norm", BATCH_NORM_CASES, ref=batch_norm_ref, call=F.batch_norm),
     OpSpec("group_norm", GROUP_NORM_CASES, ref=group_norm_ref, call=F.group_norm),
-    OpSpec("_normalize_grad", NORMALIZE_GRAD_CASES, ref=normalize_grad_ref, call=F._normalize_grad, grad=False),
+    OpSpec("_normalize_grad", NORMALIZE_GRAD_CASES, ref=normalize_grad_ref, call=library_op("_normalize_grad"), grad=False),
     OpSpec("embedding", EMBEDDING_CASES, ref=embedding_ref, call=F.embedding),
-    OpSpec("_embedding_grad", EMBEDDING_GRAD_CASES, ref=embedding_grad_ref, call=F._embedding_grad),
+    OpSpec("_embedding_grad", EMBEDDING_GRAD_CASES, ref=embedding_grad_ref, call=library_op("_embedding_grad")),
     OpSpec("dropout", [], dtypes=FLOATS, check=_check_dropout),
     OpSpec("dropout1d", [], dtypes=FLOATS, check=_check_dropout1d_unbatched),
     OpSpec("dropout2d", [], dtypes=FLOATS, check=_channel_check("dropout2d", [4, 6, 3, 3], 1, "NHWC", [4, 3, 3, 6], 3)),

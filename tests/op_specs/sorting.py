@@ -3,14 +3,13 @@
 The references build every order with np.lexsort on (NaN flag, value, position): NaN ranks above every
 number, and equal values keep their input order in both directions, which is the stable order the
 kernels promise. Integer inputs (drawn from a small range) and bfloat16 roundings bring real ties.
-The tuple-returning ops are called through their private frontends (oarlock._sort...), so the table
-checks the indices as well as the values.
+The tuple-returning ops are internal (the public sort, topk, median... wrap them) and are called
+through the op library (oarlock.ops.<plugin>.sort...), so the table checks the indices as well as the values.
 """
 
 import numpy as np
 
-import oarlock
-from op_specs.base import ALL, ALL_REAL, FLOATS, Case, In, OpSpec
+from op_specs.base import ALL, ALL_REAL, FLOATS, Case, In, OpSpec, library_op
 
 NAN = float("nan")
 TIES = [[2.0, -1.0, 2.0, 0.5], [0.5, 0.5, -3.0, 0.5], [1.0, 1.0, 1.0, 1.0]]
@@ -141,7 +140,7 @@ MEDIAN_CASES = [
 ]
 
 SPECS = [
-    OpSpec("sort", SORT_CASES, ref=_sort, dtypes=ALL, call=lambda *a, **k: oarlock._sort(*a, **k)),
+    OpSpec("sort", SORT_CASES, ref=_sort, dtypes=ALL, call=library_op("sort")),
     OpSpec("argsort", SORT_CASES, ref=lambda *a, **k: _sort(*a, **k)[1], dtypes=ALL, grad=False, out_dtype=_index),
     OpSpec("msort", [
         Case([In((4, 3))], name="2d"),
@@ -160,7 +159,7 @@ SPECS = [
         Case([In((3, 4), values=TIES), 2], name="ties", grad=False),
         Case([In((3, 4), values=WITH_NAN), 2], name="nan_first", dtypes=FLOATS, grad=False),
         Case([In(()), 1], name="0d"),
-    ], ref=_topk, dtypes=ALL_REAL, call=lambda *a, **k: oarlock._topk(*a, **k)),
+    ], ref=_topk, dtypes=ALL_REAL, call=library_op("topk")),
     OpSpec("kthvalue", [
         Case([In((3, 5)), 2], name="k2"),
         Case([In((4, 3)), 4], {"axis": 0, "keepdim": True}, name="axis0_keepdim"),
@@ -175,16 +174,16 @@ SPECS = [
         Case([In((3, 4), values=TIES), 1], name="ties_first", grad=False),
         Case([In((3, 4), values=WITH_NAN), 1], name="nan_wins", dtypes=FLOATS, grad=False),
         Case([In(()), 0], name="0d"),
-    ], ref=_extreme(fn), dtypes=ALL, call=lambda *a, _n=name, **k: getattr(oarlock, f"_{_n}_with_index")(*a, **k))
+    ], ref=_extreme(fn), dtypes=ALL, call=library_op(f"{name}_with_index"))
       for name, fn in (("max", np.argmax), ("min", np.argmin))],
     OpSpec("median", MEDIAN_CASES + [
         Case([In((3, 4), values=WITH_NAN)], {"axis": 1}, name="nan_propagates", dtypes=FLOATS, grad=False),
         Case([In((2, 0))], {"axis": 1}, name="empty", dtypes=FLOATS, grad=False),
-    ], ref=_median(False), dtypes=ALL_REAL, call=lambda *a, **k: oarlock._median(*a, **k)),
+    ], ref=_median(False), dtypes=ALL_REAL, call=library_op("median")),
     OpSpec("nanmedian", MEDIAN_CASES + [
         Case([In((3, 4), values=WITH_NAN)], {"axis": 1}, name="nan_skipped", dtypes=FLOATS),
         Case([In((3, 4), values=WITH_NAN)], {"axis": 0, "mode": "min"}, name="nan_skipped_min", dtypes=FLOATS),
         Case([In((2, 2), values=[[NAN, NAN], [1.0, NAN]])], {"axis": 1}, name="all_nan", dtypes=FLOATS,
              grad=False),
-    ], ref=_median(True), dtypes=ALL_REAL, call=lambda *a, **k: oarlock._nanmedian(*a, **k)),
+    ], ref=_median(True), dtypes=ALL_REAL, call=library_op("nanmedian")),
 ]

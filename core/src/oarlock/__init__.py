@@ -1,17 +1,12 @@
 """oarlock: a plugin-based deep-learning framework with PaddlePaddle's API.
 
 The core holds Tensor, dtypes, devices, the dispatcher, autograd and the
-plugin hooks. Everything else (backends, ops, layers) comes from plugins,
-loaded on first use: `import oarlock` imports no plugin.
+plugin hooks. Everything else (backends, ops, layers, and every namespace
+such as oarlock.nn) comes from plugins, loaded on first use: `import oarlock`
+imports no plugin.
 """
 
-import oarlock.nn.attention
-import oarlock.nn.functional
-import oarlock.nn.init
-import oarlock.nn.initializer
-import oarlock.nn.utils
-from oarlock import amp, autograd, compat, device, distributed, io, linalg, nn, optimizer, special
-from oarlock._namespace import lazy_namespace
+from oarlock import _namespace, autograd, device, distributed
 from oarlock._tensor import Tensor, from_dlpack
 from oarlock.autograd import (PyLayer, enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled)
 from oarlock.device import (CPUPlace, CUDAPlace, CustomPlace, Place, get_device, is_compiled_with_cuda,
@@ -26,8 +21,7 @@ from oarlock.serialization import load, save
 __version__ = "0.1.0"
 dtype = DType
 
-__getattr__, _registry_dir = lazy_namespace(__name__, "oarlock", globals())
-
-
-def __dir__():
-    return _registry_dir()
+# Everything else (oarlock.add, oarlock.nn, oarlock.incubate.nn.functional, ...) is what plugins export,
+# resolved on first use; namespaces with no file are served by the finder (oarlock/_namespace.py).
+__getattr__, __dir__ = _namespace.lazy_namespace(__name__, globals())
+_namespace.install_finder()

@@ -1,29 +1,158 @@
-"""Public namespaces filled from the registry: module `__getattr__` and `__dir__` factories.
+"""Namespaces: the public modules under `oarlock` that plugins fill.
 
-`oarlock.relu`, `oarlock.nn.functional.relu` and `oarlock.linalg.norm` are
-resolved on first access from what plugins exported, then cached in the
-module's globals so the next access is an ordinary attribute lookup.
+A plugin exports into any dotted namespace (`api.export("oarlock.incubate.nn.functional", "swiglu",
+fn)`) and it exists: `import oarlock.incubate.nn.functional`, `from oarlock.distributed.fleet import
+meta_parallel`, `oarlock.incubate.nn.functional.swiglu` and `dir()` all work, with no file in the core.
+
+- A meta-path finder (appended to sys.meta_path, so real files always win) serves `oarlock.X.Y` when
+  no file provides it, as an empty package whose module `__getattr__`/`__dir__` come from
+  `lazy_namespace`. The real packages (`oarlock` itself, `oarlock.distributed` with its launch.py)
+  install the same two functions, so plugins add names and child namespaces to them too.
+- `__getattr__(name)` resolves an exported name (cached in the module's globals, so the next access
+  is an ordinary lookup), then a child namespace (imported through the finder).
+- `import oarlock` loads no plugin. Importing a namespace module loads them (to check the namespace
+  exists), except while plugins are being imported: plugin modules import namespaces at their top
+  (`from oarlock.nn import functional as F`), and loading then would import the half-imported plugin
+  again. Such a module is served provisionally; its first attribute access, once the plugins are
+  registered, says whether the namespace exists.
+- A name missing because the plugin providing it is blocked by OARLOCK_DISABLE_PLUGINS says so.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
 
-def lazy_namespace(module_name: str, namespace: str, module_globals: dict):
-    """Return (__getattr__, __dir__) for a module that exposes registry namespace `namespace`."""
+from oarlock.registry import OP_LIBRARY, ROOT, TENSOR
+
+_PREFIX = ROOT + "."
+
+
+def _registry_for_use():
+    """The process-wide registry, loading the plugins if that has not happened; None while plugins are
+    being imported (see the module docstring)."""
+    from oarlock.plugins import loaded_default_registry, plugins_importing
+    from oarlock.registry import default_registry
+    if loaded_default_registry() is None and plugins_importing():
+        return None
+    return default_registry()
+
+
+def disabled_provider(namespace: str, name: str | None = None) -> str | None:
+    """The disabled plugin that would provide `namespace.name` (or namespace `namespace`), or None."""
+    from oarlock.plugins import default_manager
+    try:
+        return default_manager().disabled_provider(namespace, name)
+    except Exception:  # an error message must not fail while it is being written
+        return None
+
+
+def _disabled(what: str, provider: str) -> str:
+    return f"{what} is provided by plugin {provider!r}, which is disabled by OARLOCK_DISABLE_PLUGINS"
+
+
+def missing_message(registry, namespace: str, name: str) -> str:
+    """Why `namespace.name` does not resolve, naming a disabled plugin that provides it."""
+    head = f"module {namespace!r} has no attribute {name!r}"
+    if not registry.has_namespace(namespace):
+        provider = disabled_provider(namespace)
+        if provider is not None:
+            return f"{head}: namespace {_disabled(namespace, provider)}"
+        return f"{head}: no installed plugin declares namespace {namespace} (see `oarlock plugins`)"
+    provider = disabled_provider(namespace, name)
+    if provider is not None:
+        return f"{head}: {_disabled(f'{namespace}.{name}', provider)}"
+    return f"{head}: no installed plugin exports {namespace}.{name} (see `oarlock plugins`)"
+
+
+def tensor_missing_message(name: str) -> str:
+    """The AttributeError message of a Tensor method no plugin registers."""
+    head = f"'Tensor' object has no attribute {name!r}"
+    provider = disabled_provider(TENSOR, name)
+    return head if provider is None else f"{head}: {_disabled(f'Tensor.{name}', provider)}"
+
+
+def namespace_doc(registry, namespace: str) -> str:
+    doc = registry.namespace_docs.get(namespace)
+    if doc is not None:
+        return doc
+    if namespace == OP_LIBRARY:
+        return (f"{OP_LIBRARY}: every op, as {OP_LIBRARY}.<plugin>.<op name> (internal ops, such as gradient "
+                f"kernels, only here).")
+    if namespace.startswith(OP_LIBRARY + "."):
+        return f"{namespace}: the ops plugin {registry.namespace_owner(namespace)!r} defines."
+    owner = registry.namespace_owner(namespace)
+    return f"{namespace}: names exported by plugins ({owner!r} created it); dir() lists them."
+
+
+def lazy_namespace(module_name: str, module_globals: dict):
+    """Return (__getattr__, __dir__) for the module `module_name`, which shows the registry namespace of
+    the same name: its exported names, then its child namespaces."""
 
     def __getattr__(name):
         if name.startswith("__"):
             raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
-        from oarlock.registry import default_registry
-        entry = default_registry().api[namespace].get(name)
-        if entry is None:
-            raise AttributeError(f"module {module_name!r} has no attribute {name!r}: no installed plugin "
-                                 f"exports {namespace}.{name} (see `oarlock plugins`)")
-        module_globals[name] = entry[0]
-        return entry[0]
+        registry = _registry_for_use()
+        if registry is None:   # during plugin import: `from X import child` then imports the child module
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r} while plugins are being "
+                                 f"imported (plugin names resolve once they are registered)")
+        entry = registry.api[module_name].get(name)
+        if entry is not None:
+            module_globals[name] = entry[0]
+            return entry[0]
+        if registry.has_namespace(f"{module_name}.{name}"):
+            return importlib.import_module(f"{module_name}.{name}")
+        raise AttributeError(missing_message(registry, module_name, name))
 
     def __dir__():
-        from oarlock.registry import default_registry
-        return sorted(set(module_globals) | set(default_registry().api[namespace]))
+        registry = _registry_for_use()
+        names = set(module_globals)
+        if registry is not None:
+            names |= set(registry.api[module_name]) | set(registry.children(module_name))
+        return sorted(names)
 
     return __getattr__, __dir__
+
+
+class NamespaceLoader(importlib.abc.Loader):
+    """Executes a namespace module: an empty package with the lazy `__getattr__` and `__dir__`."""
+
+    def create_module(self, spec):
+        return None   # the default module object
+
+    def exec_module(self, module):
+        module_globals = module.__dict__
+        module_globals["__getattr__"], module_globals["__dir__"] = lazy_namespace(module.__name__, module_globals)
+        from oarlock.plugins import loaded_default_registry
+        registry = loaded_default_registry()
+        module.__doc__ = (namespace_doc(registry, module.__name__) if registry is not None else
+                          f"{module.__name__}: names exported by plugins; dir() lists them.")
+
+
+class NamespaceFinder(importlib.abc.MetaPathFinder):
+    """Serves `oarlock.X...` modules that no file provides, when a plugin created that namespace."""
+
+    loader = NamespaceLoader()
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not fullname.startswith(_PREFIX):
+            return None
+        parts = fullname.split(".")
+        if not all(part.isidentifier() and not part.startswith("_") for part in parts):
+            return None
+        registry = _registry_for_use()
+        if registry is not None and not registry.has_namespace(fullname):
+            provider = disabled_provider(fullname)
+            if provider is not None:
+                raise ModuleNotFoundError(f"No module named {fullname!r}: namespace {_disabled(fullname, provider)}",
+                                          name=fullname)
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self.loader, origin="oarlock namespace", is_package=True)
+
+
+def install_finder() -> None:
+    """Append the namespace finder to sys.meta_path once (after the path finder: files win)."""
+    if not any(isinstance(finder, NamespaceFinder) for finder in sys.meta_path):
+        sys.meta_path.append(NamespaceFinder())

@@ -12,6 +12,11 @@ def __getattr__(name):
     from oarlock.registry import default_registry
     entry = default_registry().api["oarlock"].get(name)
     if entry is None:
+        from oarlock._namespace import disabled_provider
+        provider = disabled_provider("oarlock", name)
+        if provider is not None:
+            raise NotImplementedError(f"the core needs op {name!r}, but oarlock.{name} is provided by plugin "
+                                      f"{provider!r}, which is disabled by OARLOCK_DISABLE_PLUGINS")
         raise NotImplementedError(f"the core needs op {name!r}, but no installed plugin provides "
                                   f"oarlock.{name}; install oarlock-ops (pip install -e plugins/ops)")
     globals()[name] = entry[0]

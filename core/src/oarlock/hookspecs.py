@@ -28,7 +28,8 @@ def oarlock_register_backends(backends):
 def oarlock_register_ops(ops):
     """Add operators, their autograd rules and their kernels.
 
-    ``ops.define(signature, ...)`` adds an :class:`oarlock.dispatch.OpDef`;
+    ``ops.define(signature, ...)`` adds an :class:`oarlock.dispatch.OpDef` and
+    returns the op's callable (also ``oarlock.ops.<plugin>.<op name>``);
     ``ops.kernel(name, device=None, dtypes=None)`` decorates a kernel
     ``fn(xp, *arrays, **attrs)``. ``device=None`` registers the generic
     array-API kernel used when no device-specific kernel exists.
@@ -40,10 +41,13 @@ def oarlock_register_api(api):
     """Export Python objects into public namespaces.
 
     ``api.export("oarlock.nn.functional", "relu6", fn)`` makes
-    ``oarlock.nn.functional.relu6`` resolve to ``fn``. Namespaces are
-    "oarlock", "oarlock.nn", "oarlock.nn.functional", "oarlock.linalg",
-    "oarlock.compat", "oarlock.distributed" and "Tensor" (methods); the full list is
-    ``oarlock.registry.NAMESPACES``.
+    ``oarlock.nn.functional.relu6`` resolve to ``fn``. The namespace is
+    "Tensor" (methods; a property object makes a property) or any dotted
+    namespace under "oarlock": exporting into one creates it, so
+    ``import oarlock.incubate.nn.functional`` works once a plugin exports
+    there. ``api.namespace("oarlock.incubate", doc="...")`` declares a
+    namespace with a docstring. Names are public: none starts with "_"
+    (internal ops are ``ops.define(..., internal=True)``).
     """
 
 

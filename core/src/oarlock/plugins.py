@@ -11,6 +11,7 @@ import is reported by name with its error; the others still load.
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 import warnings
 from dataclasses import dataclass, field
@@ -68,6 +69,8 @@ class PluginManager:
         self.failures: dict[str, str] = {}
         self.distributions: dict[str, tuple[str, str]] = {}
         self.loaded = False
+        self.loading = False     # True while load() imports and registers the entry points
+        self._probes: dict[str, Registry | None] = {}   # disabled plugin -> its registrations (disabled_provider)
 
     # -- loading ------------------------------------------------------------------------
     def disabled(self) -> set[str]:
@@ -79,21 +82,63 @@ class PluginManager:
         if self.loaded:
             return self
         self.loaded = True
-        if self.environ.get("OARLOCK_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0"):
+        if self.autoload_disabled():
             return self
         blocked = self.disabled()
-        for ep in sorted(entry_points(group=self.group), key=lambda e: e.name):
-            if ep.name in blocked or self.pm.is_registered(ep.name) or self.pm.has_plugin(ep.name):
-                continue
-            dist = getattr(ep, "dist", None)
-            try:
-                plugin = ep.load()
-            except Exception as exc:  # a broken plugin must not take the others down
-                self._report(ep.name, f"import of {ep.value!r} failed: {type(exc).__name__}: {exc}", exc)
-                continue
-            self.register(plugin, ep.name, dist.metadata["Name"] if dist else None,
-                          dist.version if dist else None)
+        self.loading = True
+        try:
+            for ep in sorted(entry_points(group=self.group), key=lambda e: e.name):
+                if ep.name in blocked or self.pm.is_registered(ep.name) or self.pm.has_plugin(ep.name):
+                    continue
+                dist = getattr(ep, "dist", None)
+                try:
+                    plugin = ep.load()
+                except Exception as exc:  # a broken plugin must not take the others down
+                    self._report(ep.name, f"import of {ep.value!r} failed: {type(exc).__name__}: {exc}", exc)
+                    continue
+                self.register(plugin, ep.name, dist.metadata["Name"] if dist else None,
+                              dist.version if dist else None)
+        finally:
+            self.loading = False
         return self
+
+    def autoload_disabled(self) -> bool:
+        return self.environ.get("OARLOCK_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0")
+
+    def disabled_provider(self, namespace: str, name: str | None = None) -> str | None:
+        """The entry-point name of a plugin blocked by OARLOCK_DISABLE_PLUGINS that exports `namespace.name`
+        (with name None: that creates `namespace`), or None. For error messages only: each blocked plugin
+        is imported once and registers its ops and public names into a throwaway Registry (its backends,
+        formats and commands are not registered, so nothing of it becomes usable)."""
+        blocked = self.disabled()
+        if not blocked or self.autoload_disabled():
+            return None
+        for ep in sorted(entry_points(group=self.group), key=lambda e: e.name):
+            if ep.name not in blocked:
+                continue
+            if ep.name not in self._probes:
+                self._probes[ep.name] = self._probe(ep)
+            registry = self._probes[ep.name]
+            if registry is None:
+                continue
+            if name is None:
+                if registry.has_namespace(namespace):
+                    return ep.name
+            elif name in registry.api[namespace] or registry.has_namespace(f"{namespace}.{name}"):
+                return ep.name
+        return None
+
+    def _probe(self, ep) -> Registry | None:
+        probe = PluginManager(group=self.group, environ={})
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                plugin = ep.load()
+                probe.pm.register(plugin, name=ep.name)
+                probe._run_registration_hooks(plugin, ep.name, only=("ops", "api"))
+        except Exception:  # a plugin blocked because it is broken: nothing it provides can be named
+            return None
+        return probe.registry
 
     def register(self, plugin, name: str, distribution: str | None = None, version: str | None = None):
         """Register a plugin object (module or instance) and run its registration hooks now."""
@@ -112,9 +157,11 @@ class PluginManager:
             self._report(name, f"registration failed: {type(exc).__name__}: {exc}", exc)
         return plugin
 
-    def _run_registration_hooks(self, plugin, name: str):
+    def _run_registration_hooks(self, plugin, name: str, only=None):
         from oarlock.dispatch import OpRegistrar
         for hook_name, arg, registrar_cls in _REGISTRATION_HOOKS:
+            if only is not None and arg not in only:
+                continue
             registrar_cls = registrar_cls or OpRegistrar
             for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
                 if impl.plugin is plugin:
@@ -172,6 +219,33 @@ def default_manager() -> PluginManager:
         set_default_registry(_default_manager.registry)
         _default_manager.load()
     return _default_manager
+
+
+def plugins_importing() -> bool:
+    """Whether the process-wide manager is loading, or a module of an entry-point plugin is being imported
+    (a plugin module imported on its own, before anything loaded the plugins). Namespace modules then do
+    not load the plugins: that would import the half-imported plugin module again (oarlock._namespace)."""
+    manager = _default_manager
+    if manager is not None:
+        return manager.loading
+    global _plugin_packages
+    if _plugin_packages is None:
+        _plugin_packages = frozenset(ep.value.split(":")[0].split(".")[0]
+                                     for ep in entry_points(group=ENTRY_POINT_GROUP))
+    for module_name, module in list(sys.modules.items()):
+        if module_name.partition(".")[0] in _plugin_packages and \
+                getattr(getattr(module, "__spec__", None), "_initializing", False):
+            return True
+    return False
+
+
+def loaded_default_registry() -> Registry | None:
+    """The process-wide registry when its plugins are loaded (not loading); None otherwise. Loads nothing."""
+    manager = _default_manager
+    return manager.registry if manager is not None and manager.loaded and not manager.loading else None
+
+
+_plugin_packages: frozenset | None = None
 
 
 def register_plugin(plugin, name: str):

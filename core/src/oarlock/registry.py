@@ -4,25 +4,65 @@ Plugins never touch the tables directly: each registration hook gets a
 registrar bound to the plugin's name, so the registry knows who registered
 what. That is how a duplicate registration names both plugins and how
 `oarlock plugins` counts kernels per plugin.
+
+Namespaces are not a fixed list: exporting into "oarlock.incubate.nn.functional" creates that
+namespace (and "oarlock.incubate", "oarlock.incubate.nn" above it), which `oarlock._namespace`
+serves as importable modules. "Tensor" is the table of Tensor methods. Every op is also in the op
+library, "oarlock.ops.<plugin>" (OP_LIBRARY), filled by the op registrar only.
 """
 
 from __future__ import annotations
 
+import keyword
+import re
 from collections import Counter, defaultdict
+from types import MappingProxyType
 
 from oarlock.device import Backend, Place, split_device_string
 
 GENERIC = None  # device key of the generic array-API kernels
 ANY_DTYPE = None
 
-NAMESPACES = ("oarlock", "oarlock.nn", "oarlock.nn.functional", "oarlock.nn.utils", "oarlock.nn.initializer",
-              "oarlock.nn.init", "oarlock.nn.attention", "oarlock.amp", "oarlock.special",
-              "oarlock.linalg", "oarlock.distributed",
-              "oarlock.compat", "oarlock.optimizer", "oarlock.optimizer.lr", "oarlock.io", "Tensor")
+ROOT = "oarlock"          # the top namespace
+TENSOR = "Tensor"         # the Tensor-methods table, not a module
+OP_LIBRARY = "oarlock.ops"  # every op as oarlock.ops.<plugin>.<op name>; filled by OpRegistrar only
+
+_EMPTY = MappingProxyType({})
 
 
 class DuplicateRegistration(ValueError):
     """Two plugins registered the same key."""
+
+
+class NamespaceConflict(ValueError):
+    """A name and a child namespace of one namespace have the same spelling."""
+
+
+class ApiTable(dict):
+    """namespace -> {name: (object, plugin)}. Reading a namespace nobody exported to gives an empty,
+    read-only mapping and does not create it; namespaces are created by Registry.add_api/add_namespace."""
+
+    def __missing__(self, namespace):
+        return _EMPTY
+
+
+def _is_identifier(part: str) -> bool:
+    return part.isidentifier() and not keyword.iskeyword(part)
+
+
+def library_name(plugin: str) -> str:
+    """A plugin's name as an identifier, for its op library `oarlock.ops.<library_name(plugin)>`:
+    characters other than letters, digits and "_" become "_"; a leading digit gets a "p" before it,
+    a Python keyword an "_" after it."""
+    ident = re.sub(r"\W", "_", plugin) or "plugin"
+    if ident[0].isdigit():
+        ident = "p" + ident
+    return ident + "_" if keyword.iskeyword(ident) else ident
+
+
+def is_op_library(namespace: str) -> bool:
+    """Whether `namespace` is the op library or inside it (where internal op names may start with "_")."""
+    return namespace == OP_LIBRARY or namespace.startswith(OP_LIBRARY + ".")
 
 
 class Registry:
@@ -32,7 +72,10 @@ class Registry:
         self.backends: dict[str, Backend] = {}
         self.ops: dict = {}
         self.kernels: dict[tuple, tuple] = {}      # (op, device, dtype) -> (fn, plugin)
-        self.api: dict[str, dict[str, tuple]] = {ns: {} for ns in NAMESPACES}
+        self.api: ApiTable = ApiTable({ROOT: {}, TENSOR: {}})   # namespace -> {name: (obj, plugin)}
+        self.namespace_docs: dict[str, str] = {}
+        self._children: dict[str, set] = defaultdict(set)   # namespace -> its child namespaces' last parts
+        self._namespace_owner: dict[str, str] = {ROOT: "the core"}   # namespace -> plugin that created it
         self.commands: dict[str, tuple] = {}       # name -> (help, configure, run, plugin)
         self.formats: dict[str, object] = {}       # checkpoint format name -> CheckpointFormat
         self.comms: dict[str, object] = {}         # communication backend name -> backend
@@ -166,12 +209,101 @@ class Registry:
         return reused, overridden, reused + overridden
 
     # -- public names and commands ------------------------------------------------------
+    def has_namespace(self, namespace: str) -> bool:
+        """Whether `namespace` exists: something was exported into it or into a namespace below it, or a
+        plugin declared it ("oarlock" and "Tensor" always exist)."""
+        return namespace in self.api or namespace in self._children
+
+    def children(self, namespace: str) -> list[str]:
+        """The last parts of `namespace`'s child namespaces ("oarlock.nn" -> ["attention", "functional", ...])."""
+        return sorted(self._children.get(namespace, ()))
+
+    def namespaces(self) -> list[str]:
+        """Every namespace, those only implied by a deeper one ("oarlock.incubate") included; "Tensor" too."""
+        return sorted(set(self.api) | set(self._children))
+
+    def namespace_owner(self, namespace: str) -> str | None:
+        """The plugin that created `namespace` (its first export or declaration), or None."""
+        return self._namespace_owner.get(namespace)
+
+    def _check_namespace_name(self, namespace: str, plugin: str, what: str):
+        if namespace == TENSOR:
+            return
+        parts = namespace.split(".")
+        if parts[0] != ROOT or not all(_is_identifier(p) for p in parts):
+            raise ValueError(f"plugin {plugin!r} {what} namespace {namespace!r}: a namespace is \"Tensor\", "
+                             f"\"oarlock\" or dotted identifiers under it, such as \"oarlock.incubate.nn\"")
+        if any(p.startswith("_") for p in parts):
+            raise ValueError(f"plugin {plugin!r} {what} namespace {namespace!r}: namespaces are public, so no "
+                             f"part may start with '_'")
+
+    def _ensure_namespace(self, namespace: str, plugin: str):
+        """Create `namespace` and the namespaces above it; refuse one that an exported name already spells."""
+        if namespace in self.api:
+            return
+        parts = namespace.split(".")
+        for i in range(1, len(parts)):
+            parent, child = ".".join(parts[:i]), parts[i]
+            entry = self.api[parent].get(child)
+            if entry is not None:
+                raise NamespaceConflict(
+                    f"plugin {plugin!r} creates namespace {parent}.{child} (exporting into {namespace}), but "
+                    f"{parent}.{child} is already a name, exported by plugin {entry[1]!r}; a name and a "
+                    f"child namespace of {parent} cannot share a spelling")
+        for i in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:i])
+            self._namespace_owner.setdefault(prefix, plugin)
+            if i < len(parts):
+                self._children[prefix].add(parts[i])
+        self.api[namespace] = {}
+        self.changed()
+
+    def add_namespace(self, namespace: str, plugin: str, doc: str | None = None):
+        """Declare `namespace` (it exists even before anything is exported into it), with a docstring."""
+        self._check_namespace_name(namespace, plugin, "declared")
+        if namespace == TENSOR or is_op_library(namespace):
+            raise ValueError(f"plugin {plugin!r} declared namespace {namespace!r}, which the core manages")
+        self._ensure_namespace(namespace, plugin)
+        if doc is not None:
+            self._claim("namespace doc", namespace, plugin, f"the docstring of namespace {namespace}")
+            self.namespace_docs[namespace] = doc
+
     def add_api(self, namespace: str, name: str, obj, plugin: str):
-        if namespace not in self.api:
-            raise ValueError(f"plugin {plugin!r} exported {name!r} into unknown namespace {namespace!r}; "
-                             f"namespaces: {', '.join(NAMESPACES)}")
+        """Export `obj` as `namespace.name`; the namespace is created if it does not exist yet."""
+        self._check_namespace_name(namespace, plugin, "exported into")
+        if is_op_library(namespace):
+            raise ValueError(f"plugin {plugin!r} exported {name!r} into {namespace}: the op library "
+                             f"{OP_LIBRARY}.<plugin> holds every op under its op name, filled by ops.define only")
+        if not isinstance(name, str) or not _is_identifier(name):
+            raise ValueError(f"plugin {plugin!r} exported {name!r} into {namespace}: a public name must be an "
+                             f"identifier (not a keyword)")
+        if name.startswith("_"):
+            raise ValueError(f"plugin {plugin!r} exported {namespace}.{name}: names starting with '_' are "
+                             f"private and never public; define an internal op with public=[] and call the "
+                             f"callable ops.define returns (it is also {OP_LIBRARY}.<plugin>.<op name>)")
+        self._add_name(namespace, name, obj, plugin)
+
+    def _add_name(self, namespace: str, name: str, obj, plugin: str):
+        child = f"{namespace}.{name}"
+        if namespace != TENSOR and self.has_namespace(child):
+            raise NamespaceConflict(
+                f"plugin {plugin!r} exported the name {child}, but {child} is already a namespace, created by "
+                f"plugin {self._namespace_owner.get(child)!r}; a name and a child namespace of {namespace} "
+                f"cannot share a spelling")
+        self._ensure_namespace(namespace, plugin)
         self._claim("api", (namespace, name), plugin, f"public name {namespace}.{name}")
         self.api[namespace][name] = (obj, plugin)
+
+    def add_library_op(self, name: str, fn, plugin: str) -> str:
+        """Put op `name`'s callable into the op library of `plugin` (OpRegistrar.define calls it); returns
+        the library namespace, "oarlock.ops.<library_name(plugin)>"."""
+        namespace = f"{OP_LIBRARY}.{library_name(plugin)}"
+        self._add_name(namespace, name, fn, plugin)
+        return namespace
+
+    def public_api(self) -> dict[str, dict]:
+        """The public namespaces and their names: every table but the op library's."""
+        return {ns: names for ns, names in self.api.items() if not is_op_library(ns)}
 
     def add_command(self, name, help, configure, run, plugin):
         self._claim("command", name, plugin, f"command 'oarlock {name}'")
@@ -225,8 +357,15 @@ class ApiRegistrar:
         self._registry, self.plugin = registry, plugin
 
     def export(self, namespace: str, name: str, obj):
+        """Make `obj` reachable as `namespace.name`. `namespace` is "Tensor" (a method; a property object
+        makes a Tensor property) or any dotted namespace under "oarlock": it is created on first export,
+        with every namespace above it, and becomes importable (`import oarlock.incubate.nn.functional`)."""
         self._registry.add_api(namespace, name, obj, self.plugin)
         return obj
+
+    def namespace(self, namespace: str, doc: str | None = None):
+        """Declare `namespace` (it exists, importable, even while empty) and give it a docstring."""
+        self._registry.add_namespace(namespace, self.plugin, doc)
 
     __call__ = export
 

@@ -11,13 +11,17 @@ from oarlock_flashmask import gpu, kernel, masks
 _OP = "flashmask_attention_op"
 _GRAD = "flashmask_attention_grad"
 
+# The two internal ops (no public name), as the callables ops.define returned; also reachable as
+# oarlock.ops.flashmask.flashmask_attention_op / flashmask_attention_grad.
+_forward_op = _grad_op = None
+
 
 def _grad_rule(ctx, g_out, g_lse, _g_seed):
     q, k, v, sri, out, lse, seed_offset = ctx.saved
     a = ctx.attrs
     if g_out is None:
         g_out = oarlock.zeros_like(out)
-    dq, dk, dv = oarlock.nn.functional._flashmask_attention_grad(
+    dq, dk, dv = _grad_op(
         g_out, q, k, v, out, lse, sri, seed_offset, g_lse, a["dropout"], a["causal"], a["window_left"],
         a["window_right"], a["softmax_scale"])
     return dq, dk, dv, None, None
@@ -58,7 +62,7 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
     if fixed_seed_offset is not None and not isinstance(fixed_seed_offset, oarlock.Tensor):
         fixed_seed_offset = oarlock.to_tensor(list(fixed_seed_offset), dtype="int64")
     p = float(dropout) if training else 0.0
-    out, lse, seed_offset = oarlock.nn.functional._flashmask_attention_op(
+    out, lse, seed_offset = _forward_op(
         query, key, value, startend_row_indices, fixed_seed_offset, p, bool(causal), wl, wr,
         None if softmax_scale is None else float(softmax_scale))
     result = [out]
@@ -71,21 +75,22 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
 
 @hookimpl
 def oarlock_register_ops(ops):
-    ops.define(f"{_OP}(query: Tensor, key: Tensor, value: Tensor, startend_row_indices: OptTensor = None, "
+    global _forward_op, _grad_op
+    _forward_op = ops.define(f"{_OP}(query: Tensor, key: Tensor, value: Tensor, startend_row_indices: OptTensor = None, "
                "fixed_seed_offset: OptTensor = None, dropout: float = 0.0, causal: bool = False, "
                "window_left: int = -1, window_right: int = -1, softmax_scale: float|None = None) "
                "-> tuple[Tensor, Tensor, Tensor]",
-               public=[f"oarlock.nn.functional._{_OP}"], promote=("query", "key", "value"), dtypes=("float",),
+               internal=True, promote=("query", "key", "value"), dtypes=("float",),
                nondiff=("startend_row_indices", "fixed_seed_offset"), random=True, grad=_grad_rule,
                saves=("query", "key", "value", "startend_row_indices", "out", "out1", "out2"),
                doc="FlashMask attention kernel: (out, lse [B, Hq, Sq], seed_offset int64 [2]); the public API is "
                    "oarlock.nn.functional.flashmask_attention.")
     ops.kernel(_OP)(kernel.flashmask_forward)
-    ops.define(f"{_GRAD}(grad: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor, lse: Tensor, "
+    _grad_op = ops.define(f"{_GRAD}(grad: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor, lse: Tensor, "
                "startend_row_indices: OptTensor = None, seed_offset: OptTensor = None, grad_lse: OptTensor = None, "
                "dropout: float = 0.0, causal: bool = False, window_left: int = -1, window_right: int = -1, "
                "softmax_scale: float|None = None) -> tuple[Tensor, Tensor, Tensor]",
-               public=["oarlock.nn.functional._flashmask_attention_grad"],
+               internal=True,
                promote=("grad", "query", "key", "value", "out"), dtypes=("float",),
                doc="The backward of flashmask_attention: (d query, d key, d value), recomputed tile by tile from "
                    "lse; grad_lse is the gradient that reached lse (or None).")

@@ -294,8 +294,7 @@ def _sdpa_grad(ctx, g, g_probs, _g_keep):
     return dq, dk, dv, None
 
 
-def _scaled_dot_product_attention_grad(*args):
-    return oarlock.nn.functional._scaled_dot_product_attention_grad(*args)
+_scaled_dot_product_attention_grad = None  # the internal backward op (ops.define's callable, set by register)
 
 
 def register(ops):
@@ -309,9 +308,11 @@ def register(ops):
                doc="softmax(scale * query key^T + mask) value over [batch, seq_len, num_heads, head_dim] inputs "
                    "(Paddle's layout), fused; is_causal, bool or additive masks, dropout, grouped-query heads.")
     ops.kernel(_FN)(_sdpa)
-    ops.define(f"_{_FN}_grad(grad: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor, probs: Tensor, "
-               "keep: Tensor, dropout_p: float = 0.0, scale: float|None = None) -> tuple[Tensor, Tensor, Tensor]",
-               public=[f"oarlock.nn.functional._{_FN}_grad"], promote=("grad", "query", "key", "value", "out"),
-               dtypes=floats, doc="The fused backward of scaled_dot_product_attention: (d query, d key, d value) "
-                                  "from the output gradient, the inputs, the output and the saved probabilities.")
+    global _scaled_dot_product_attention_grad
+    _scaled_dot_product_attention_grad = ops.define(
+        f"_{_FN}_grad(grad: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor, probs: Tensor, "
+        "keep: Tensor, dropout_p: float = 0.0, scale: float|None = None) -> tuple[Tensor, Tensor, Tensor]",
+        internal=True, promote=("grad", "query", "key", "value", "out"), dtypes=floats,
+        doc="The fused backward of scaled_dot_product_attention: (d query, d key, d value) from the output "
+            "gradient, the inputs, the output and the saved probabilities.")
     ops.kernel(f"_{_FN}_grad")(_sdpa_backward)

@@ -26,7 +26,7 @@ import numbers
 import oarlock
 from oarlock import Tensor
 from oarlock.nn import functional as F
-from oarlock_ops.sorting import _UNSET, return_types, write_out
+from oarlock_ops.sorting import _UNSET, internal_op, return_types, write_out
 
 
 # -- argument checks ---------------------------------------------------------------------------------------
@@ -92,7 +92,7 @@ def sort(input=_UNSET, dim=-1, descending=False, stable=False, *, out=None, **kw
     _tensor(public, "input", input)
     _flag(public, "descending", descending)
     _flag(public, "stable", stable)
-    result = return_types.sort(*oarlock._sort(input, _dim(public, dim, input.ndim), descending, stable))
+    result = return_types.sort(*internal_op("sort")(input, _dim(public, dim, input.ndim), descending, stable))
     return _finish(public, out, result)
 
 
@@ -177,7 +177,7 @@ def _min_max(name):
         elif dim is None:
             result = getattr(oarlock, name)(input)
         else:
-            pair = getattr(oarlock, f"_{name}_with_index")(input, _dim(public, dim, input.ndim), keepdim)
+            pair = internal_op(f"{name}_with_index")(input, _dim(public, dim, input.ndim), keepdim)
             result = getattr(return_types, name)(*pair)
         return _finish(public, out, result)
 
@@ -195,7 +195,7 @@ def _median(name):
         _refuse_keywords(public, kwargs, f"oarlock.{name}", "input, dim=None, keepdim=False, *, out=None")
         _tensor(public, "input", input)
         _flag(public, "keepdim", keepdim)
-        op = getattr(oarlock, f"_{name}")
+        op = internal_op(name)
         if dim is None:  # the value only; ties share its gradient (torch)
             return _finish(public, out, op(input, None, keepdim, "min")[0])
         values, indices = op(input, _dim(public, dim, input.ndim), keepdim, "min", spread_ties=False)

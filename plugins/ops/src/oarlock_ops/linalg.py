@@ -226,6 +226,9 @@ def _norm_kernel(mode=None):
     return kernel
 
 
+_norm_svd_grad = None  # the internal op (ops.define's callable, set by register): the rule below calls it
+
+
 def _norm_svd_grad_kernel(xp, x, p, axis):
     """d (nuclear / spectral / smallest-singular-value norm) / dx: U V^T, or u v^T of the largest
     (p=2) or smallest (p=-2) singular value, for the planes spanned by the two axes."""
@@ -251,7 +254,7 @@ def _norm_grad(ctx, g):
         if oarlock.is_grad_enabled():
             raise NotImplementedError(f"oarlock.norm(): the gradient of the p={p!r} matrix norm cannot be "
                                       f"differentiated again (it needs the gradient of an SVD)")
-        return g * oarlock.linalg._norm_svd_grad(x, p, list(axes))
+        return g * _norm_svd_grad(x, p, list(axes))
     if not matrix and p == 0:
         return oarlock.zeros_like(x)
     if (matrix and p == "fro") or p == 2:  # x / norm, 0 where the norm is 0 (x is 0 there)
@@ -306,7 +309,9 @@ def register(ops):
                aliases={"input": "x", "A": "x", "ord": "p", "dim": "axis"}, **norm_options,
                doc="The matrix norm ('fro', 'nuc', 1, -1, 2, -2, inf, -inf) of the planes spanned by two axes.")
     ops.kernel("matrix_norm")(_norm_kernel("matrix"))
-    ops.define("_norm_svd_grad(x: Tensor, p: Any, axis: Axis) -> Tensor", public=["oarlock.linalg._norm_svd_grad"],
-               dtypes=("float",),
-               doc="The gradient direction of the 'nuc', 2 and -2 matrix norms (it has no rule of its own).")
+    global _norm_svd_grad
+    _norm_svd_grad = ops.define("_norm_svd_grad(x: Tensor, p: Any, axis: Axis) -> Tensor", internal=True,
+                                dtypes=("float",),
+                                doc="The gradient direction of the 'nuc', 2 and -2 matrix norms (it has no rule "
+                                    "of its own).")
     ops.kernel("_norm_svd_grad")(_norm_svd_grad_kernel)

@@ -222,6 +222,10 @@ def _batch_norm(xp, x, running_mean, running_var, weight=None, bias=None, traini
     return _affine(xp, xhat, weight, bias, plan, x.shape, x.dtype), mean, rstd
 
 
+# The internal ops (no public name) the rules call, as the callables ops.define returned (set by register).
+_normalize_grad_op = _embedding_grad_op = None
+
+
 def _normalize_grad(xp, x, weight, g, mean, rstd, view=(), stats=(), affine=(), fixed=False, bias=True):
     """(dx, dweight, dbias) of out = xhat * weight + bias, xhat = (x - mean) * rstd over the plan's view;
     dweight and dbias are flat (dbias is empty when bias=False). Without `fixed` the statistics are
@@ -301,7 +305,7 @@ def _norm_grads(ctx, g, plan, epsilon, center, fixed=False, bias=True):
     if oarlock.is_grad_enabled():  # create_graph: a recorded backward
         return _composite_grad(x, weight, g, plan, epsilon, center, fixed=tuple(stats) if fixed else None)
     mean, rstd = stats if center else (None, stats[0])
-    return F._normalize_grad(x, weight, g, mean, rstd, plan.view, plan.stats, plan.affine, fixed, bias)
+    return _normalize_grad_op(x, weight, g, mean, rstd, plan.view, plan.stats, plan.affine, fixed, bias)
 
 
 def _layer_norm_rule(ctx, g, *_stats):
@@ -406,7 +410,7 @@ def _embedding_grad(xp, x, g, num_embeddings=0, padding_idx=None, scale_grad_by_
 def _embedding_rule(ctx, g):
     (x,) = ctx.saved
     a = ctx.attrs
-    return None, F._embedding_grad(x, g, ctx.meta[1][0][0], a["padding_idx"], a["scale_grad_by_freq"])
+    return None, _embedding_grad_op(x, g, ctx.meta[1][0][0], a["padding_idx"], a["scale_grad_by_freq"])
 
 
 def _embedding_grad_rule(ctx, gg):
@@ -513,12 +517,13 @@ def _register_norms(ops):
                doc="Per-channel normalisation by the batch statistics (updating the running ones in place, "
                    "Paddle's momentum) or by the running statistics.")
     ops.kernel("batch_norm")(_batch_norm)
-    ops.define("_normalize_grad(x: Tensor, weight: OptTensor, g: Tensor, mean: OptTensor, rstd: Tensor, "
-               "view: Shape, stats: Axis, affine: Shape, fixed: bool = False, bias: bool = True) "
-               "-> tuple[Tensor, Tensor, Tensor]", public=_functional("_normalize_grad"),
-               promote=("x", "weight", "g"), dtypes=_FLOATS,
-               doc="The fused backward of the normalisations: (dx, flat dweight, flat dbias) from the saved "
-                   "statistics, over x viewed as `view`.")
+    global _normalize_grad_op
+    _normalize_grad_op = ops.define(
+        "_normalize_grad(x: Tensor, weight: OptTensor, g: Tensor, mean: OptTensor, rstd: Tensor, "
+        "view: Shape, stats: Axis, affine: Shape, fixed: bool = False, bias: bool = True) "
+        "-> tuple[Tensor, Tensor, Tensor]", internal=True, promote=("x", "weight", "g"), dtypes=_FLOATS,
+        doc="The fused backward of the normalisations: (dx, flat dweight, flat dbias) from the saved "
+            "statistics, over x viewed as `view`.")
     ops.kernel("_normalize_grad")(_normalize_grad)
 
 
@@ -531,10 +536,12 @@ def _register_embedding(ops):
                doc="The rows of weight at the integer ids x (zero rows at padding_idx). sparse is accepted and "
                    "ignored: the weight gradient is dense.")
     ops.kernel("embedding")(_embedding)
-    ops.define("_embedding_grad(x: Tensor, g: Tensor, num_embeddings: int, padding_idx: int|None = None, "
-               "scale_grad_by_freq: bool = False) -> Tensor", public=_functional("_embedding_grad"),
-               promote=("g",), dtypes=_FLOATS, nondiff=("x",), grad=_embedding_grad_rule, saves=("x",),
-               doc="The [num_embeddings, dim] gradient of embedding's weight: the rows of g summed per id.")
+    global _embedding_grad_op
+    _embedding_grad_op = ops.define(
+        "_embedding_grad(x: Tensor, g: Tensor, num_embeddings: int, padding_idx: int|None = None, "
+        "scale_grad_by_freq: bool = False) -> Tensor", internal=True, promote=("g",), dtypes=_FLOATS,
+        nondiff=("x",), grad=_embedding_grad_rule, saves=("x",),
+        doc="The [num_embeddings, dim] gradient of embedding's weight: the rows of g summed per id.")
     ops.kernel("_embedding_grad")(_embedding_grad)
 
 

@@ -297,14 +297,14 @@ def _median_grad(ctx, g, *_):
 def sort(*args, out=None, **kwargs):
     """oarlock.sort(x, axis=-1, descending=False, stable=False, *, out=None): the values of x sorted along
     axis (Paddle returns the values only; oarlock.compat.sort also returns the indices)."""
-    values = oarlock._sort(*args, **kwargs)[0]
+    values = internal_op("sort")(*args, **kwargs)[0]
     return values if out is None else write_out("oarlock.sort", out, values)
 
 
 def topk(*args, out=None, **kwargs):
     """oarlock.topk(x, k, axis=None, largest=True, sorted=True, *, out=None): the k largest (smallest
     when largest=False) entries along axis (None: the last), as return_types.topk(values, indices)."""
-    result = return_types.topk(*oarlock._topk(*args, **kwargs))
+    result = return_types.topk(*internal_op("topk")(*args, **kwargs))
     return result if out is None else write_out("oarlock.topk", out, result)
 
 
@@ -330,19 +330,19 @@ def _median_frontend(public, op_name, average_in_float32):
         if average_in_float32 and mode == "avg" and isinstance(x, Tensor) and x.dtype != oarlock.float64:
             x = oarlock.cast(x, "float32")
         with_index = mode == "min" and axis is not None and not isinstance(axis, (list, tuple))
-        values, indices = getattr(oarlock, op_name)(x, axis, keepdim, mode, spread_ties=not with_index)
+        values, indices = internal_op(op_name)(x, axis, keepdim, mode, spread_ties=not with_index)
         result = (values, indices) if with_index else values
         return result if out is None else write_out(public, out, result)
     median.__name__ = median.__qualname__ = public.rpartition(".")[2]
     return median
 
 
-median = _median_frontend("oarlock.median", "_median", True)
+median = _median_frontend("oarlock.median", "median", True)
 median.__doc__ = """oarlock.median(x, axis=None, keepdim=False, mode='avg'): the median along axis (None: of all
     elements). mode='avg' averages the two middle values of an even count and computes in float32
     (float64 stays); mode='min' takes the lower one in x's dtype and, with an int axis, also returns the
     int64 indices. A slice holding NaN gives NaN. With input=/dim= the default mode is 'min'."""
-nanmedian = _median_frontend("oarlock.nanmedian", "_nanmedian", False)
+nanmedian = _median_frontend("oarlock.nanmedian", "nanmedian", False)
 nanmedian.__doc__ = """oarlock.nanmedian(x, axis=None, keepdim=False, mode='avg'): the median ignoring NaN, in x's
     dtype (integer averages truncate toward zero); axis may be a list. A slice of NaN only gives NaN
     (index -1). mode='min' with an int axis also returns the indices; with input=/dim= 'min' is the default."""
@@ -356,12 +356,24 @@ _REAL = ("int", "float")
 _SORT = "(x: Tensor, axis: int = -1, descending: bool = False, stable: bool = False)"
 
 
+# The internal ops (no public name) the frontends above and oarlock_ops.compat wrap, by op name: the
+# callables ops.define returned (also oarlock.ops.<this plugin>.<name>), filled by register.
+INTERNAL_OPS: dict = {}
+
+
+def internal_op(name: str):
+    op = INTERNAL_OPS.get(name)
+    if op is None:
+        raise NotImplementedError(f"the sorting op {name!r} is not registered: the plugin that registers "
+                                  f"oarlock_ops.sorting is not loaded (is it disabled by OARLOCK_DISABLE_PLUGINS?)")
+    return op
+
+
 def _private(ops, signature, display, **options):
     """An op the public frontends above wrap (they reshape its result); its errors carry their name."""
     name = signature[:signature.index("(")]
-    op = ops.define(signature, public=[f"oarlock._{name}"], **options)
-    op.display = display
-    return op
+    INTERNAL_OPS[name] = ops.define(signature, internal=True, display=display, **options)
+    return INTERNAL_OPS[name]
 
 
 def register(ops):

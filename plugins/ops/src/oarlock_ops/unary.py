@@ -187,7 +187,10 @@ def _silu_grad(ctx, g):
     if oarlock.is_grad_enabled():  # create_graph: a recorded (differentiable) backward
         s = oarlock.sigmoid(x)
         return g * s * (1 + x * (1 - s))
-    return oarlock.nn.functional._silu_grad(x, g)
+    return _silu_grad_op(x, g)
+
+
+_silu_grad_op = None  # the internal op silu_grad (ops.define's callable, set by register)
 
 
 @_as_1d
@@ -244,8 +247,9 @@ def register(ops):
                    amp="black" if name in AMP_BLACK else None)
         ops.kernel(name)(_in_float32(kernel))
 
-    ops.define("silu_grad(x: Tensor, g: Tensor) -> Tensor", public=["oarlock.nn.functional._silu_grad"],
-               promote=True, dtypes=("float",), doc="The first-order backward of silu, fused (g * silu'(x)).")
+    global _silu_grad_op
+    _silu_grad_op = ops.define("silu_grad(x: Tensor, g: Tensor) -> Tensor", internal=True, promote=True,
+                               dtypes=("float",), doc="The first-order backward of silu, fused (g * silu'(x)).")
     ops.kernel("silu_grad")(_in_float32_pair(_silu_grad_kernel))
 
     ops.define("gelu(x: Tensor, approximate: Any = False) -> Tensor", public=public("gelu", functional=True),

@@ -1,7 +1,0 @@
-"""oarlock.nn: layers and the functional namespace, exported by plugins."""
-
-from oarlock._namespace import lazy_namespace
-
-__getattr__, __dir__ = lazy_namespace(__name__, "oarlock.nn", globals())
-
-del lazy_namespace  # keep the public namespace to what plugins export
