@@ -96,8 +96,14 @@ ROUNDED_DIVISION = [
 
 
 def _in_place(name):
-    """Call the Tensor method `name` (x.add_(y, ...)); the op writes into x and returns it."""
-    return lambda x, y, **kwargs: getattr(x, name)(y, **kwargs)
+    """Call the Tensor method `name` on a clone of x (x.clone().add_(y, ...)): the op writes into the clone
+    and returns it, and the gradient check differentiates through the in-place write, as model code does."""
+    def call(x, y, **kwargs):
+        target = x.clone()
+        out = getattr(target, name)(y, **kwargs)
+        assert out is target, f"{name} must return the tensor it wrote"
+        return out
+    return call
 
 
 IN_PLACE_CASES = [
@@ -141,17 +147,17 @@ ARITHMETIC = [
 ]
 
 IN_PLACE = [
-    OpSpec("add_", IN_PLACE_CASES + ALPHA_CASES, ref=_scaled_ref(np.add), dtypes=ALL_REAL, grad=False,
+    OpSpec("add_", IN_PLACE_CASES + ALPHA_CASES, ref=_scaled_ref(np.add), dtypes=ALL_REAL,
            call=_in_place("add_"), out_dtype=lambda dt, *args, **kwargs: dt),
-    OpSpec("subtract_", IN_PLACE_CASES + ALPHA_CASES, ref=_scaled_ref(np.subtract), dtypes=ALL_REAL, grad=False,
+    OpSpec("subtract_", IN_PLACE_CASES + ALPHA_CASES, ref=_scaled_ref(np.subtract), dtypes=ALL_REAL,
            call=_in_place("sub_"), out_dtype=lambda dt, *args, **kwargs: dt),
-    OpSpec("multiply_", IN_PLACE_CASES, ref=np.multiply, dtypes=ALL_REAL, grad=False, call=_in_place("mul_"),
+    OpSpec("multiply_", IN_PLACE_CASES, ref=np.multiply, dtypes=ALL_REAL, call=_in_place("mul_"),
            out_dtype=lambda dt, *args, **kwargs: dt),
     OpSpec("divide_", [Case([In((3, 4)), divisor((3, 4))], name="same"),
                        Case([In((2, 3)), divisor((3,))], name="broadcast_y"),
                        Case([In((3, 4)), 4], name="scalar")] + [
         Case(c.args, c.kwargs, name=c.name, dtypes=ALL_REAL) for c in ROUNDED_DIVISION
-    ], ref=_divide_ref, grad=False, call=_in_place("div_"), out_dtype=lambda dt, *args, **kwargs: dt),
+    ], ref=_divide_ref, call=_in_place("div_"), out_dtype=lambda dt, *args, **kwargs: dt),
 ]
 
 UNARY_REAL = [

@@ -91,7 +91,11 @@ def _put_int_first(x, value):
 
 
 def _setitem_call(x, value, index, *tensors):
-    return oarlock.setitem_(x, _fill(index, tensors), value)
+    """x[index] = value on a clone of x, so the gradient check differentiates through the write."""
+    target = x.clone()
+    out = oarlock.setitem_(target, _fill(index, tensors), value)
+    assert out is target, "setitem_ must return the tensor it wrote"
+    return out
 
 
 def _index_put_call(x, value, index, *tensors, **kw):
@@ -134,7 +138,7 @@ def _masked_fill_ref(x, mask, value):
 SPECS = [
     OpSpec("getitem", GETITEM_CASES, ref=_getitem_ref, dtypes=ALL,
            call=lambda x, index, *tensors: x[_fill(index, tensors)]),
-    OpSpec("setitem_", SETITEM_CASES, ref=_put_ref, dtypes=ALL, grad=False, call=_setitem_call),
+    OpSpec("setitem_", SETITEM_CASES, ref=_put_ref, dtypes=ALL, call=_setitem_call),
     OpSpec("index_put", INDEX_PUT_CASES, ref=_put_ref, dtypes=ALL, call=_index_put_call),
     OpSpec("gather", [
         Case([In((4, 3)), _ints([3, 0, 3])], name="axis0_repeats"),

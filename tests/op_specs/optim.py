@@ -276,7 +276,7 @@ def _check_zero_tensors(oarlock):
     try:
         oarlock.zero_tensors_([oarlock.ones([2]), leaf])
     except ValueError as exc:
-        assert "in place" in str(exc), exc
+        assert "leaf" in str(exc) and "in-place" in str(exc), exc
     else:
         raise AssertionError("zero_tensors_ modified a leaf that requires a gradient")
 

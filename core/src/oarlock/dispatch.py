@@ -33,7 +33,8 @@ from oarlock.registry import GENERIC, OP_LIBRARY, Registry, library_name
 from oarlock._tensor import Tensor, bump_version, version_counter
 from oarlock.autograd import GRAD_MODE, RecordSpec, record
 
-__all__ = ["OpDef", "OpRegistrar", "OpError", "define_frontend", "AUTOCAST", "set_autocast", "write_out"]
+__all__ = ["OpDef", "OpRegistrar", "OpError", "InplaceError", "define_frontend", "AUTOCAST", "set_autocast",
+           "write_out"]
 
 TENSOR_KINDS = ("Tensor", "TensorOrScalar", "OptTensor", "TensorList")
 _MISSING = object()
@@ -44,6 +45,11 @@ _KIND_ORDER = {"bool": 0, "int": 1, "float": 2, "complex": 3}
 
 class OpError(ValueError):
     """Bad input to an op, or a kernel that rejected its input; the message names op and arguments."""
+
+
+class InplaceError(RuntimeError, ValueError):
+    """An in-place write autograd cannot allow (a leaf that requires grad, or a view of one). A RuntimeError as
+    in PyTorch and a ValueError as Paddle's InvalidArgument, so code written for either catches it."""
 
 
 class Param:
@@ -758,16 +764,16 @@ def _run_inplace(op, args, flat, attrs, place, run):
     view = None
     if graph:
         name = op.tensor_params[op.inplace].name
+        if any(t._node is None and not t.stop_gradient for t in (target if target.__class__ is list else (target,))):
+            raise InplaceError(f"{op.display}(): '{name}' is a leaf Tensor that requires grad (stop_gradient=False) "
+                               f"and is being used in an in-place operation; modify it under oarlock.no_grad(), or "
+                               f"work on a copy (x.clone())")
         if op.rule is None or target.__class__ is list:
             raise NotImplementedError(f"{op.display}() has no gradient, and an input requires one; call it under "
                                       f"oarlock.no_grad(), or detach() the inputs")
-        if target._node is None and not target.stop_gradient:
-            raise RuntimeError(f"{op.display}(): '{name}' is a leaf Tensor that requires grad (stop_gradient=False) "
-                               f"and is being used in an in-place operation; modify it under oarlock.no_grad(), or "
-                               f"work on a copy (x.clone())")
         view = getattr(target, "_view", None)
         if view is not None and view[0]._node is None and not view[0].stop_gradient:
-            raise RuntimeError(f"{op.display}(): '{name}' is a view of a leaf Tensor that requires grad "
+            raise InplaceError(f"{op.display}(): '{name}' is a view of a leaf Tensor that requires grad "
                                f"(stop_gradient=False) and is being used in an in-place operation; modify the "
                                f"leaf under oarlock.no_grad(), or work on a copy (x.clone())")
         if flat[op.inplace] is target:
