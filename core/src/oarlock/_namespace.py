@@ -33,11 +33,9 @@ _PREFIX = ROOT + "."
 def _registry_for_use():
     """The process-wide registry, loading the plugins if that has not happened; None while plugins are
     being imported (see the module docstring)."""
-    from oarlock.plugins import loaded_default_registry, plugins_importing
+    from oarlock.plugins import plugins_importing
     from oarlock.registry import default_registry
-    if loaded_default_registry() is None and plugins_importing():
-        return None
-    return default_registry()
+    return None if plugins_importing() else default_registry()
 
 
 def disabled_provider(namespace: str, name: str | None = None) -> str | None:
@@ -83,8 +81,7 @@ def namespace_doc(registry, namespace: str) -> str:
                 f"kernels, only here).")
     if namespace.startswith(OP_LIBRARY + "."):
         return f"{namespace}: the ops plugin {registry.namespace_owner(namespace)!r} defines."
-    owner = registry.namespace_owner(namespace)
-    return f"{namespace}: names exported by plugins ({owner!r} created it); dir() lists them."
+    return f"{namespace}: names exported by plugins; dir() lists them and the child namespaces."
 
 
 def lazy_namespace(module_name: str, module_globals: dict):
@@ -123,12 +120,23 @@ class NamespaceLoader(importlib.abc.Loader):
         return None   # the default module object
 
     def exec_module(self, module):
-        module_globals = module.__dict__
-        module_globals["__getattr__"], module_globals["__dir__"] = lazy_namespace(module.__name__, module_globals)
-        from oarlock.plugins import loaded_default_registry
-        registry = loaded_default_registry()
-        module.__doc__ = (namespace_doc(registry, module.__name__) if registry is not None else
-                          f"{module.__name__}: names exported by plugins; dir() lists them.")
+        name, module_globals = module.__name__, module.__dict__
+        module_globals["__getattr__"], module_globals["__dir__"] = lazy_namespace(name, module_globals)
+        module.__doc__ = f"{name}: names exported by plugins; dir() lists them and the child namespaces."
+        # The plugins load here, not in find_spec: the module is in sys.modules by now, so a plugin that
+        # imports it while loading gets this very module.
+        registry = _registry_for_use()
+        if registry is not None:
+            _check_namespace(registry, name)
+            module.__doc__ = namespace_doc(registry, name)
+
+
+def _check_namespace(registry, fullname: str) -> None:
+    if not registry.has_namespace(fullname):
+        provider = disabled_provider(fullname)
+        reason = (f"namespace {_disabled(fullname, provider)}" if provider is not None else
+                  f"no installed plugin declares namespace {fullname} (see `oarlock plugins`)")
+        raise ModuleNotFoundError(f"No module named {fullname!r}: {reason}", name=fullname)
 
 
 class NamespaceFinder(importlib.abc.MetaPathFinder):
@@ -142,12 +150,11 @@ class NamespaceFinder(importlib.abc.MetaPathFinder):
         parts = fullname.split(".")
         if not all(part.isidentifier() and not part.startswith("_") for part in parts):
             return None
-        registry = _registry_for_use()
-        if registry is not None and not registry.has_namespace(fullname):
-            provider = disabled_provider(fullname)
-            if provider is not None:
-                raise ModuleNotFoundError(f"No module named {fullname!r}: namespace {_disabled(fullname, provider)}",
-                                          name=fullname)
+        from oarlock.plugins import loaded_default_registry, plugins_importing
+        registry = loaded_default_registry()   # never loads: exec_module does, once the module is in sys.modules
+        if registry is not None and not registry.has_namespace(fullname) and not plugins_importing():
+            if disabled_provider(fullname) is not None:
+                _check_namespace(registry, fullname)   # raises, naming the disabled plugin
             return None
         return importlib.machinery.ModuleSpec(fullname, self.loader, origin="oarlock namespace", is_package=True)
 

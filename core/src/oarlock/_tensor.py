@@ -460,7 +460,10 @@ class Tensor:
     def __getattr__(self, name):
         method = _tensor_method(name)
         if method is None:
-            raise AttributeError(f"'Tensor' object has no attribute {name!r}")
+            if name.startswith("_"):
+                raise AttributeError(f"'Tensor' object has no attribute {name!r}")
+            from oarlock._namespace import tensor_missing_message   # names a disabled plugin that has it
+            raise AttributeError(tensor_missing_message(name))
         return method.__get__(self, Tensor)
 
     def __dir__(self):

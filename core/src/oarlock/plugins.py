@@ -71,6 +71,7 @@ class PluginManager:
         self.loaded = False
         self.loading = False     # True while load() imports and registers the entry points
         self._probes: dict[str, Registry | None] = {}   # disabled plugin -> its registrations (disabled_provider)
+        self._blocked_eps: tuple | None = None          # (blocked names, their entry points)
 
     # -- loading ------------------------------------------------------------------------
     def disabled(self) -> set[str]:
@@ -86,6 +87,7 @@ class PluginManager:
             return self
         blocked = self.disabled()
         self.loading = True
+        _importing[0] += 1
         try:
             for ep in sorted(entry_points(group=self.group), key=lambda e: e.name):
                 if ep.name in blocked or self.pm.is_registered(ep.name) or self.pm.has_plugin(ep.name):
@@ -100,6 +102,7 @@ class PluginManager:
                               dist.version if dist else None)
         finally:
             self.loading = False
+            _importing[0] -= 1
         return self
 
     def autoload_disabled(self) -> bool:
@@ -113,9 +116,10 @@ class PluginManager:
         blocked = self.disabled()
         if not blocked or self.autoload_disabled():
             return None
-        for ep in sorted(entry_points(group=self.group), key=lambda e: e.name):
-            if ep.name not in blocked:
-                continue
+        if self._blocked_eps is None or self._blocked_eps[0] != blocked:   # entry points are read once
+            self._blocked_eps = (blocked, sorted((ep for ep in entry_points(group=self.group) if ep.name in blocked),
+                                                 key=lambda ep: ep.name))
+        for ep in self._blocked_eps[1]:
             if ep.name not in self._probes:
                 self._probes[ep.name] = self._probe(ep)
             registry = self._probes[ep.name]
@@ -130,6 +134,8 @@ class PluginManager:
 
     def _probe(self, ep) -> Registry | None:
         probe = PluginManager(group=self.group, environ={})
+        before = set(sys.modules)
+        _importing[0] += 1
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -138,6 +144,17 @@ class PluginManager:
                 probe._run_registration_hooks(plugin, ep.name, only=("ops", "api"))
         except Exception:  # a plugin blocked because it is broken: nothing it provides can be named
             return None
+        finally:
+            _importing[0] -= 1
+            # the namespace modules the blocked plugin imported exist only for it: forget them
+            for name in sorted(set(sys.modules) - before, key=lambda n: -n.count(".")):
+                module = sys.modules[name]
+                spec = getattr(module, "__spec__", None)
+                if getattr(spec, "origin", None) == "oarlock namespace" and not self.registry.has_namespace(name):
+                    del sys.modules[name]
+                    parent, _, child = name.rpartition(".")
+                    if getattr(sys.modules.get(parent), "__dict__", {}).get(child) is module:
+                        delattr(sys.modules[parent], child)
         return probe.registry
 
     def register(self, plugin, name: str, distribution: str | None = None, version: str | None = None):
@@ -222,12 +239,15 @@ def default_manager() -> PluginManager:
 
 
 def plugins_importing() -> bool:
-    """Whether the process-wide manager is loading, or a module of an entry-point plugin is being imported
-    (a plugin module imported on its own, before anything loaded the plugins). Namespace modules then do
-    not load the plugins: that would import the half-imported plugin module again (oarlock._namespace)."""
-    manager = _default_manager
-    if manager is not None:
-        return manager.loading
+    """Whether a manager is loading plugins (or probing a disabled one), or a module of an entry-point
+    plugin is being imported (a plugin module imported on its own, before anything loaded the plugins).
+    Namespace modules then neither load the plugins nor check that they exist: that would import the
+    half-imported plugin module again, or judge a namespace before its plugin registered it
+    (oarlock._namespace)."""
+    if _importing[0]:
+        return True
+    if _default_manager is not None:
+        return False
     global _plugin_packages
     if _plugin_packages is None:
         _plugin_packages = frozenset(ep.value.split(":")[0].split(".")[0]
@@ -246,6 +266,7 @@ def loaded_default_registry() -> Registry | None:
 
 
 _plugin_packages: frozenset | None = None
+_importing = [0]   # how many managers are loading or probing plugins now
 
 
 def register_plugin(plugin, name: str):

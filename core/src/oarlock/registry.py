@@ -279,7 +279,7 @@ class Registry:
                              f"identifier (not a keyword)")
         if name.startswith("_"):
             raise ValueError(f"plugin {plugin!r} exported {namespace}.{name}: names starting with '_' are "
-                             f"private and never public; define an internal op with public=[] and call the "
+                             f"private and never public; define an internal op with internal=True and call the "
                              f"callable ops.define returns (it is also {OP_LIBRARY}.<plugin>.<op name>)")
         self._add_name(namespace, name, obj, plugin)
 
