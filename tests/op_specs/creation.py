@@ -213,6 +213,16 @@ def _check_randn(paddle):
     assert abs(np.mean(np.abs(x) < 1) - 0.6827) < 0.01  # the shape of the distribution, not just two moments
 
 
+def _check_uniform_(paddle):
+    x = paddle.zeros([100_000], dtype="float64")
+    assert x.uniform_(min=2.0, max=5.0) is x and x.inplace_version == 1
+    y = x.numpy()
+    assert 2 <= y.min() and y.max() < 5 and abs(y.mean() - 3.5) < 0.03
+    a = paddle.zeros([5]).uniform_(seed=3).numpy()
+    assert np.array_equal(a, paddle.zeros([5]).uniform_(seed=3).numpy()) and -1 <= a.min() and a.max() < 1
+    _raises(lambda: paddle.zeros([2]).uniform_(min=1.0, max=0.0), "uniform_", "min")
+
+
 def _check_uniform(paddle):
     _check_random_keywords(paddle, paddle.uniform)
     x = _seeded(paddle, lambda: paddle.uniform([100_000]))
@@ -270,6 +280,7 @@ SPECS = [
     OpSpec("rand", [], dtypes=FLOATS, check=_check_rand, grad=False),
     OpSpec("randn", [], dtypes=FLOATS, check=_check_randn, grad=False),
     OpSpec("uniform", [], dtypes=FLOATS, check=_check_uniform, grad=False),
+    OpSpec("uniform_", [], dtypes=FLOATS, check=_check_uniform_, grad=False),
     OpSpec("randint", [], dtypes=INTS, check=_check_randint, grad=False),
     OpSpec("normal", [], dtypes=FLOATS, check=_check_normal, grad=False),
     OpSpec("ravel", [Case([In((2, 3, 2))]), Case([In(())], name="0d"), Case([In((0, 3))], name="empty", grad=False)],

@@ -172,6 +172,14 @@ UNARY_REAL = [
            out_dtype=lambda dt, *args: dt)
     for name, ref in (("floor", np.floor), ("ceil", np.ceil), ("trunc", np.trunc))
 ] + [
+    OpSpec("round", UNARY_CASES + [Case([In((2, 3), domain=(-4.0, 4.0))], name="wide"),
+                                   Case([In((2, 3), domain=(-4.0, 4.0))], {"decimals": 1}, name="decimals"),
+                                   Case([In((4,), values=[0.5, 1.5, 2.5, -0.5])], name="half_to_even", grad=False)],
+           ref=lambda x, decimals=0: np.round(x, decimals), dtypes=ALL_REAL, out_dtype=lambda dt, *args, **kw: dt),
+    OpSpec("reciprocal", [Case([In((3, 4), requires_nonzero=True)], name="2d"),
+                          Case([In((), requires_nonzero=True)], name="0d"), Case([In((0, 3))], name="empty")],
+           ref=lambda x: 1.0 / x, dtypes=ALL_REAL, **FLOAT_RESULT),
+] + [
     OpSpec("clip", [
         Case([In((3, 4))], {"min": -1, "max": 1}, name="both"),
         Case([In((3, 4))], {"min": -0.5}, name="min_only"),

@@ -14,12 +14,13 @@ import numpy as np
 from op_specs import elementwise, indexing, matrix, nn, reduction
 from op_specs.base import ALL_REAL, FLOATS, INTS, Case, In, OpSpec, library_op
 
-VARIANTS = ("exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "sigmoid", "tanh", "relu", "elu", "leaky_relu",
+VARIANTS = ("exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "round",
+            "sin", "cos", "sigmoid", "tanh", "relu", "elu", "leaky_relu",
             "scale", "abs", "neg", "ceil", "floor", "trunc", "square", "clip", "pow", "remainder", "floor_divide",
             "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "logical_and", "logical_or", "logical_xor",
             "logical_not", "equal", "not_equal", "less_than", "less_equal", "greater_than", "greater_equal",
             "masked_fill", "tril", "triu", "softmax", "cumsum")
-FLOAT_RESULT = {"exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "sigmoid", "tanh"}
+FLOAT_RESULT = {"exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "sigmoid", "tanh"}
 
 
 def _on_a_clone(name):

@@ -167,6 +167,11 @@ def _uniform(xp, shape, dtype=None, min=-1.0, max=1.0, seed=0, *, generator):
     return _uniform_draw(xp, generator, _shape(shape), _float(dtype), min, max)
 
 
+def _uniform_fill(xp, x, min=-1.0, max=1.0, seed=0, *, generator):
+    x[...] = _uniform(xp, x.shape, x.dtype, min, max, seed, generator=generator)
+    return x
+
+
 def _randn(xp, shape, dtype=None, *, generator):
     return generator.standard_normal(_shape(shape), dtype=np.float64).astype(_float(dtype))
 
@@ -268,6 +273,11 @@ def register(ops):
                random=True, dtypes=float_only,
                doc="Uniform samples in [min, max); a non-zero seed gives its own stream.")
     ops.kernel("uniform")(_uniform)
+    ops.define("uniform_(x: Tensor, min: float = -1.0, max: float = 1.0, seed: int = 0) -> Tensor",
+               public=["Tensor.uniform_"], dtypes=("float",), random=True, inplace="x",
+               grad=lambda ctx, g: (None,), doc="Fill x with uniform samples in [min, max), in place; returns x. "
+                                                "The old values get no gradient.")
+    ops.kernel("uniform_")(_uniform_fill)
     # randint's dtype defaults to int64, which the dispatcher cannot know: the kernel checks it
     ops.define(f"randint(low: int = 0, high: int|None = None, shape: Shape = [1], dtype: DType|None = None, "
                f"{_PLACED}) -> Tensor", public=["randint"], aliases=_SIZE, random=True,

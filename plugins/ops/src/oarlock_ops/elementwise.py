@@ -409,6 +409,10 @@ def register(ops):
     for name in ("floor", "ceil", "trunc"):
         ops.define(name + UNARY, public=public(name), dtypes=REAL, grad=_zero_grads, aliases={"input": "x"})
         ops.kernel(name)(_rounding(name))
+    ops.define("round(x: Tensor, decimals: int = 0) -> Tensor", public=public("round"), dtypes=REAL, grad=_zero_grads,
+               aliases={"input": "x"}, doc="Round half to even (Paddle 3.2 and numpy), to `decimals` places.")
+    ops.kernel("round")(lambda xp, x, decimals=0: x.copy() if x.dtype.kind in "biu" and decimals >= 0
+                        else xp.round(x, decimals))
 
     ops.define("clip(x: Tensor, min: Scalar|None = None, max: Scalar|None = None) -> Tensor",
                public=public(("clip", "clamp")), dtypes=REAL, grad=_clip_grad, saves=("x",),
@@ -434,7 +438,8 @@ def register(ops):
     ops.kernel("fill_")(_fill_kernel)
     ops.kernel("zero_")(_fill_kernel)
     define_variants(ops, ("scale",))
-    define_variants(ops, ("abs", "neg", "ceil", "floor", "trunc", "square", "clip", "pow", "remainder", "floor_divide",
+    define_variants(ops, ("abs", "neg", "ceil", "floor", "trunc", "round", "square", "clip", "pow", "remainder",
+                          "floor_divide",
                           "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "logical_and", "logical_or",
                           "logical_xor", "logical_not", "equal", "not_equal", "less_than", "less_equal", "greater_than",
                           "greater_equal"))

@@ -229,6 +229,7 @@ FLOAT_MATH = [
     ("log1p", lambda xp, x: xp.log1p(x), _of_saved(lambda g, x: g / (x + 1)), "x", False),
     ("sqrt", lambda xp, x: xp.sqrt(x), _of_saved(lambda g, out: g / (2 * out)), "out", False),
     ("rsqrt", lambda xp, x: 1.0 / xp.sqrt(x), _of_saved(lambda g, out: -0.5 * g * out * out * out), "out", False),
+    ("reciprocal", lambda xp, x: 1.0 / x, _of_saved(lambda g, out: -g * out * out), "out", False),
     ("sin", lambda xp, x: xp.sin(x), _of_saved(lambda g, x: g * oarlock.cos(x)), "x", False),
     ("cos", lambda xp, x: xp.cos(x), _of_saved(lambda g, x: -g * oarlock.sin(x)), "x", False),
     ("erf", _erf, _of_saved(lambda g, x: g * (2 / SQRT_PI) * oarlock.exp(-x * x)), "x", False),
@@ -268,6 +269,6 @@ def register(ops):
     ops.define("relu(x: Tensor) -> Tensor", public=public("relu", functional=True), dtypes=REAL,
                grad=_of_saved(lambda g, out: g * (out > 0)), saves=("out",), aliases={"input": "x"})
     ops.kernel("relu")(lambda xp, x: xp.maximum(x, 0))
-    define_variants(ops, ("exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "sigmoid"))
+    define_variants(ops, ("exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "sigmoid"))
     define_variants(ops, ("tanh",), namespaces=("oarlock", "Tensor", "oarlock.nn.functional"))
     define_variants(ops, ("relu", "elu", "leaky_relu"), namespaces=("oarlock.nn.functional",))
