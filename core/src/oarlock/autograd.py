@@ -496,8 +496,9 @@ def record(spec, inputs, outputs, attrs, place, written=None):
     has just written: where it is also a saved input, it was saved before the write. A view whose base
     was written in place since its graph identity was set gets a fresh one first. Returns the node or None."""
     edges, meta, wanted, nondiff = [], [], False, spec.nondiff
-    for i, a in enumerate(inputs):
-        for t in (a if a.__class__ is list else (a,)):
+    i = 0
+    for a in inputs:
+        for t in (a,) if a.__class__ is not list else a:
             if t.__class__ is not _Tensor:
                 edges.append(None)
                 meta.append(None)
@@ -512,10 +513,13 @@ def record(spec, inputs, outputs, attrs, place, written=None):
             else:
                 edges.append((t, 0) if t._node is None else (t._node, t._oidx))
                 wanted = True
+        i += 1
     if not wanted:
         return None
-    carriers = [o for o in outputs if o._dtype.differentiable]
-    if not carriers:
+    for o in outputs:
+        if o._dtype.differentiable:
+            break
+    else:
         return None
     node = Node(spec.name, spec.rule, tuple(edges), tuple(meta), attrs, place)
     node.out_meta = tuple((o._data.shape, o._dtype) for o in outputs)
