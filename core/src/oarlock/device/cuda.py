@@ -8,9 +8,10 @@ does nothing, and every other call raises an error that says why the GPU cannot 
 
 from __future__ import annotations
 
-from oarlock.device import Event as _Event
-from oarlock.device import Stream as _Stream
-from oarlock.device import _registry, default_place, stream_guard
+from oarlock.device.places import _registry, default_place
+from oarlock.device.streams import Event as _Event
+from oarlock.device.streams import Stream as _Stream
+from oarlock.device.streams import stream_guard
 
 __all__ = [
     "Stream", "Event", "current_stream", "synchronize", "stream_guard", "device_count", "empty_cache",
