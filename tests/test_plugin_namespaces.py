@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 import oarlock
-from oarlock import hookimpl
 from oarlock.dispatch import OpRegistrar
 from oarlock.plugins import PluginManager
 from oarlock.registry import (OP_LIBRARY, ApiRegistrar, DuplicateRegistration, NamespaceConflict, Registry,
@@ -55,7 +54,8 @@ def test_a_plugin_creates_importable_namespaces(site):
         x = oarlock.to_tensor([[1.0, -2.0, 3.0, 0.5]])
         fmt = lambda t: [f"{v:.4f}" for v in t.numpy().ravel().tolist()]
         print("swiglu", fmt(F.swiglu(x)))
-        print("same", oarlock.incubate.nn.functional.swiglu is F.swiglu, sys.modules["oarlock.incubate.nn.functional"] is F)
+        print("same", oarlock.incubate.nn.functional.swiglu is F.swiglu,
+              sys.modules["oarlock.incubate.nn.functional"] is F)
         print("twice", fmt(F.swiglu_twice(x)))
         from oarlock.distributed.fleet import meta_parallel
         print("meta_parallel", meta_parallel.__name__, meta_parallel.PipelineLayer([1, 2]).layers)

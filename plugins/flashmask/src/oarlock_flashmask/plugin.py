@@ -76,24 +76,25 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
 @hookimpl
 def oarlock_register_ops(ops):
     global _forward_op, _grad_op
-    _forward_op = ops.define(f"{_OP}(query: Tensor, key: Tensor, value: Tensor, startend_row_indices: OptTensor = None, "
-               "fixed_seed_offset: OptTensor = None, dropout: float = 0.0, causal: bool = False, "
-               "window_left: int = -1, window_right: int = -1, softmax_scale: float|None = None) "
-               "-> tuple[Tensor, Tensor, Tensor]",
-               internal=True, promote=("query", "key", "value"), dtypes=("float",),
-               nondiff=("startend_row_indices", "fixed_seed_offset"), random=True, grad=_grad_rule,
-               saves=("query", "key", "value", "startend_row_indices", "out", "out1", "out2"),
-               doc="FlashMask attention kernel: (out, lse [B, Hq, Sq], seed_offset int64 [2]); the public API is "
-                   "oarlock.nn.functional.flashmask_attention.")
+    _forward_op = ops.define(
+        f"{_OP}(query: Tensor, key: Tensor, value: Tensor, startend_row_indices: OptTensor = None, "
+        "fixed_seed_offset: OptTensor = None, dropout: float = 0.0, causal: bool = False, "
+        "window_left: int = -1, window_right: int = -1, softmax_scale: float|None = None) "
+        "-> tuple[Tensor, Tensor, Tensor]",
+        internal=True, promote=("query", "key", "value"), dtypes=("float",),
+        nondiff=("startend_row_indices", "fixed_seed_offset"), random=True, grad=_grad_rule,
+        saves=("query", "key", "value", "startend_row_indices", "out", "out1", "out2"),
+        doc="FlashMask attention kernel: (out, lse [B, Hq, Sq], seed_offset int64 [2]); the public API is "
+            "oarlock.nn.functional.flashmask_attention.")
     ops.kernel(_OP)(kernel.flashmask_forward)
-    _grad_op = ops.define(f"{_GRAD}(grad: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor, lse: Tensor, "
-               "startend_row_indices: OptTensor = None, seed_offset: OptTensor = None, grad_lse: OptTensor = None, "
-               "dropout: float = 0.0, causal: bool = False, window_left: int = -1, window_right: int = -1, "
-               "softmax_scale: float|None = None) -> tuple[Tensor, Tensor, Tensor]",
-               internal=True,
-               promote=("grad", "query", "key", "value", "out"), dtypes=("float",),
-               doc="The backward of flashmask_attention: (d query, d key, d value), recomputed tile by tile from "
-                   "lse; grad_lse is the gradient that reached lse (or None).")
+    _grad_op = ops.define(
+        f"{_GRAD}(grad: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor, lse: Tensor, "
+        "startend_row_indices: OptTensor = None, seed_offset: OptTensor = None, grad_lse: OptTensor = None, "
+        "dropout: float = 0.0, causal: bool = False, window_left: int = -1, window_right: int = -1, "
+        "softmax_scale: float|None = None) -> tuple[Tensor, Tensor, Tensor]",
+        internal=True, promote=("grad", "query", "key", "value", "out"), dtypes=("float",),
+        doc="The backward of flashmask_attention: (d query, d key, d value), recomputed tile by tile from "
+            "lse; grad_lse is the gradient that reached lse (or None).")
     ops.kernel(_GRAD)(kernel.flashmask_backward)
     ops.define("flashmask_to_densemask(startend_row_indices: Tensor, dtype: DType = 'float32', causal: bool = True) "
                "-> Tensor", public=["oarlock.nn.functional.flashmask_to_densemask"], dtypes=("int",),
