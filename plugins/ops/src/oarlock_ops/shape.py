@@ -215,6 +215,31 @@ def _tile_grad(ctx, g):
     return oarlock.reshape(oarlock.sum(g, axis=list(range(0, 2 * n, 2))), shape)
 
 
+# -- Python-level functions ---------------------------------------------------------------------------------
+# Both are transposes, so views of x like transpose's result.
+
+def t(input, name=None):
+    """oarlock.t(input) / Tensor.t(): a 2-D tensor with its two axes swapped; a 0-D or 1-D tensor as it is
+    (a view); more axes are an error (use transpose), as in Paddle."""
+    if not isinstance(input, oarlock.Tensor):
+        raise TypeError(f"oarlock.t(): argument 'input' must be a Tensor, got {type(input).__name__}")
+    if input.ndim > 2:
+        raise ValueError(f"oarlock.t(): Input(input) only support N-D (N<=2) tensor, but received length of "
+                         f"Input(input) is {input.ndim}. Perhaps you can use oarlock.transpose() instead.")
+    return oarlock.transpose(input, list(range(input.ndim))[::-1])
+
+
+def _reversed_axes(x):
+    """Tensor.T: x with all its axes in reverse order (a transpose; 0-D and 1-D unchanged), as Paddle's."""
+    return oarlock.transpose(x, list(range(x.ndim))[::-1])
+
+
+def register_api(api):
+    api.export("oarlock", "t", t)
+    api.export("Tensor", "t", t)
+    api.export("Tensor", "T", property(_reversed_axes, doc=_reversed_axes.__doc__))
+
+
 # -- registration ------------------------------------------------------------------------------------------
 
 def register(ops):
