@@ -10,11 +10,13 @@ meta_parallel`, `oarlock.incubate.nn.functional.swiglu` and `dir()` all work, wi
   install the same two functions, so plugins add names and child namespaces to them too.
 - `__getattr__(name)` resolves an exported name (cached in the module's globals, so the next access
   is an ordinary lookup), then a child namespace (imported through the finder).
-- `import oarlock` loads no plugin. Importing a namespace module loads them (to check the namespace
-  exists), except while plugins are being imported: plugin modules import namespaces at their top
-  (`from oarlock.nn import functional as F`), and loading then would import the half-imported plugin
-  again. Such a module is served provisionally; its first attribute access, once the plugins are
-  registered, says whether the namespace exists.
+- `import oarlock` loads no plugin. Importing a namespace module loads them (in exec_module, once the
+  module is in sys.modules) and checks that the namespace exists, except while a plugin manager is
+  loading: plugin modules import namespaces at their top (`from oarlock.nn import functional as F`)
+  before they are registered. The module is then served provisionally; its first attribute access,
+  once the plugins are registered, says whether the namespace exists. A load that starts while a
+  plugin module is half imported (imported on its own) defers that plugin's entry points until the
+  import is done (PluginManager.load_deferred); until then nothing is judged missing either.
 - A name missing because the plugin providing it is blocked by OARLOCK_DISABLE_PLUGINS says so.
 """
 
@@ -28,6 +30,22 @@ import sys
 from oarlock.registry import OP_LIBRARY, ROOT, TENSOR
 
 _PREFIX = ROOT + "."
+
+
+def registry_complete() -> bool:
+    from oarlock.plugins import registry_complete
+    return registry_complete()
+
+
+def _waiting() -> str:
+    """Which plugins wait for which half-imported modules (for messages)."""
+    from oarlock.plugins import default_manager
+    deferred = default_manager().deferred
+    waits = sorted({name for _, waiting in deferred.values() for name in waiting})
+    if not deferred:
+        return "the plugins are being loaded"
+    return (f"not registered yet: plugin(s) {', '.join(repr(n) for n in sorted(deferred))}, waiting for the "
+            f"import of {', '.join(waits)} to finish")
 
 
 def _registry_for_use():
@@ -101,6 +119,9 @@ def lazy_namespace(module_name: str, module_globals: dict):
             return entry[0]
         if registry.has_namespace(f"{module_name}.{name}"):
             return importlib.import_module(f"{module_name}.{name}")
+        if not registry_complete():   # a plugin waits for a module that is being imported: not final yet
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r}: no plugin registered so far "
+                                 f"exports {module_name}.{name} ({_waiting()})")
         raise AttributeError(missing_message(registry, module_name, name))
 
     def __dir__():
@@ -126,7 +147,7 @@ class NamespaceLoader(importlib.abc.Loader):
         # The plugins load here, not in find_spec: the module is in sys.modules by now, so a plugin that
         # imports it while loading gets this very module.
         registry = _registry_for_use()
-        if registry is not None:
+        if registry is not None and registry_complete():
             _check_namespace(registry, name)
             module.__doc__ = namespace_doc(registry, name)
 
@@ -150,9 +171,9 @@ class NamespaceFinder(importlib.abc.MetaPathFinder):
         parts = fullname.split(".")
         if not all(part.isidentifier() and not part.startswith("_") for part in parts):
             return None
-        from oarlock.plugins import loaded_default_registry, plugins_importing
+        from oarlock.plugins import loaded_default_registry
         registry = loaded_default_registry()   # never loads: exec_module does, once the module is in sys.modules
-        if registry is not None and not registry.has_namespace(fullname) and not plugins_importing():
+        if registry is not None and registry_complete() and not registry.has_namespace(fullname):
             if disabled_provider(fullname) is not None:
                 _check_namespace(registry, fullname)   # raises, naming the disabled plugin
             return None

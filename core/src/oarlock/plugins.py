@@ -21,7 +21,7 @@ import pluggy
 
 from oarlock import hookspecs
 from oarlock.registry import (ApiRegistrar, BackendRegistrar, CommandRegistrar, CommRegistrar, FormatRegistrar,
-                               Registry, set_default_registry)
+                               Registry, set_default_registry, set_registry_pending)
 
 ENTRY_POINT_GROUP = "oarlock.plugins"
 
@@ -70,6 +70,7 @@ class PluginManager:
         self.distributions: dict[str, tuple[str, str]] = {}
         self.loaded = False
         self.loading = False     # True while load() imports and registers the entry points
+        self.deferred: dict[str, tuple] = {}   # entry-point name -> (entry point, the imports it waits for)
         self._probes: dict[str, Registry | None] = {}   # disabled plugin -> its registrations (disabled_provider)
         self._blocked_eps: tuple | None = None          # (blocked names, their entry points)
 
@@ -79,23 +80,41 @@ class PluginManager:
         return {name.strip() for name in raw.split(",") if name.strip()}
 
     def load(self) -> "PluginManager":
-        """Load the entry-point group once; later calls return at once."""
+        """Load the entry-point group once; later calls return at once (see load_deferred)."""
         if self.loaded:
             return self
         self.loaded = True
         if self.autoload_disabled():
             return self
         blocked = self.disabled()
+        self._load_entry_points([ep for ep in sorted(entry_points(group=self.group), key=lambda e: e.name)
+                                 if ep.name not in blocked])
+        return self
+
+    def _load_entry_points(self, eps):
+        # A load can start while a plugin module is half imported (imported on its own; it uses an oarlock
+        # name at its top): importing that plugin's entry point now would meet the half-imported module. Such
+        # entry points, and any that fail while some module is half imported, are deferred: load_deferred
+        # loads them once those imports are done.
+        busy = _modules_being_imported()
         self.loading = True
         _importing[0] += 1
         try:
-            for ep in sorted(entry_points(group=self.group), key=lambda e: e.name):
-                if ep.name in blocked or self.pm.is_registered(ep.name) or self.pm.has_plugin(ep.name):
+            for ep in eps:
+                if self.pm.is_registered(ep.name) or self.pm.has_plugin(ep.name):
+                    continue
+                package = ep.value.split(":")[0].split(".")[0]
+                waiting = [m for m in busy if m.split(".")[0] == package]
+                if waiting:
+                    self.deferred[ep.name] = (ep, waiting)
                     continue
                 dist = getattr(ep, "dist", None)
                 try:
                     plugin = ep.load()
                 except Exception as exc:  # a broken plugin must not take the others down
+                    if busy:   # perhaps it imports a half-imported module: try again when that is done
+                        self.deferred[ep.name] = (ep, busy)
+                        continue
                     self._report(ep.name, f"import of {ep.value!r} failed: {type(exc).__name__}: {exc}", exc)
                     continue
                 self.register(plugin, ep.name, dist.metadata["Name"] if dist else None,
@@ -103,7 +122,17 @@ class PluginManager:
         finally:
             self.loading = False
             _importing[0] -= 1
-        return self
+
+    def load_deferred(self) -> None:
+        """Load the entry points deferred by load() once the imports they waited for are done (the process-wide
+        manager does it on the next registry use)."""
+        if not self.deferred or self.loading:
+            return
+        if any(_being_imported(name) for _, waiting in self.deferred.values() for name in waiting):
+            return
+        eps = [ep for ep, _ in self.deferred.values()]
+        self.deferred.clear()
+        self._load_entry_points(eps)
 
     def autoload_disabled(self) -> bool:
         return self.environ.get("OARLOCK_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0")
@@ -114,7 +143,7 @@ class PluginManager:
         is imported once and registers its ops and public names into a throwaway Registry (its backends,
         formats and commands are not registered, so nothing of it becomes usable)."""
         blocked = self.disabled()
-        if not blocked or self.autoload_disabled():
+        if not blocked or self.autoload_disabled() or _importing[0]:   # not while plugins are being imported
             return None
         if self._blocked_eps is None or self._blocked_eps[0] != blocked:   # entry points are read once
             self._blocked_eps = (blocked, sorted((ep for ep in entry_points(group=self.group) if ep.name in blocked),
@@ -235,28 +264,23 @@ def default_manager() -> PluginManager:
         _default_manager = PluginManager()
         set_default_registry(_default_manager.registry)
         _default_manager.load()
+    elif _default_manager.deferred:
+        _default_manager.load_deferred()
+    set_registry_pending(bool(_default_manager.deferred))
     return _default_manager
 
 
 def plugins_importing() -> bool:
-    """Whether a manager is loading plugins (or probing a disabled one), or a module of an entry-point
-    plugin is being imported (a plugin module imported on its own, before anything loaded the plugins).
-    Namespace modules then neither load the plugins nor check that they exist: that would import the
-    half-imported plugin module again, or judge a namespace before its plugin registered it
-    (oarlock._namespace)."""
-    if _importing[0]:
-        return True
-    if _default_manager is not None:
-        return False
-    global _plugin_packages
-    if _plugin_packages is None:
-        _plugin_packages = frozenset(ep.value.split(":")[0].split(".")[0]
-                                     for ep in entry_points(group=ENTRY_POINT_GROUP))
-    for module_name, module in list(sys.modules.items()):
-        if module_name.partition(".")[0] in _plugin_packages and \
-                getattr(getattr(module, "__spec__", None), "_initializing", False):
-            return True
-    return False
+    """Whether a plugin manager is loading plugins (or probing a disabled one) right now. Namespace modules
+    then neither load the plugins nor judge whether a namespace exists (oarlock._namespace)."""
+    return _importing[0] > 0
+
+
+def registry_complete() -> bool:
+    """Whether the process-wide registry holds every plugin it will: loaded, not loading, nothing deferred."""
+    manager = _default_manager
+    return manager is not None and manager.loaded and not manager.loading and not manager.deferred \
+        and not _importing[0]
 
 
 def loaded_default_registry() -> Registry | None:
@@ -265,7 +289,17 @@ def loaded_default_registry() -> Registry | None:
     return manager.registry if manager is not None and manager.loaded and not manager.loading else None
 
 
-_plugin_packages: frozenset | None = None
+def _being_imported(name: str) -> bool:
+    module = sys.modules.get(name)
+    return module is not None and bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
+def _modules_being_imported() -> list[str]:
+    """The modules outside the core whose import is in progress now (the core never imports a plugin)."""
+    return [name for name in list(sys.modules) if name != "oarlock" and not name.startswith("oarlock.")
+            and _being_imported(name)]
+
+
 _importing = [0]   # how many managers are loading or probing plugins now
 
 

@@ -405,14 +405,20 @@ class CommandRegistrar:
 
 
 _default = None
+_pending = False   # the process-wide manager deferred plugins (a plugin module was half imported)
 
 
 def default_registry() -> Registry:
     """The process-wide registry, filled from installed plugins on first use."""
-    if _default is None:
+    if _default is None or _pending:
         from oarlock.plugins import default_manager
-        default_manager()  # sets _default, then loads entry points
+        default_manager()  # sets _default, then loads entry points (or the deferred ones)
     return _default
+
+
+def set_registry_pending(pending: bool) -> None:
+    global _pending
+    _pending = pending
 
 
 def set_default_registry(registry: Registry) -> None:
