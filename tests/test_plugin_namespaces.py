@@ -66,6 +66,8 @@ def test_a_plugin_creates_importable_namespaces(site):
               [n for n in dir(F) if not n.startswith("_")])
         print("doc", oarlock.incubate.__doc__)
         print("method", x.nsdemo_double().tolist(), oarlock.ops.nsdemo.nsdemo_twice(x).tolist())
+        print("layer", oarlock.incubate.nn.Scale(2.0)(x).tolist(),
+              [n for n in dir(oarlock.incubate.nn) if not n.startswith("_")])
         import oarlock.distributed.launch  # the real module of the real package still imports
         for bad in ("oarlock.incubate.nothing", "oarlock.nothing.at_all"):
             try:
@@ -87,9 +89,10 @@ def test_a_plugin_creates_importable_namespaces(site):
     assert out[5] == "dir True True ['nn'] ['swiglu', 'swiglu_twice']"
     assert out[6] == "doc oarlock.incubate: incubating APIs (from the nsdemo test plugin)."
     assert out[7] == "method [[2.0, -4.0, 6.0, 1.0]] [[2.0, -4.0, 6.0, 1.0]]"
-    assert out[8].startswith("missing module oarlock.incubate.nothing |")
-    assert out[9].startswith("missing module oarlock.nothing.at_all |")
-    assert "no installed plugin exports oarlock.incubate.nn.functional.nothing" in out[10]
+    assert out[8] == "layer [[2.0, -4.0, 6.0, 1.0]] ['Scale', 'functional']"
+    assert out[9].startswith("missing module oarlock.incubate.nothing |")
+    assert out[10].startswith("missing module oarlock.nothing.at_all |")
+    assert "no installed plugin exports oarlock.incubate.nn.functional.nothing" in out[11]
     assert "PluginLoadWarning" not in result.stderr, result.stderr
 
 

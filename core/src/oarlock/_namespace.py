@@ -49,11 +49,11 @@ def _waiting() -> str:
 
 
 def _registry_for_use():
-    """The process-wide registry, loading the plugins if that has not happened; None while plugins are
-    being imported (see the module docstring)."""
+    """The process-wide registry, loading the plugins if that has not happened. While a plugin manager is
+    loading, the process-wide registry as filled so far (None before it exists): nothing loads then."""
     from oarlock.plugins import plugins_importing
-    from oarlock.registry import default_registry
-    return None if plugins_importing() else default_registry()
+    from oarlock.registry import default_registry, peek_default_registry
+    return peek_default_registry() if plugins_importing() else default_registry()
 
 
 def disabled_provider(namespace: str, name: str | None = None) -> str | None:
@@ -110,7 +110,7 @@ def lazy_namespace(module_name: str, module_globals: dict):
         if name.startswith("__"):
             raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
         registry = _registry_for_use()
-        if registry is None:   # during plugin import: `from X import child` then imports the child module
+        if registry is None:   # an isolated manager is loading: `from X import child` then imports the child
             raise AttributeError(f"module {module_name!r} has no attribute {name!r} while plugins are being "
                                  f"imported (plugin names resolve once they are registered)")
         entry = registry.api[module_name].get(name)

@@ -416,6 +416,11 @@ def default_registry() -> Registry:
     return _default
 
 
+def peek_default_registry() -> Registry | None:
+    """The process-wide registry as it is now (None before anything used it); loads nothing."""
+    return _default
+
+
 def set_registry_pending(pending: bool) -> None:
     global _pending
     _pending = pending

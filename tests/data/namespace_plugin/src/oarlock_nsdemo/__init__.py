@@ -7,11 +7,13 @@
   that calls it through the callable ops.define returned.
 
 It imports one of its own namespaces at its top, before it is registered, as plugins do with
-oarlock.nn.functional.
+oarlock.nn.functional, and (through .layers) subclasses another plugin's oarlock.nn.Layer at import time,
+which resolves because the plugin manager registered that plugin ("nn") before this one ("nsdemo").
 """
 
 from oarlock import hookimpl
 from oarlock.incubate.nn import functional as incubate_functional  # resolved lazily, at call time
+from oarlock_nsdemo.layers import Scale
 
 _twice = None  # the internal op, set by oarlock_register_ops
 
@@ -56,6 +58,7 @@ def oarlock_register_api(api):
     api.namespace("oarlock.incubate", doc="oarlock.incubate: incubating APIs (from the nsdemo test plugin).")
     api.export("oarlock.incubate.nn.functional", "swiglu", swiglu)
     api.export("oarlock.incubate.nn.functional", "swiglu_twice", swiglu_twice)
+    api.export("oarlock.incubate.nn", "Scale", Scale)
     api.export("oarlock.distributed.fleet", "init", init)
     api.export("oarlock.distributed.fleet.meta_parallel", "PipelineLayer", PipelineLayer)
     api.export("Tensor", "nsdemo_double", nsdemo_double)
