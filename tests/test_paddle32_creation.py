@@ -442,10 +442,13 @@ def test_copy_refuses_what_it_cannot_do():
     _raises(lambda: x.copy_(oarlock.ones([3, 3])), ValueError, "copy_", "src", "[3, 3]", "[2, 3]")
     _raises(lambda: x.copy_(np.ones(3)), TypeError, "copy_", "src", "ndarray")
     source = oarlock.ones([3], requires_grad=True)
-    _raises(lambda: x.copy_(source), NotImplementedError, "copy_", "src")  # no in-place autograd yet
     with oarlock.no_grad():
         x.copy_(source)
-    assert (x.numpy() == 1).all()
+    assert (x.numpy() == 1).all() and x.stop_gradient
+    x.copy_(source * 2.0)   # under autograd: x now depends on source (broadcast over x's rows)
+    assert not x.stop_gradient and (x.numpy() == 2).all()
+    x.sum().backward()
+    np.testing.assert_array_equal(source.grad.numpy(), [4.0, 4.0, 4.0])
 
 
 # -- 3. the Tensor constructor --------------------------------------------------------------------------------

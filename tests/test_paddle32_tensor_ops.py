@@ -140,7 +140,7 @@ def test_in_place_forms_write_into_the_input_and_return_it(torch):
     assert oarlock.scatter_(w, T([2]), T(np.array([[1.0, 2.0]]))) is w and w.numpy()[2].tolist() == [1.0, 2.0]
     leaf = _leaf(X)
     _raises(lambda: oarlock.scatter_reduce_(leaf, 0, T(INDEX), T(SRC), "sum"), ValueError, "scatter_reduce_",
-            "in place")
+            "leaf", "in-place")
 
 
 def test_scatter_reduce_errors_name_function_and_argument():
