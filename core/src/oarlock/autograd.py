@@ -101,9 +101,10 @@ class Node:
     # Hot attributes live in slots; rarely set ones (saved tensors, hooks, the released flag) in
     # __dict__ with class-level defaults, so recording a node sets only what every node has.
     __slots__ = ("name", "rule", "edges", "meta", "attrs", "place", "out_meta", "__dict__")
-    _saved_in = _saved_out = _save_plan = None
+    _saved_in = _saved_out = _save_plan = _save_needs = None
     # versions of what was saved, checked when backward reads it: one per "in" entry of the save plan
-    # (of that input tensor, or a tuple for a list input), and the outputs' counters with their values
+    # (of that input tensor, or a tuple for a list input; None: every saved input was at version 0),
+    # and the outputs' counters with their values
     _in_versions = _out_counters = _out_versions = None
     hooks = None
     released = False
@@ -126,29 +127,31 @@ class Node:
         from oarlock._tensor import Tensor
         result = []
         k = 0
-        for kind, index in self._save_plan:
+        versions, edges = self._in_versions, self.edges
+        for (kind, index), need in zip(self._save_plan, self._save_needs):
+            # a save needed only for another input's gradient ("x:y") is checked only when y takes one
+            wanted = need is None or edges[need] is not None
             if kind == "in":
                 saved = self._saved_in[index]
-                if self._in_versions is not None:
-                    self._check_version(saved, self._in_versions[k], f"input {index}")
-                    k += 1
+                if wanted:
+                    self._check_version(saved, 0 if versions is None else versions[k], f"input {index}")
+                k += 1
                 result.append(saved)
             else:  # an output: re-wrap the array and point it at this node so higher orders work
                 counter, expected = self._out_counters[index], self._out_versions[index]
-                if expected is not None and counter.value != expected:
-                    self._modified(f"output {index}", self._saved_out[index].shape, counter.value,
-                                   self._out_versions[index])
+                if wanted and counter.value != expected:
+                    self._modified(f"output {index}", self._saved_out[index].shape, counter.value, expected)
                 t = Tensor._wrap(self._saved_out[index], self.place, False)
                 t._node, t._oidx, t._vc = self, index, counter
                 result.append(t)
         return tuple(result)
 
     def _check_version(self, saved, version, what):
-        if version is None or saved is None:   # not needed by the gradients asked for, or no tensor
+        if saved is None:
             return
         if saved.__class__ is list:
-            for i, (t, v) in enumerate(zip(saved, version)):
-                self._check_version(t, v, f"{what}[{i}]")
+            for i, t in enumerate(saved):
+                self._check_version(t, version if version.__class__ is int else version[i], f"{what}[{i}]")
         elif saved.inplace_version != version:
             self._modified(what, saved._data.shape, saved.inplace_version, version)
 
@@ -466,7 +469,7 @@ class PyLayer:
             result = cls.backward(ctx, *grads)
             return result if isinstance(result, (tuple, list)) else (result,)
 
-        record(RecordSpec(cls.__name__, rule), tensor_args, out_tensors, None, tensor_args[0]._place)
+        record(RecordSpec(cls.__name__, rule), tensor_args, tuple(out_tensors), None, tensor_args[0]._place)
         return wrapped[0] if single else type(outputs)(wrapped) if isinstance(outputs, tuple) else wrapped
 
 
@@ -488,63 +491,105 @@ class RecordSpec:
 def record(spec, inputs, outputs, attrs, place, written=None):
     """Record one graph node: the only place nodes are made (the dispatcher's fast and slow paths and
     PyLayer all call it). `spec` is an OpDef or a RecordSpec; `inputs` holds one entry per tensor
-    parameter (a Tensor, a list of Tensors, None, or a Python scalar on the fast path); `outputs` are
-    the op's output Tensors. The one rule for gradients: an input takes one when it is a Tensor with
+    parameter (a Tensor, a list of Tensors, None, or a Python scalar on the fast path); `outputs` is the
+    op's output Tensor, or a tuple of them. The one rule for gradients: an input takes one when it is a Tensor with
     stop_gradient=False, of a differentiable dtype (float or complex), at a parameter not in
     spec.nondiff; an output carries the node when its dtype is differentiable. Nothing is recorded
     when no input takes a gradient or no output can carry one. `written` is the tensor an in-place op
     has just written: where it is also a saved input, it was saved before the write. A view whose base
     was written in place since its graph identity was set gets a fresh one first. Returns the node or None."""
-    edges, meta, wanted, nondiff = [], [], False, spec.nondiff
+    edges = []
+    meta = []
+    wanted = False
+    nondiff = spec.nondiff
     i = 0
     for a in inputs:
-        for t in (a,) if a.__class__ is not list else a:
-            if t.__class__ is not _Tensor:
-                edges.append(None)
-                meta.append(None)
-                continue
-            meta.append((t._data.shape, t._dtype))
-            if t._vc is not None:
-                view = getattr(t, "_view", None)
-                if view is not None and view[2] != t._vc.value:
-                    _refresh_view(t, view)
-            if t.stop_gradient or not t._dtype.differentiable or i in nondiff:
+        if a.__class__ is _Tensor:
+            meta.append((a._data.shape, a._dtype))
+            if a._vc is not None:
+                _refresh_if_stale(a)
+            if a.stop_gradient or not a._dtype.differentiable or (nondiff and i in nondiff):
                 edges.append(None)
             else:
-                edges.append((t, 0) if t._node is None else (t._node, t._oidx))
+                edges.append((a, 0) if a._node is None else (a._node, a._oidx))
                 wanted = True
+        elif a.__class__ is list:
+            wanted = _list_edges(a, i in nondiff, edges, meta) or wanted
+        else:      # None, or a Python scalar on the fast path
+            edges.append(None)
+            meta.append(None)
         i += 1
     if not wanted:
         return None
+    if outputs.__class__ is _Tensor:     # one output (the common case), passed as itself
+        if not outputs._dtype.differentiable:
+            return None
+        outputs = (outputs,)
+        out_meta = ((outputs[0]._data.shape, outputs[0]._dtype),)
+    else:
+        if not any(o._dtype.differentiable for o in outputs):
+            return None
+        out_meta = tuple([(o._data.shape, o._dtype) for o in outputs])
+    node = Node(spec.name, spec.rule, tuple(edges), tuple(meta), attrs, place)
+    node.out_meta = out_meta
+    if spec._save_plan:
+        _save(spec, node, inputs, outputs, written)
+    i = 0
     for o in outputs:
         if o._dtype.differentiable:
-            break
-    else:
-        return None
-    node = Node(spec.name, spec.rule, tuple(edges), tuple(meta), attrs, place)
-    node.out_meta = tuple((o._data.shape, o._dtype) for o in outputs)
-    plan = spec._save_plan
-    if plan:
-        node._save_plan = plan
-        needs = spec.save_needs
-        if spec.saves_inputs:
-            saved = [_as_saved(a, outputs[0]) for a in inputs]
-            node._saved_in = saved
-            node._in_versions = tuple(_version_of(saved[index], written)
-                                      if need is None or _takes_grad(inputs, need, nondiff) else None
-                                      for (kind, index), need in zip(plan, needs) if kind == "in")
-        if spec.saves_outputs:
-            node._saved_out = [o._data for o in outputs]
+            o.stop_gradient = False
+            o._node = node
+            o._oidx = i
+        i += 1
+    return node
+
+
+def _save(spec, node, inputs, outputs, written):
+    """Keep what the op's rule reads (its OpDef's `saves`) and the versions backward checks."""
+    plan = node._save_plan = spec._save_plan
+    node._save_needs = spec.save_needs
+    if spec.saves_inputs:
+        saved = inputs
+        for a in inputs:
+            if a.__class__ is not _Tensor:   # a Python scalar (fast path), None or a list
+                saved = [_as_saved(x, outputs[0]) for x in inputs]
+                break
+        node._saved_in = saved
+        # versions are stored only when some saved tensor has been written in place already
+        # (the common case stores nothing: every saved input is at version 0)
+        for a in saved:
+            if a.__class__ is list or (a is not None and a._vc is not None) or written is not None:
+                node._in_versions = tuple(_version_of(saved[index], written) for kind, index in plan if kind == "in")
+                break
+    if spec.saves_outputs:
+        node._saved_out = [o._data for o in outputs]
+        if len(outputs) == 1 and outputs[0]._vc is None:
+            vc = outputs[0]._vc = _VersionCounter()
+            node._out_counters, node._out_versions = (vc,), _AT_ZERO
+        else:
             node._out_counters = counters = tuple(_version_counter(o) for o in outputs)
             node._out_versions = tuple(c.value for c in counters)
-            for (kind, index), need in zip(plan, needs):
-                if kind == "out" and need is not None and not _takes_grad(inputs, need, nondiff):
-                    node._out_versions = (*node._out_versions[:index], None, *node._out_versions[index + 1:])
-    for i, o in enumerate(outputs):
-        if o._dtype.differentiable:
-            o.stop_gradient = False
-            o._node, o._oidx = node, i
-    return node
+
+
+def _list_edges(tensors, nondiff, edges, meta) -> bool:
+    """record's edges for a list input (TensorList): one per tensor; whether any takes a gradient."""
+    wanted = False
+    for t in tensors:
+        meta.append((t._data.shape, t._dtype))
+        if t._vc is not None:
+            _refresh_if_stale(t)
+        if nondiff or t.stop_gradient or not t._dtype.differentiable:
+            edges.append(None)
+        else:
+            edges.append((t, 0) if t._node is None else (t._node, t._oidx))
+            wanted = True
+    return wanted
+
+
+def _refresh_if_stale(t):
+    view = getattr(t, "_view", None)
+    if view is not None and view[2] != t._vc.value:
+        _refresh_view(t, view)
 
 
 def _refresh_view(t, view):
@@ -557,11 +602,6 @@ def _refresh_view(t, view):
     if fresh._node is not None:
         t._oidx = fresh._oidx
     t._view = (base, make_view, t._vc.value)
-
-
-def _takes_grad(inputs, i, nondiff) -> bool:
-    a = inputs[i]
-    return (a.__class__ is _Tensor and not a.stop_gradient and a._dtype.differentiable) and i not in nondiff
 
 
 def _as_saved(a, like):
@@ -581,9 +621,10 @@ def _version_of(saved, written):
 
 def _bind_tensor_type():
     """autograd is imported by _tensor; the Tensor class is bound here once both exist."""
-    global _Tensor, _version_counter
-    from oarlock._tensor import Tensor, version_counter
-    _Tensor, _version_counter = Tensor, version_counter
+    global _Tensor, _version_counter, _VersionCounter
+    from oarlock._tensor import Tensor, VersionCounter, version_counter
+    _Tensor, _version_counter, _VersionCounter = Tensor, version_counter, VersionCounter
 
 
-_Tensor = _version_counter = None
+_Tensor = _version_counter = _VersionCounter = None
+_AT_ZERO = (0,)

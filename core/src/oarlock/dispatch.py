@@ -491,7 +491,7 @@ def _fast_path_lines(op):
             "                    return _o",
         ]
 
-    record = [f"                        _record(_op, ({', '.join(names)},), (_o,), {{{attrs}}}, _pl)"]
+    record = [f"                        _record(_op, ({', '.join(names)},), _o, {{{attrs}}}, _pl)"]
 
     def same_place(candidates):
         return [f"{t}._place is _pl" for t in candidates]
@@ -717,7 +717,7 @@ def apply(op: OpDef, args: tuple, attrs: dict):
     wrap = Tensor._wrap
     tensors = tuple(wrap(o if o.__class__ in array_types else backend.xp.asarray(o), place) for o in outs)
     if op.rule is not None and GRAD_MODE.enabled:
-        record(op, flat, tensors, attrs, place)
+        record(op, flat, tensors[0] if len(tensors) == 1 else tensors, attrs, place)
     if op.view and backend.xp.may_share_memory(tensors[0]._data, flat[0]._data):
         _link_view(op, flat[0], tensors[0], attrs)
     if op.intermediate:  # kept by the graph node only
@@ -785,7 +785,7 @@ def _run_inplace(op, args, flat, attrs, place, run):
     for t in (target if target.__class__ is list else (target,)):
         bump_version(t)
     if graph:
-        record(op, flat, (target,), attrs, place, written=target)
+        record(op, flat, target, attrs, place, written=target)
         if view is not None:   # the view's identity is current again; then the base takes the write
             target._view = (view[0], view[1], target._vc.value)
             _rebase(view, target)
@@ -837,7 +837,7 @@ def _rebase(view_info, written):
         return g - _scatter_back(make_view, g_view, g), g_view
 
     old = _shadow(base, copy=False)
-    record(RecordSpec("copy_slices", copy_slices_grad), (old, written), (base,), None, base._place)
+    record(RecordSpec("copy_slices", copy_slices_grad), (old, written), base, None, base._place)
 
 
 def _scatter_back(make_view, g_view, like):
