@@ -212,3 +212,38 @@ def test_no_grad_vars_block_the_flow_through_them():
     y = h * x          # y = x^3; through h only: x * 2x = 8, directly: h = 4
     (g,) = oarlock.grad(y, x, no_grad_vars=[h])
     assert g.item() == 4.0
+
+
+def test_record_fast_branch_and_general_loop_agree():
+    """autograd.record unrolls its rule for one or two plain tensors and one output (the dispatcher's fast
+    path); the general loop must give the same edges, meta and output state for every combination."""
+    import itertools
+
+    from oarlock.autograd import RecordSpec, record
+
+    def make(kind):
+        dtype = "int64" if kind.startswith("int") else "float32"
+        t = oarlock.to_tensor(np.ones((2, 3)), dtype=dtype)
+        if kind in ("leaf", "int_leaf"):   # an integer tensor may have stop_gradient=False; it takes no gradient
+            t.stop_gradient = False
+        elif kind == "node":
+            leaf = oarlock.to_tensor(np.ones((2, 3)), dtype=dtype, stop_gradient=False)
+            t = leaf * 2.0
+        return t
+
+    def outcome(node, out):
+        if node is None:
+            return None
+        edges = [None if e is None else (type(e[0]).__name__, e[1]) for e in node.edges]
+        return edges, node.meta, node.out_meta, out.stop_gradient, out._node is node
+
+    spec = RecordSpec("probe", lambda ctx, g: (g, g))
+    kinds = ("plain", "int", "int_leaf", "leaf", "node")
+    for combo in [*itertools.product(kinds, repeat=2), *((k,) for k in kinds)]:
+        for out_dtype in ("float32", "int64"):
+            inputs = tuple(make(k) for k in combo)
+            fast_out = oarlock.zeros([2, 3], dtype=out_dtype)
+            general_out = oarlock.zeros([2, 3], dtype=out_dtype)
+            fast = record(spec, inputs, fast_out, None, fast_out.place)             # unrolled branch
+            general = record(spec, inputs, (general_out,), None, general_out.place)  # the loop
+            assert outcome(fast, fast_out) == outcome(general, general_out), (combo, out_dtype)
