@@ -500,7 +500,7 @@ def record(spec, inputs, outputs, attrs, place, written=None):
     was written in place since its graph identity was set gets a fresh one first. Returns the node or None."""
     nondiff = spec.nondiff
     n = len(inputs)
-    if n <= 2 and not nondiff and outputs.__class__ is _Tensor:
+    if n <= 2 and not nondiff and written is None and outputs.__class__ is _Tensor:
         # the dispatcher's fast path: one or two plain tensors (no list, scalar, version counter), one
         # output. The same rule as the loop below, unrolled: it is most of the cost of a recorded op
         if n == 2:
@@ -522,8 +522,14 @@ def record(spec, inputs, outputs, attrs, place, written=None):
             node = _new(Node)
             node.name, node.rule, node.edges, node.meta = spec.name, spec.rule, edges, meta
             node.attrs, node.place, node.out_meta = attrs, place, ((outputs._data.shape, outputs._dtype),)
-            if spec._save_plan:
-                _save(spec, node, inputs, (outputs,), written)
+            if spec._save_plan:   # plain tensors at version 0: what _save keeps, without its checks
+                node._save_plan, node._save_needs = spec._save_plan, spec.save_needs
+                if spec.saves_inputs:
+                    node._saved_in = inputs
+                if spec.saves_outputs:
+                    node._saved_out = (outputs._data,)
+                    vc = outputs._vc = _VersionCounter()
+                    node._out_counters, node._out_versions = (vc,), _AT_ZERO
             outputs.stop_gradient = False
             outputs._node = node
             outputs._oidx = 0

@@ -409,6 +409,7 @@ def define_frontend(op: OpDef, apply_fn):
         if p.base in CONVERTERS and _immutable_default(op, p):
             namespace[f"_C_{p.name}"] = _convert_attr(op, p, p.default)
     namespace["write_out"] = write_out
+    namespace["_FA"] = {p.name: namespace[f"_D_{p.name}"] for p in op.attr_params}
     exec(compile(source, f"<oarlock op {op.name}>", "exec"), namespace)
     fn = namespace[op.name]
     namespace["_self"] = fn
@@ -468,8 +469,10 @@ def _fast_path_lines(op):
     names = [p.name for p in op.tensor_params]
     promoted = [names[i] for i in op.promote] or names[:1]  # names whose dtype keys the kernel
     scalars = [p.name for p in op.tensor_params if p.base == "TensorOrScalar" and p.name in promoted]
-    # keyword-only attributes are at their defaults here: the kernel's own defaults apply
+    # keyword-only attributes are at their defaults here: the kernel's own defaults apply. When every
+    # attribute is keyword-only (add's alpha) the node's attrs are the same for every call: one dict (_FA)
     attrs = ", ".join(f"{p.name!r}: " + (f"_D_{p.name}" if p.kwonly else p.name) for p in op.attr_params)
+    node_attrs = "_FA" if all(p.kwonly for p in op.attr_params) else f"{{{attrs}}}"
     kwargs = ", ".join(f"{p.name}={p.name}" if p.base != "DType" else f"{p.name}=(None if {p.name} is None "
                        f"else {p.name}.np)" for p in op.attr_params
                        if p.name not in op.frontend_attrs and not p.kwonly)
@@ -491,7 +494,7 @@ def _fast_path_lines(op):
             "                    return _o",
         ]
 
-    record = [f"                        _record(_op, ({', '.join(names)},), _o, {{{attrs}}}, _pl)"]
+    record = [f"                        _record(_op, ({', '.join(names)},), _o, {node_attrs}, _pl)"]
 
     def same_place(candidates):
         return [f"{t}._place is _pl" for t in candidates]
