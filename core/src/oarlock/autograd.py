@@ -520,8 +520,13 @@ def record(spec, inputs, outputs, attrs, place, written=None):
             if ex is None or not outputs._dtype.differentiable:
                 return None
             node = _new(Node)
-            node.name, node.rule, node.edges, node.meta = spec.name, spec.rule, edges, meta
-            node.attrs, node.place, node.out_meta = attrs, place, ((outputs._data.shape, outputs._dtype),)
+            node.name = spec.name
+            node.rule = spec.rule
+            node.edges = edges
+            node.meta = meta
+            node.attrs = attrs
+            node.place = place
+            node.out_meta = ((outputs._data.shape, outputs._dtype),)
             if spec._save_plan:   # plain tensors at version 0: what _save keeps, without its checks
                 node._save_plan, node._save_needs = spec._save_plan, spec.save_needs
                 if spec.saves_inputs:
