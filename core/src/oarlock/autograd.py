@@ -501,13 +501,17 @@ def record(spec, inputs, outputs, attrs, place, written=None):
     nondiff = spec.nondiff
     n = len(inputs)
     if n <= 2 and not nondiff and written is None and outputs.__class__ is _Tensor:
-        # the dispatcher's fast path: one or two plain tensors (no list, scalar, version counter), one
-        # output. The same rule as the loop below, unrolled: it is most of the cost of a recorded op
+        # the dispatcher's fast path: one or two tensors (no list, scalar or None), one output. The same
+        # rule as the loop below, unrolled: it is most of the cost of a recorded op
         if n == 2:
             x, y = inputs
         else:
             x, y = inputs[0], None
-        if x.__class__ is _Tensor and x._vc is None and (y is None or y.__class__ is _Tensor and y._vc is None):
+        if x.__class__ is _Tensor and (y is None or y.__class__ is _Tensor):
+            if x._vc is not None:
+                _refresh_if_stale(x)
+            if y is not None and y._vc is not None:
+                _refresh_if_stale(y)
             ex = None if x.stop_gradient or not x._dtype.differentiable else (
                 (x, 0) if x._node is None else (x._node, x._oidx))
             if y is None:
@@ -527,14 +531,18 @@ def record(spec, inputs, outputs, attrs, place, written=None):
             node.attrs = attrs
             node.place = place
             node.out_meta = ((outputs._data.shape, outputs._dtype),)
-            if spec._save_plan:   # plain tensors at version 0: what _save keeps, without its checks
-                node._save_plan, node._save_needs = spec._save_plan, spec.save_needs
-                if spec.saves_inputs:
-                    node._saved_in = inputs
-                if spec.saves_outputs:
-                    node._saved_out = (outputs._data,)
-                    vc = outputs._vc = _VersionCounter()
-                    node._out_counters, node._out_versions = (vc,), _AT_ZERO
+            if spec._save_plan:
+                if x._vc is None and (y is None or y._vc is None) and outputs._vc is None:
+                    # tensors never written in place (version 0): what _save keeps, without its checks
+                    node._save_plan, node._save_needs = spec._save_plan, spec.save_needs
+                    if spec.saves_inputs:
+                        node._saved_in = inputs
+                    if spec.saves_outputs:
+                        node._saved_out = (outputs._data,)
+                        vc = outputs._vc = _VersionCounter()
+                        node._out_counters, node._out_versions = (vc,), _AT_ZERO
+                else:
+                    _save(spec, node, inputs, (outputs,), None)
             outputs.stop_gradient = False
             outputs._node = node
             outputs._oidx = 0

@@ -175,7 +175,7 @@ class OpDef:
         self.fast_eligible = (bool(self.tensor_params) and self.n_outputs == 1 and not random
                               and all(p.base in ("Tensor", "TensorOrScalar") for p in self.tensor_params)
                               and not any(p.name in self.frontend_attrs for p in self.attr_params)
-                              and inplace is None and not intermediate and not view)
+                              and inplace is None and not intermediate)
 
     @staticmethod
     def _plan_save(name, tensor_names):
@@ -400,7 +400,8 @@ def define_frontend(op: OpDef, apply_fn):
     body.append(f"    return _apply(_op, ({tensors}{',' if op.tensor_params else ''}), {{{attrs}}})")
     source = f"def {op.name}({', '.join(sig)}):\n" + "\n".join(body) + "\n"
     namespace = {"_UNSET": _UNSET, "_op": op, "_apply": apply_fn, "_T": Tensor, "_wrap": Tensor._wrap,
-                 "_GM": GRAD_MODE, "_fast": op.fast, "_record": record, "_take_alias": _take_alias,
+                 "_GM": GRAD_MODE, "_fast": op.fast, "_record": record, "_link_view": _link_view,
+                 "_take_alias": _take_alias,
                  "_unexpected": _unexpected, "_missing": _missing, "_convert_attr": _convert_attr,
                  "_split_varargs": _split_varargs}
     for p in op.params:
@@ -489,6 +490,8 @@ def _fast_path_lines(op):
             "                else:",
             "                    if _o.__class__ is not _e[2]: _o = _e[1].asarray(_o)",
             "                    _o = _wrap(_o, _pl)",
+            *([f"                    if _o._data.base is not None: _link_view(_op, {names[0]}, _o, {{{attrs}}})"]
+              if op.view else []),
             f"                    if not ({quiet}) and _GM.enabled and _op.rule is not None:",
             *record,
             "                    return _o",
@@ -721,7 +724,7 @@ def apply(op: OpDef, args: tuple, attrs: dict):
     tensors = tuple(wrap(o if o.__class__ in array_types else backend.xp.asarray(o), place) for o in outs)
     if op.rule is not None and GRAD_MODE.enabled:
         record(op, flat, tensors[0] if len(tensors) == 1 else tensors, attrs, place)
-    if op.view and backend.xp.may_share_memory(tensors[0]._data, flat[0]._data):
+    if op.view and tensors[0]._data.base is not None:
         _link_view(op, flat[0], tensors[0], attrs)
     if op.intermediate:  # kept by the graph node only
         tensors = tensors[:-op.intermediate]
@@ -819,8 +822,11 @@ def _write_result(op, target, out):
 
 
 def _link_view(op, source, view, attrs):
-    """`view` shares `source`'s memory: share its version counter, and remember the root base and how to
-    make the view from it (the view op replayed on the base's view function)."""
+    """If `view` (the output of a view op, whose array has a base) shares `source`'s memory: share its
+    version counter, and remember the root base and how to make the view from it (the view op replayed
+    on the base's view function)."""
+    if not view._place.backend.xp.may_share_memory(view._data, source._data):
+        return
     vc = view._vc = version_counter(source)
     parent = getattr(source, "_view", None)
     if parent is None:
