@@ -12,15 +12,14 @@ from __future__ import annotations
 import numpy as np
 
 from op_specs import elementwise, indexing, matrix, nn, reduction
+from oarlock.registry import default_registry
 from op_specs.base import ALL_REAL, FLOATS, INTS, Case, In, OpSpec, library_op
 
-VARIANTS = ("exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "round",
-            "sin", "cos", "sigmoid", "tanh", "relu", "elu", "leaky_relu",
-            "scale", "abs", "neg", "ceil", "floor", "trunc", "square", "clip", "pow", "remainder", "floor_divide",
-            "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "logical_and", "logical_or", "logical_xor",
-            "logical_not", "equal", "not_equal", "less_than", "less_equal", "greater_than", "greater_equal",
-            "masked_fill", "tril", "triu", "softmax", "cumsum")
-FLOAT_RESULT = {"exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "sigmoid", "tanh"}
+# every variant define_inplace made (index_put_ has its own spec below, its call differs), by base op
+VARIANT_OPS = {name: op for name, op in default_registry().ops.items() if op.inplace_of and name != "index_put_"}
+VARIANTS = sorted(op.inplace_of for op in VARIANT_OPS.values())
+# bases whose result is float whatever the input (exp of an int): an integer x cannot hold it
+FLOAT_RESULT = {op.inplace_of for op in VARIANT_OPS.values() if op.to_float}
 
 
 def _on_a_clone(name):

@@ -40,8 +40,9 @@ class Tensor:
     """
 
     # _oidx, _grad, _hooks, _name, _persistable and _param are set only when used (read via properties)
-    # _vc: the version counter (None until the first in-place write; shared by views and their base);
-    # _view: (base tensor, function making this view from the base) for outputs of view ops
+    # _vc: the version counter (None while the tensor is at version 0 and nothing shares or saved it;
+    # shared by views and their base); _view: (root base, function making this view from the base, the
+    # version at which this view's graph identity was set), for outputs of view ops
     __slots__ = ("_data", "_place", "_dtype", "stop_gradient", "_node", "_oidx", "_vc", "_view", "_grad", "_hooks",
                  "_name", "_persistable", "_param", "__weakref__")
     __array_ufunc__ = None      # make numpy defer to our reflected operators

@@ -492,8 +492,8 @@ def record(spec, inputs, outputs, attrs, place, written=None):
     """Record one graph node: the only place nodes are made (the dispatcher's fast and slow paths and
     PyLayer all call it). `spec` is an OpDef or a RecordSpec; `inputs` holds one entry per tensor
     parameter (a Tensor, a list of Tensors, None, or a Python scalar on the fast path); `outputs` is the
-    op's output Tensor, or a tuple of them. The one rule for gradients: an input takes one when it is a Tensor with
-    stop_gradient=False, of a differentiable dtype (float or complex), at a parameter not in
+    op's output Tensor, or a tuple of them. The one rule for gradients: an input takes one when it is a
+    Tensor with stop_gradient=False, of a differentiable dtype (float or complex), at a parameter not in
     spec.nondiff; an output carries the node when its dtype is differentiable. Nothing is recorded
     when no input takes a gradient or no output can carry one. `written` is the tensor an in-place op
     has just written: where it is also a saved input, it was saved before the write. A view whose base
@@ -550,20 +550,20 @@ def record(spec, inputs, outputs, attrs, place, written=None):
     edges, meta, wanted = [], [], False
     i = 0
     for a in inputs:
-        if a.__class__ is _Tensor:
-            meta.append((a._data.shape, a._dtype))
-            if a._vc is not None:
-                _refresh_if_stale(a)
-            if a.stop_gradient or not a._dtype.differentiable or (nondiff and i in nondiff):
+        skip = nondiff and i in nondiff
+        for t in (a if a.__class__ is list else (a,)):     # a TensorList gives one edge per tensor
+            if t.__class__ is not _Tensor:                 # None, or a Python scalar on the fast path
+                edges.append(None)
+                meta.append(None)
+                continue
+            meta.append((t._data.shape, t._dtype))
+            if t._vc is not None:
+                _refresh_if_stale(t)
+            if skip or t.stop_gradient or not t._dtype.differentiable:
                 edges.append(None)
             else:
-                edges.append((a, 0) if a._node is None else (a._node, a._oidx))
+                edges.append((t, 0) if t._node is None else (t._node, t._oidx))
                 wanted = True
-        elif a.__class__ is list:
-            wanted = _list_edges(a, i in nondiff, edges, meta) or wanted
-        else:      # None, or a Python scalar on the fast path
-            edges.append(None)
-            meta.append(None)
         i += 1
     if not wanted:
         return None
@@ -576,8 +576,13 @@ def record(spec, inputs, outputs, attrs, place, written=None):
     edges, meta = tuple(edges), tuple(meta)
     out_meta = tuple([(o._data.shape, o._dtype) for o in outputs])
     node = _new(Node)      # Node's fields set here rather than through __init__: one call less per op
-    node.name, node.rule, node.edges, node.meta = spec.name, spec.rule, edges, meta
-    node.attrs, node.place, node.out_meta = attrs, place, out_meta
+    node.name = spec.name
+    node.rule = spec.rule
+    node.edges = edges
+    node.meta = meta
+    node.attrs = attrs
+    node.place = place
+    node.out_meta = out_meta
     if spec._save_plan:
         _save(spec, node, inputs, outputs, written)
     i = 0
@@ -615,21 +620,6 @@ def _save(spec, node, inputs, outputs, written):
         else:
             node._out_counters = counters = tuple(_version_counter(o) for o in outputs)
             node._out_versions = tuple(c.value for c in counters)
-
-
-def _list_edges(tensors, nondiff, edges, meta) -> bool:
-    """record's edges for a list input (TensorList): one per tensor; whether any takes a gradient."""
-    wanted = False
-    for t in tensors:
-        meta.append((t._data.shape, t._dtype))
-        if t._vc is not None:
-            _refresh_if_stale(t)
-        if nondiff or t.stop_gradient or not t._dtype.differentiable:
-            edges.append(None)
-        else:
-            edges.append((t, 0) if t._node is None else (t._node, t._oidx))
-            wanted = True
-    return wanted
 
 
 def _refresh_if_stale(t):

@@ -908,12 +908,11 @@ class OpRegistrar:
             if base is None:
                 raise ValueError(f"op {signature.split('(')[0]!r}: grad_of/inplace_of names op {base_name!r}, which "
                                  f"is not defined (define it first)")
-            options.setdefault("grad", base.rule)
-            options.setdefault("saves", base.saves)
-            options.setdefault("nondiff", base.nondiff_names)
-            if options.get("inplace_of"):
-                for key in ("promote", "to_float", "dtypes"):
-                    options.setdefault(key, getattr(base, {"promote": "promote_names"}.get(key, key)))
+            inherited = {"grad": base.rule, "saves": base.saves, "nondiff": base.nondiff_names}
+            if options.get("inplace_of"):   # computed by the base op's kernel: its dtype policy too
+                inherited.update(promote=base.promote_names, to_float=base.to_float, dtypes=base.dtypes)
+            for key, value in inherited.items():
+                options.setdefault(key, value)
         internal, display = options.pop("internal", False), options.pop("display", None)
         if internal and options.get("public"):
             raise ValueError(f"op {signature.split('(')[0]!r}: an internal op has no public names, got "
