@@ -290,14 +290,9 @@ def _check_parent(parent, name):
 
 def _check_chain(name, parent, registry):
     """Raise if the parent chain comes back to `name` (parent derives from the new device)."""
-    current, seen = parent, set()
-    while current is not None and current not in seen:
-        if current == name:
-            raise ValueError(f"{_FN}: parent={parent!r} derives from {name!r} itself; the parent chain "
-                             f"would be a cycle")
-        seen.add(current)
-        backend = registry.backends.get(current)
-        current = getattr(backend, "parent", None)
+    if name in registry.parent_chain(parent):
+        raise ValueError(f"{_FN}: parent={parent!r} derives from {name!r} itself; the parent chain "
+                         f"would be a cycle")
 
 
 def _check_runtime(runtime):
