@@ -506,12 +506,15 @@ def _looks_like_dtype(value) -> bool:
 
 
 class VersionCounter:
-    """The in-place version of one storage, shared by a tensor and its views."""
+    """The in-place version of one storage, shared by a tensor and its views. `guard`, normally None, is
+    called as guard(tensor) before an op writes into that storage (plugin_api.guard_writes: an async
+    checkpoint save snapshots a tensor on its first write instead of copying everything up front)."""
 
-    __slots__ = ("value",)
+    __slots__ = ("value", "guard")
 
     def __init__(self, value: int = 0):
         self.value = value
+        self.guard = None
 
 
 def version_counter(t) -> VersionCounter:

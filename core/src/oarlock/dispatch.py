@@ -785,6 +785,10 @@ def _run_inplace(op, args, flat, attrs, place, run):
         if flat[op.inplace] is target:
             flat = list(flat)
             flat[op.inplace] = _shadow(target, copy=("in", op.inplace) in op._save_plan)
+    for t in (target if target.__class__ is list else (target,)):
+        vc = t._vc
+        if vc is not None and vc.guard is not None:
+            vc.guard(t)   # before the write: see plugin_api.guard_writes
     out = run()
     if op.inplace_of is not None:   # a variant of an out-of-place op: its result is written into the target
         _write_result(op, target, out)

@@ -17,7 +17,7 @@ never from a private `oarlock._*` module; import-linter holds that as a contract
 
 from __future__ import annotations
 
-from oarlock._tensor import Tensor, bump_version
+from oarlock._tensor import Tensor, bump_version, version_counter
 from oarlock.autograd import Node, is_grad_enabled
 from oarlock.device import Backend, DeviceProperties, HostEvent, HostStream, Place
 from oarlock.dispatch import AUTOCAST, OpDef, OpError, OpRegistrar, set_autocast, write_out
@@ -26,7 +26,7 @@ from oarlock.registry import ANY_DTYPE, GENERIC, DuplicateRegistration, Registry
 
 __all__ = ["ANY_DTYPE", "AUTOCAST", "Backend", "DeviceProperties", "DuplicateRegistration", "GENERIC", "HostEvent",
            "HostStream", "Node", "OpDef", "OpError", "OpRegistrar", "Place", "Registry", "array_of",
-           "default_registry", "hookimpl", "hookspec", "is_grad_enabled", "rebind", "set_autocast", "wrap",
+           "default_registry", "guard_writes", "hookimpl", "hookspec", "is_grad_enabled", "rebind", "set_autocast", "wrap",
            "write_out"]
 
 
@@ -62,3 +62,14 @@ def rebind(tensor: Tensor, array, place: Place | None = None) -> Tensor:
     tensor._data, tensor._place, tensor._dtype = fresh._data, fresh._place, fresh._dtype
     bump_version(tensor)
     return tensor
+
+
+def guard_writes(tensor: Tensor, guard) -> None:
+    """Call guard(tensor) before any op writes into `tensor`'s storage (shared with its views), until
+    guard_writes(tensor, None). Writes that replace the storage (rebind, out=, set_value) leave the old
+    array untouched and call nothing. One guard per storage: a second replaces the first."""
+    if tensor.__class__ is not Tensor:
+        raise TypeError(f"guard_writes(): tensor must be an oarlock.Tensor, got {type(tensor).__name__}")
+    if guard is not None and not callable(guard):
+        raise TypeError(f"guard_writes(): guard must be callable or None, got {type(guard).__name__}")
+    version_counter(tensor).guard = guard
