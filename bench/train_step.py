@@ -1,7 +1,11 @@
 """Time one training step (forward, backward, optimizer update) in oarlock and in PyTorch CPU.
 
 Models: (a) an MLP 784-256-10 with ReLU, batch 64, SGD (lr 0.1); (b) the GPT of `oarlock train`
-(byte vocab 256, width 128, 4 layers, 4 heads, rotary embeddings), batch 16 x seq 128, AdamW.
+(byte vocab 256, width 128, 4 layers, 4 heads, rotary embeddings), batch 16 x seq 128, AdamW; (c) a
+plain small transformer written from ordinary ops in the same way in both frameworks (token and
+position Embedding, pre-LayerNorm blocks, Linear q/k/v/out projections, softmax attention from two
+matmuls with an additive causal mask, an exact-GELU MLP, cross-entropy; width 128, 2 layers, 4
+heads, vocab 256), batch 8 x 64 tokens, AdamW.
 Both frameworks start from the same weights (drawn with numpy from a fixed seed, Paddle layout,
 transposed for torch's Linear) and train on the same fixed batch; the first-step losses are
 printed so that you can see they agree.
@@ -15,7 +19,7 @@ Memory: "array peak" is oarlock.device.max_memory_allocated() (bytes of live arr
 weights included; torch has no CPU counter); "RSS growth" is, for both, the process's peak resident
 set size (resource.getrusage ru_maxrss) minus its RSS just before the first step.
 
-    python bench/train_step.py [--repeat 5] [--models mlp,gpt] [--json out.json]
+    python bench/train_step.py [--repeat 5] [--models mlp,gpt,tfm] [--json out.json]
 """
 
 from __future__ import annotations
@@ -36,8 +40,10 @@ MODELS = {
     # name: (steps per timing, description)
     "mlp": (40, "MLP 784-256-10, batch 64, SGD"),
     "gpt": (3, "GPT 0.86M (oarlock train), batch 16 x 128, AdamW"),
+    "tfm": (10, "plain transformer 2x128, batch 8 x 64, AdamW"),
 }
 GPT = dict(vocab=256, width=128, layers=4, heads=4, seq=128, batch=16)
+TFM = dict(vocab=256, width=128, layers=2, heads=4, seq=64, batch=8)
 
 
 # -- shared: weights and data -----------------------------------------------------------------------
@@ -61,7 +67,8 @@ def make_batch(model: str):
     rng = np.random.default_rng(1)
     if model == "mlp":
         return rng.standard_normal((64, 784)).astype(np.float32), rng.integers(0, 10, 64)
-    rows = rng.integers(0, GPT["vocab"], (GPT["batch"], GPT["seq"] + 1))
+    shape = GPT if model == "gpt" else TFM
+    rows = rng.integers(0, shape["vocab"], (shape["batch"], shape["seq"] + 1))
     return rows, None
 
 
@@ -102,6 +109,11 @@ def oarlock_step(model_name: str):
         x_np, y_np = make_batch("mlp")
         x, y = oarlock.to_tensor(x_np), oarlock.to_tensor(y_np)
         loss_fn = lambda: F.cross_entropy(model(x), y)
+    elif model_name == "tfm":
+        model = plain_transformer_class(oarlock, nn, F)(**tfm_sizes())
+        opt = oarlock.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters(), weight_decay=0.01)
+        rows = oarlock.to_tensor(make_batch("tfm")[0])
+        loss_fn = lambda: F.cross_entropy(model(rows[:, :-1]).reshape([-1, TFM["vocab"]]), rows[:, 1:].reshape([-1]))
     else:
         from oarlock_train.model import GPT as Model, GPTConfig
         model = Model(GPTConfig(max_seq_len=GPT["seq"]))
@@ -135,6 +147,11 @@ def torch_step(model_name: str):
         x_np, y_np = make_batch("mlp")
         x, y = torch.from_numpy(x_np), torch.from_numpy(y_np)
         loss_fn = lambda: F.cross_entropy(model(x), y)
+    elif model_name == "tfm":
+        model = plain_transformer_class(torch, nn, F)(**tfm_sizes())
+        opt_factory = lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01)
+        rows = torch.from_numpy(make_batch("tfm")[0])
+        loss_fn = lambda: F.cross_entropy(model(rows[:, :-1]).reshape(-1, TFM["vocab"]), rows[:, 1:].reshape(-1))
     else:
         model = torch_gpt_class()(**{k: GPT[k] for k in ("vocab", "width", "layers", "heads", "seq")})
         opt_factory = lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01)
@@ -142,7 +159,7 @@ def torch_step(model_name: str):
         loss_fn = lambda: F.cross_entropy(model(rows[:, :-1]).reshape(-1, GPT["vocab"]), rows[:, 1:].reshape(-1))
     linear_weights = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, nn.Linear)}
     paddle_shapes = {k: tuple(v.shape[::-1]) if k in linear_weights else tuple(v.shape)
-                     for k, v in model.state_dict().items() if not k.startswith("rope_")}
+                     for k, v in model.state_dict().items() if not k.startswith(("rope_", "causal_"))}
     weights = make_weights(paddle_shapes)
     with torch.no_grad():
         for k, p in model.state_dict().items():
@@ -230,6 +247,59 @@ def torch_gpt_class():
     return TorchGPTModel
 
 
+def tfm_sizes() -> dict:
+    return {k: TFM[k] for k in ("vocab", "width", "layers", "heads", "seq")}
+
+
+def plain_transformer_class(fw, nn, F):
+    """The plain transformer, written once for both frameworks: `fw` is oarlock or torch, `nn` and `F`
+    its nn and nn.functional. Only spellings both accept (x.shape, x.transpose over two axes in torch,
+    reshape with a list, matmul, softmax(axis=-1) / dim=-1 by position) keep it one piece of code."""
+    is_torch = fw.__name__ == "torch"
+    Layer = nn.Module if is_torch else nn.Layer
+    swap = (lambda x: x.transpose(1, 2)) if is_torch else (lambda x: x.transpose([0, 2, 1, 3]))
+    flip = (lambda x: x.transpose(-2, -1)) if is_torch else (lambda x: x.transpose([0, 1, 3, 2]))
+
+    class Block(Layer):
+        def __init__(self, width, heads):
+            super().__init__()
+            self.heads, self.head_dim = heads, width // heads
+            self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+            self.q, self.k, self.v = nn.Linear(width, width), nn.Linear(width, width), nn.Linear(width, width)
+            self.out = nn.Linear(width, width)
+            self.fc, self.proj = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+        def forward(self, x, mask):
+            b, t, c = x.shape
+            h = self.ln1(x)
+            q, k, v = (swap(lin(h).reshape([b, t, self.heads, self.head_dim])) for lin in (self.q, self.k, self.v))
+            scores = fw.matmul(q, flip(k)) * (1.0 / math.sqrt(self.head_dim)) + mask
+            y = fw.matmul(F.softmax(scores, -1), v)
+            x = x + self.out(swap(y).reshape([b, t, c]))
+            return x + self.proj(F.gelu(self.fc(self.ln2(x))))
+
+    class PlainTransformer(Layer):
+        def __init__(self, vocab, width, layers, heads, seq):
+            super().__init__()
+            self.embed, self.pos = nn.Embedding(vocab, width), nn.Embedding(seq, width)
+            self.blocks = (nn.ModuleList if is_torch else nn.LayerList)([Block(width, heads) for _ in range(layers)])
+            self.norm = nn.LayerNorm(width)
+            self.head = nn.Linear(width, vocab)
+            mask = np.triu(np.full((seq, seq), -np.inf, np.float32), 1)
+            self.causal_mask = fw.from_numpy(mask) if is_torch else fw.to_tensor(mask)
+
+        def forward(self, tokens):
+            t = tokens.shape[1]
+            positions = fw.arange(t)
+            x = self.embed(tokens) + self.pos(positions)
+            mask = self.causal_mask[:t, :t]
+            for block in self.blocks:
+                x = block(x, mask)
+            return self.head(self.norm(x))
+
+    return PlainTransformer
+
+
 def worker(framework: str, model: str, repeat: int) -> dict:
     make = oarlock_step if framework == "oarlock" else torch_step
     step, extras = make(model)
@@ -282,7 +352,8 @@ def print_table(results: dict, repeat: int) -> None:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="timings per figure; the median is shown (default 5)")
-    parser.add_argument("--models", default="mlp,gpt", help="comma-separated subset of: mlp, gpt (default both)")
+    parser.add_argument("--models", default="mlp,gpt,tfm",
+                        help="comma-separated subset of: mlp, gpt, tfm (default all three)")
     parser.add_argument("--no-torch", action="store_true", help="time oarlock only")
     parser.add_argument("--json", metavar="PATH", help="also write the figures to this JSON file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # FRAMEWORK:MODEL, used by the driver

@@ -280,3 +280,21 @@ SPECS.append(OpSpec("silu_grad", [
     Case([In(()), In(())], name="0d"),
     Case([In((0, 2)), In((0, 2))], name="empty"),
 ], ref=_silu_grad_ref, grad=False, call=library_op("silu_grad")))
+
+
+def _gelu_grad_ref(x, g, approximate=False):
+    if approximate:
+        k, c = math.sqrt(2 / math.pi), 0.044715
+        t = np.tanh(k * (x + c * x ** 3))
+        return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x))
+    erf = np.vectorize(math.erf, otypes=[np.float64])
+    return g * (0.5 * (1 + erf(x / math.sqrt(2))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
+
+
+SPECS.append(OpSpec("gelu_grad", [
+    Case([In((3, 4)), In((3, 4))], name="exact"),
+    Case([In((3, 4)), In((3, 4))], {"approximate": True}, name="tanh"),
+    Case([In((3, 4)), In((3, 4))], {"approximate": "tanh"}, name="tanh_str"),
+    Case([In(()), In(())], name="0d"),
+    Case([In((0, 2)), In((0, 2))], name="empty"),
+], ref=_gelu_grad_ref, grad=False, call=library_op("gelu_grad")))

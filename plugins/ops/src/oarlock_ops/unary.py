@@ -33,10 +33,10 @@ def _in_float32(fn):
 
 def _in_float32_pair(fn):
     """_in_float32 for kernels of two same-dtype arrays."""
-    def kernel(xp, x, y):
+    def kernel(xp, x, y, **attrs):
         if x.dtype.itemsize >= 4:
-            return fn(xp, x, y)
-        return fn(xp, x.astype(xp.float32), y.astype(xp.float32)).astype(x.dtype)
+            return fn(xp, x, y, **attrs)
+        return fn(xp, x.astype(xp.float32), y.astype(xp.float32), **attrs).astype(x.dtype)
     return kernel
 
 
@@ -143,12 +143,9 @@ def _gelu_uses_tanh(approximate):
     raise ValueError(f"argument 'approximate' must be a bool or one of 'none', 'tanh', got {approximate!r}")
 
 
-@_as_1d
-def _gelu(xp, x, approximate=False):
-    if _gelu_uses_tanh(approximate):
-        return 0.5 * x * (1.0 + xp.tanh(TANH_GELU_K * (x + TANH_GELU_C * x * x * x)))
-    # x Phi(x), with Phi(x) = h for x < 0 and 1 - h otherwise, h = Phi(-|x|) = erfc(|x|/sqrt2)/2:
-    # from erfc, so the tail for large negative x keeps its digits
+def _normal_cdf(xp, x):
+    """Phi(x) = h for x < 0 and 1 - h otherwise, h = Phi(-|x|) = erfc(|x|/sqrt2)/2: from erfc, so the
+    tail for large negative x keeps its digits. A new array."""
     a = xp.abs(x)
     a /= SQRT_2
     h = erf_abs(xp, a, complement=True)
@@ -157,8 +154,54 @@ def _gelu(xp, x, approximate=False):
     out += 1.0
     out *= x >= 0
     out += h
+    return out
+
+
+def _tanh_gelu_inner(xp, x):
+    """tanh(K (x + C x^3)), the tanh form's one transcendental."""
+    t = x * x
+    t *= TANH_GELU_C
+    t += 1.0
+    t *= x
+    t *= TANH_GELU_K
+    return xp.tanh(t, out=t)
+
+
+@_as_1d
+def _gelu(xp, x, approximate=False):
+    if _gelu_uses_tanh(approximate):
+        out = _tanh_gelu_inner(xp, x)
+        out += 1.0
+        out *= x
+        out *= 0.5
+        return out
+    out = _normal_cdf(xp, x)
     out *= x
     return out
+
+
+@_as_1d
+def _gelu_grad_kernel(xp, x, g, approximate=False):
+    """g * gelu'(x) in a few buffers: Phi(x) + x phi(x) (exact), or the tanh form's derivative."""
+    if _gelu_uses_tanh(approximate):
+        t = _tanh_gelu_inner(xp, x)
+        slope = x * x
+        slope *= 3 * TANH_GELU_C
+        slope += 1.0
+        slope *= x
+        slope *= (1.0 - t * t) * (0.5 * TANH_GELU_K)
+        t += 1.0
+        t *= 0.5
+        slope += t
+    else:
+        slope = x * x
+        slope *= -0.5
+        xp.exp(slope, out=slope)
+        slope *= x
+        slope *= 1.0 / (SQRT_2 * SQRT_PI)
+        slope += _normal_cdf(xp, x)
+    slope *= g
+    return slope
 
 
 def _leaky_relu(xp, x, negative_slope=0.01):
@@ -174,12 +217,17 @@ def _elu(xp, x, alpha=1.0):
 
 def _gelu_grad(ctx, g):
     (x,) = ctx.saved
-    if _gelu_uses_tanh(ctx.attrs["approximate"]):
+    if not oarlock.is_grad_enabled():   # first order: one fused op (a C kernel on the cpu device)
+        return _gelu_grad_op(x, g, approximate=ctx.attrs["approximate"])
+    if _gelu_uses_tanh(ctx.attrs["approximate"]):   # create_graph: a recorded (differentiable) backward
         t = oarlock.tanh(TANH_GELU_K * (x + TANH_GELU_C * x * x * x))
         slope = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * TANH_GELU_K * (1 + 3 * TANH_GELU_C * x * x)
     else:  # Phi(x) + x phi(x)
         slope = 0.5 * (1 + oarlock.erf(x / SQRT_2)) + x * oarlock.exp(-0.5 * x * x) / (SQRT_2 * SQRT_PI)
     return g * slope
+
+
+_gelu_grad_op = None  # the internal op gelu_grad (set by register)
 
 
 def _silu_grad(ctx, g):
@@ -256,6 +304,11 @@ def register(ops):
     ops.define("gelu(x: Tensor, approximate: Any = False) -> Tensor", public=public("gelu", functional=True),
                to_float=True, dtypes=REAL, grad=_gelu_grad, saves=("x",), aliases={"input": "x"})
     ops.kernel("gelu")(_in_float32(_gelu))
+    global _gelu_grad_op
+    _gelu_grad_op = ops.define("gelu_grad(x: Tensor, g: Tensor, approximate: Any = False) -> Tensor", internal=True,
+                               promote=True, dtypes=("float",),
+                               doc="The first-order backward of gelu, fused (g * gelu'(x)).")
+    ops.kernel("gelu_grad")(_in_float32_pair(_gelu_grad_kernel))
 
     # parametrised activations: floats only (Paddle has no integer kernels for them)
     for name, signature, kernel, rule in (
