@@ -320,7 +320,7 @@ def test_merge_checks_its_arguments(tmp_path):
 
 
 # -- async ---------------------------------------------------------------------------------------------------
-@pytest.fixture(params=["copy", "fork"])
+@pytest.fixture(params=["cow", "copy", "fork"])
 def async_mode(request, monkeypatch):
     """Both ways of writing in the background (OARLOCK_ASYNC_SAVE)."""
     monkeypatch.setenv("OARLOCK_ASYNC_SAVE", request.param)
@@ -379,7 +379,7 @@ def test_exit_waits_for_an_async_save(tmp_path, ending, async_mode):
 
 def test_a_bad_async_mode_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("OARLOCK_ASYNC_SAVE", "threads")
-    with pytest.raises(ValueError, match="OARLOCK_ASYNC_SAVE must be one of copy, fork, got 'threads'"):
+    with pytest.raises(ValueError, match="OARLOCK_ASYNC_SAVE must be one of cow, copy, fork, got 'threads'"):
         dist.save_state_dict({"w": oarlock.ones([2])}, tmp_path, async_save=True)
     assert not os.listdir(tmp_path)
 

@@ -5,16 +5,16 @@ read one tensor at a time.
 without touching the rest; "pickle" files (Paddle's .distcp, safetensors=False)
 are read whole on first use. Checksums are XXH3-64 (about 20 GB/s, against
 4 GB/s for zlib's CRC-32, so verifying costs little next to reading), computed
-in a worker thread while the bytes are written. While writing, the kernel is
-asked to start writing each chunk back to the disk (Linux sync_file_range), so
-the fsync at the end has little left to do.
+beside the writing, piece by piece (an async save's live source may change once
+its piece is written: see cow.py). While writing, the kernel is asked to start
+writing each chunk back to the disk (Linux sync_file_range), so the fsync at the
+end has little left to do.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import xxhash
@@ -22,11 +22,13 @@ import xxhash
 from oarlock_checkpoint import pickle_format, safetensors
 from oarlock_checkpoint._arrays import OARLOCK_NAME
 from oarlock_checkpoint._files import atomic_write
+from oarlock_checkpoint.flex.threads import Beside
 
 FORMATS = {"safetensors": ".safetensors", "pickle": ".distcp"}
 CHECKSUM = "xxh3-64"
 _CHUNK = 64 << 20   # bytes per write call, each followed by a writeback request
 _SYNC_FILE_RANGE_WRITE = 2
+_HASH_ASIDE = 1 << 20   # bytes: smaller pieces are hashed in the writing thread
 
 
 def durable() -> bool:
@@ -59,26 +61,48 @@ def checksum(array: np.ndarray) -> str:
 
 
 def write_data_file(path, arrays: dict, data_format: str) -> dict:
-    """Write {key: C-contiguous numpy array} to `path` (temporary name, fsync, rename) and return
-    {key: checksum hex} of each tensor's bytes."""
+    """Write {key: values} to `path` (temporary name, fsync, rename) and return {key: checksum hex} of
+    each tensor's bytes. A value is a C-contiguous numpy array, or a live source (cow.Source: dtype,
+    shape and nbytes like an array, stream(consume) handing over its bytes piece by piece, whole()
+    giving them as one array), whose bytes are hashed piece by piece as they are written, since they
+    may not stay put after."""
     sync = durable()
-    with ThreadPoolExecutor(1) as pool:
-        sums = {key: pool.submit(checksum, array) for key, array in arrays.items()}
-        with atomic_write(path, "save_state_dict()", durable=sync) as f:
-            if data_format == "safetensors":
-                header, layout = safetensors.encode_header(arrays, {"format": "oarlock-flexcheckpoint"})
-                f.write(len(header).to_bytes(8, "little"))
-                f.write(header)
-                for key in layout:
-                    data = raw_bytes(arrays[key])
-                    for start in range(0, len(data), _CHUNK):
-                        f.write(data[start:start + _CHUNK])
-                        if sync:
-                            f.flush()
-                            _start_writeback(f.fileno(), 0, 0)   # 0, 0: everything written so far
-            else:
+    if data_format != "safetensors":   # pickled files need every array at once
+        arrays = {key: value if isinstance(value, np.ndarray) else value.whole() for key, value in arrays.items()}
+        with Beside() as beside:
+            sums = {key: beside.start(checksum, array) for key, array in arrays.items()}
+            with atomic_write(path, "save_state_dict()", durable=sync) as f:
                 pickle_format.write(arrays, f)
-        return {key: future.result() for key, future in sums.items()}
+            return {key: hashed() for key, hashed in sums.items()}
+    header, layout = safetensors.encode_header(arrays, {"format": "oarlock-flexcheckpoint"})
+    sums, unflushed = {}, [0]
+    with Beside() as beside, atomic_write(path, "save_state_dict()", durable=sync) as f:
+        f.write(len(header).to_bytes(8, "little"))
+        f.write(header)
+        for key in layout:
+            hasher = xxhash.xxh3_64()
+
+            def consume(piece, hasher=hasher):
+                # the hash runs beside the write (xxhash releases the GIL); tiny pieces are not worth the handoff
+                hashed = beside.start(hasher.update, piece) if len(piece) >= _HASH_ASIDE else hasher.update(piece)
+                f.write(piece)
+                unflushed[0] += len(piece)
+                if sync and unflushed[0] >= _CHUNK:
+                    f.flush()
+                    _start_writeback(f.fileno(), 0, 0)   # 0, 0: everything written so far
+                    unflushed[0] = 0
+                if hashed is not None:
+                    hashed()
+
+            value = arrays[key]
+            if isinstance(value, np.ndarray):
+                data = raw_bytes(value)
+                for start in range(0, len(data), _CHUNK):
+                    consume(data[start:start + _CHUNK])
+            else:
+                value.stream(consume)
+            sums[key] = hasher.hexdigest()
+    return sums
 
 
 class DataFile:

@@ -2,9 +2,13 @@
 load, `wait_async_save()` and interpreter exit wait for it, and an error it met is raised there (at
 exit it is printed, since nobody is left to catch it).
 
-Two ways to write in the background (OARLOCK_ASYNC_SAVE):
-- "copy" (the default): the caller copies the tensors into reused host buffers (staging.py) and a
-  thread writes them. The caller pays one memory copy; training then runs undisturbed.
+Three ways to write in the background (OARLOCK_ASYNC_SAVE):
+- "cow" (the default): a thread writes straight from the tensors' own memory; an oarlock op about
+  to write a tensor the thread has not finished first copies it (cow.py: write guards), and a
+  second thread copies tensors ahead of the writer meanwhile. The caller pays almost nothing, and a
+  training step only for what is still neither written nor copied when it updates the tensors.
+- "copy": the caller copies the tensors into reused host buffers (staging.py) and a thread writes
+  them. The caller pays one memory copy; training then runs undisturbed.
 - "fork" (where the platform has fork()): a forked child process writes the tensors as they were
   at the fork, copy-on-write, so the caller is blocked only for the fork (about a millisecond); but
   every page training writes before the child is done is copied then, one page fault at a time,
@@ -25,11 +29,11 @@ import sys
 import threading
 import warnings
 
-MODES = ("copy", "fork")
+MODES = ("cow", "copy", "fork")
 
 
 def mode() -> str:
-    chosen = os.environ.get("OARLOCK_ASYNC_SAVE", "copy")
+    chosen = os.environ.get("OARLOCK_ASYNC_SAVE", "cow")
     if chosen not in MODES:
         raise ValueError(f"save_state_dict(): OARLOCK_ASYNC_SAVE must be one of {', '.join(MODES)}, got {chosen!r}")
     if chosen == "fork" and not hasattr(os, "fork"):

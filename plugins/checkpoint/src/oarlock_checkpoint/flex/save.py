@@ -21,7 +21,9 @@ import time
 import numpy as np
 
 from oarlock_checkpoint import safetensors as st
-from oarlock_checkpoint.flex import layout, pending, staging
+from oarlock.plugin_api import array_of
+
+from oarlock_checkpoint.flex import cow, layout, pending, staging
 from oarlock_checkpoint.flex.boxes import intersect, offset_of, shape_of, volume
 from oarlock_checkpoint.flex.datafile import data_file_name, write_data_file
 from oarlock_checkpoint.flex.state import flatten
@@ -37,10 +39,11 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
     id when None). Every rank of `process_group` (the whole job when None) calls it. Values are
     Tensors (whole, replicated), ShardedWeights (one box of a global tensor) or plain values (kept
     from the coordinator). safetensors=False writes Paddle's pickled .distcp data files instead.
-    async_save=True returns once the values of this moment are safe from training (copied to reused
-    host buffers; or, with OARLOCK_ASYNC_SAVE=fork, a forked writer's copy-on-write view) and the
-    files are written in the background; the next save, load, wait_async_save() or the end of the
-    program waits for it."""
+    async_save=True returns at once and the files are written in the background with the values of
+    this moment: a thread writes from the tensors themselves, copying a tensor first when an oarlock
+    op is about to write it (OARLOCK_ASYNC_SAVE=cow, the default; see cow.py), or from copies taken
+    before returning (=copy), or a forked process does (=fork). The next save, load,
+    wait_async_save() or the end of the program waits for it."""
     pending.wait_async_save()
     team = team_for(process_group, WHERE)
     if not isinstance(coordinator_rank, int) or not 0 <= coordinator_rank < team.size:
@@ -76,9 +79,15 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
 
     keys = [key for (key, _), rank in plan["writer"].items() if rank == team.rank]
     arrays = {key: _host(shards[key].tensor) for key in keys}
-    forked = async_save and pending.mode() == "fork"
-    if async_save and not forked:   # a thread writes: take private copies of the CPU tensors now
-        arrays.update(staging.snapshot({key: a for key, a in arrays.items() if _is_cpu(shards[key].tensor)}))
+    # the CPU tensors whose own memory the writer would read (the others' host arrays are copies already)
+    live = {key: a for key, a in arrays.items() if _owns(shards[key].tensor, a)}
+    how = pending.mode() if async_save else None
+    snapshot = None
+    if how == "copy":   # a thread writes: take private copies now
+        arrays.update(staging.snapshot(live))
+    elif how == "cow":   # a thread writes from the tensors themselves, guarded against training's writes
+        snapshot = cow.Snapshot({key: (shards[key].tensor, a) for key, a in live.items()})
+        arrays.update(snapshot.sources)
     name = data_file_name(team.rank, uid, data_format) if keys else None
     finish = _Finish(path, uid, team.size, data_format, plan, objects, coordinator)
 
@@ -91,9 +100,15 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
 
     if async_save:
         def job():
-            _recorded(write, path, team.rank, uid)
+            try:
+                _recorded(write, path, team.rank, uid)
+            finally:
+                if snapshot is not None:   # written or failed: no guard outlives the save
+                    snapshot.close()
             finish.from_files(_timeout(team))
-        pending.start(job, f"checkpoint {uid} in {path!r}", fork=forked)
+        if snapshot is not None and cow.precopy_enabled() and safetensors:
+            snapshot.start_precopy(st.encode_header(live, None)[1])   # the writer's order
+        pending.start(job, f"checkpoint {uid} in {path!r}", fork=how == "fork")
         return None
     try:
         record = write()
@@ -122,8 +137,10 @@ def _host(tensor) -> np.ndarray:
     return array if array.flags.c_contiguous else np.ascontiguousarray(array)
 
 
-def _is_cpu(tensor) -> bool:
-    return type(getattr(tensor, "_data", None)) is np.ndarray
+def _owns(tensor, array: np.ndarray) -> bool:
+    """Whether `array` is `tensor`'s own memory (a CPU tensor), which training may still write."""
+    own = array_of(tensor)
+    return type(own) is np.ndarray and np.shares_memory(own, array)
 
 
 def _next_id(path: str) -> int:
