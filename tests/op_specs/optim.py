@@ -300,7 +300,48 @@ def _check_check_finite_and_unscale(oarlock):
         oarlock.check_finite_and_unscale_(tensors, oarlock.to_tensor([2.0]), found)
         assert found.item() and tensors[0].numpy().tolist() == [0.5] * 3
 
+# -- the multi-tensor steps: each parameter as its single-tensor op would update it -------------------------------
+
+MULTI = {"sgd_steps_": "sgd_step_", "momentum_steps_": "momentum_step_", "adam_steps_": "adam_step_"}
+MULTI_SHAPES = ((3, 4), (5,), (), (2, 0), BIG)   # BIG: the CPU's chunked kernel inside the list
+
+
+def _check_multi(op, attrs, absent=()):
+    def check(oarlock):
+        single = MULTI[op]
+        names = TENSORS[single]
+        present = [n for n in names if n not in absent]
+        for dtype in ("float32", "float64"):
+            rng = np.random.default_rng(zlib.crc32(f"{op}/{dtype}/{absent}".encode()))
+            host = [{n: _draw(rng, n, shape).astype(dtype) for n in names if n not in absent} for shape in MULTI_SHAPES]
+            lists = [[oarlock.to_tensor(h[n]) for h in host] for n in names if n not in absent]
+            with oarlock.no_grad():
+                out = getattr(oarlock, op)(*lists, **attrs)
+            assert all(a is b for a, b in zip(out, lists[0])), f"{op} must return its params list"
+            for i, h in enumerate(host):
+                want = REFS[single](**{n: None if n in absent else h[n].astype(np.float64) for n in names}, **attrs)
+                for name, value in want.items():
+                    got = lists[present.index(name)][i].numpy().astype(np.float64)
+                    np.testing.assert_allclose(got, value, rtol=TOL[dtype], atol=TOL[dtype],
+                                               err_msg=f"{op} {dtype}: {name}[{i}]")
+        # lists of different lengths are refused, naming the op
+        p = [oarlock.ones([2]), oarlock.ones([3])]
+        try:
+            getattr(oarlock, op)(p, p[:1], *([p] * (len(present) - 2)), **attrs)
+        except ValueError as exc:
+            assert op in str(exc) and "one tensor per parameter" in str(exc), exc
+        else:
+            raise AssertionError(f"{op} accepted lists of different lengths")
+    return check
+
+
 SPECS = [
+    OpSpec("sgd_steps_", [], check=_check_multi("sgd_steps_", {"lr": 0.1, "weight_decay": 0.1}), grad=False),
+    OpSpec("momentum_steps_", [], check=_check_multi("momentum_steps_", {"lr": 0.1, "momentum": 0.9,
+                                                                         "use_nesterov": True}), grad=False),
+    OpSpec("adam_steps_", [], check=lambda oarlock: (
+        _check_multi("adam_steps_", {**ADAM, "weight_decay": 0.1, "decoupled": True}, absent=("moment2_max",))(oarlock),
+        _check_multi("adam_steps_", {**ADAM, "weight_decay": 0.1}, absent=("moment2_max",))(oarlock)), grad=False),
     OpSpec("sgd_step_", [], check=_check_sgd, grad=False),
     OpSpec("check_finite_and_unscale_", [], check=_check_check_finite_and_unscale, grad=False),
     OpSpec("momentum_step_", [], check=_check_momentum, grad=False),

@@ -13,7 +13,10 @@ scratch stays in the L2 cache across the dozen passes, instead of each pass
 streaming the whole arrays through memory.
 
 The clipping ops take a list of tensors (all gradients of an optimizer) so
-clipping costs one or two dispatches per step, however many parameters.
+clipping costs one or two dispatches per step, however many parameters. So do
+the multi-tensor steps (sgd_steps_, momentum_steps_, adam_steps_: torch's
+foreach/fused optimizers): one op call updates every parameter of one dtype
+and device, and a device may give them one fused kernel over the whole list.
 
 Each kernel is written once against `xp` on raw arrays; in-place kernels write
 into the arrays they receive and return nothing useful (the dispatcher hands
@@ -257,6 +260,39 @@ def _in_chunks(kernel):
     return run
 
 
+# -- multi-tensor steps: one op call for a list of parameters ---------------------------------------------
+
+def _over_lists(kernel, name, absent=0):
+    """A kernel over parallel lists of arrays: kernel(xp, *arrays_i, *[None] * absent, **attrs) for each
+    index i (absent: trailing optional tensors of the per-tensor kernel that the list op does not take)."""
+    def run(xp, *lists, **attrs):
+        n = len(lists[0])
+        for position, arrays in enumerate(lists):
+            if len(arrays) != n:
+                raise ValueError(f"{name}(): every tensor list must have one tensor per parameter ({n}), but "
+                                 f"list {position + 1} has {len(arrays)}")
+        tail = (None,) * absent
+        for group in zip(*lists):
+            kernel(xp, *group, *tail, **attrs)
+    return run
+
+
+MULTI_OPS = {
+    "sgd_steps_": ("sgd_steps_(params: TensorList, grads: TensorList, lr: float, weight_decay: float = 0.0) "
+                   "-> TensorList", "sgd_step_", 0, "sgd_step_ over lists of parameters and their gradients."),
+    "momentum_steps_": (
+        "momentum_steps_(params: TensorList, grads: TensorList, velocities: TensorList, lr: float, momentum: float, "
+        "use_nesterov: bool = False, weight_decay: float = 0.0, rescale_grad: float = 1.0) -> TensorList",
+        "momentum_step_", 0, "momentum_step_ over lists of parameters, gradients and velocities."),
+    "adam_steps_": (
+        "adam_steps_(params: TensorList, grads: TensorList, moment1: TensorList, moment2: TensorList, "
+        "lr: float, beta1: float, beta2: float, epsilon: float, step: int, weight_decay: float = 0.0, "
+        "decoupled: bool = False) -> TensorList",
+        "adam_step_", 1, "adam_step_ over lists of parameters, gradients and moments, all at step number `step` "
+                         "(without amsgrad, which adam_step_ takes per parameter)."),
+}
+
+
 # -- registration ---------------------------------------------------------------------------------------
 
 STEP_OPS = {
@@ -314,6 +350,11 @@ def register(ops):
         ops.kernel(name)(kernel)
         if name in ELEMENTWISE:
             ops.kernel(name, device="cpu")(_in_chunks(kernel))
+    for name, (signature, single, absent, doc) in MULTI_OPS.items():
+        ops.define(signature, inplace="params", dtypes=FLOAT, doc=doc)
+        kernel = STEP_OPS[single][1]
+        ops.kernel(name)(_over_lists(kernel, name, absent))
+        ops.kernel(name, device="cpu")(_over_lists(_in_chunks(kernel), name, absent))
     for name, (signature, kernel, doc) in LIST_OPS.items():
         ops.define(signature, inplace="tensors", dtypes=FLOAT, doc=doc)
         ops.kernel(name)(kernel)

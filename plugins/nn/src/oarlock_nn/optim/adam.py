@@ -27,6 +27,22 @@ class _AdamBase(Optimizer):
         oarlock.adam_step_(param, grad, state["moment1"], state["moment2"], state.get("moment2_max"), lr,
                            group["beta1"], group["beta2"], group["epsilon"], state["step"], weight_decay, decoupled)
 
+    def _adam_steps(self, entries, group, settings, decoupled):
+        """One adam_steps_ call per bucket of parameters sharing dtype, device, rate, step number and weight
+        decay; settings(entry) -> (rate, weight_decay). amsgrad keeps the per-parameter op."""
+        if group["amsgrad"]:
+            for entry in entries:
+                rate, decay = settings(entry)
+                self._adam_step(*entry[:3], rate, group, decay, decoupled)
+            return
+        for entry in entries:
+            entry[2]["step"] += 1
+        buckets = self._buckets(entries, lambda e: (*settings(e), e[2]["step"]))
+        for (*_, rate, decay, step), bucket in buckets.items():
+            oarlock.adam_steps_([e[0] for e in bucket], [e[1] for e in bucket], [e[2]["moment1"] for e in bucket],
+                                [e[2]["moment2"] for e in bucket], rate, group["beta1"], group["beta2"],
+                                group["epsilon"], step, decay, decoupled)
+
 
 @torch_aliases(**_ALIASES)
 class Adam(_AdamBase):
@@ -41,6 +57,9 @@ class Adam(_AdamBase):
 
     def _update(self, param, grad, state, lr, group):
         self._adam_step(param, grad, state, lr, group, group["weight_decay"], False)
+
+    def _update_all(self, entries, group):
+        self._adam_steps(entries, group, lambda e: (e[3], group["weight_decay"]), False)
 
 
 @torch_aliases(**_ALIASES)
@@ -65,10 +84,18 @@ class AdamW(_AdamBase):
         self._decays: dict[int, bool] = {}  # id(param) -> whether apply_decay_param_fun lets it decay
 
     def _update(self, param, grad, state, lr, group):
+        rate, decay = self._settings(param, lr, group)
+        self._adam_step(param, grad, state, rate, group, decay, True)
+
+    def _update_all(self, entries, group):
+        self._adam_steps(entries, group, lambda e: self._settings(e[0], e[3], group), True)
+
+    def _settings(self, param, lr, group):
+        """(rate, weight decay) of one parameter: lr_ratio scales the rate, apply_decay_param_fun picks decay."""
         decays = self._decays.get(id(param))
         if decays is None:
             fn = self._apply_decay_param_fun
             decays = self._decays[id(param)] = fn is None or bool(fn(self._keys[id(param)]))
         if self._lr_ratio is not None:
             lr = lr * self._lr_ratio(param)
-        self._adam_step(param, grad, state, lr, group, group["weight_decay"] if decays else 0.0, True)
+        return lr, group["weight_decay"] if decays else 0.0

@@ -276,6 +276,7 @@ class Optimizer:
                     group["grad_clip"](pairs)
                 group_lr = group["lr"] if "lr" in group else lr * group["learning_rate"]
                 state = self._state
+                plain = []   # (param, grad, state, rate) of the parameters updated in place, without masters
                 for p, g in pairs:
                     attrs = p.param_attrs
                     rate = group_lr if attrs is None else group_lr * attrs.learning_rate
@@ -284,11 +285,29 @@ class Optimizer:
                     if st is None:  # with a master, the moments are float32 too
                         st = state[id(p)] = {"step": 0, **self._new_state(p if master is None else master, group)}
                     if master is None:
-                        self._update(p, g, st, rate, group)
+                        plain.append((p, g, st, rate))
                     else:
                         with _on_master(p, master):
                             self._update(p, g.astype(master.dtype), st, rate, group)
+                if plain:
+                    self._update_all(plain, group)
         return loss
+
+    def _update_all(self, entries, group):
+        """Update each (param, grad, state, rate) of a group. Per parameter here; optimizers with a
+        multi-tensor op override it to update every parameter of one dtype, device and set of
+        hyperparameters in one op call (see _buckets)."""
+        for p, g, st, rate in entries:
+            self._update(p, g, st, rate, group)
+
+    @staticmethod
+    def _buckets(entries, key):
+        """{(dtype, place, *key(entry)): [entries]}: the parameters one multi-tensor op call can update."""
+        buckets = {}
+        for entry in entries:
+            p = entry[0]
+            buckets.setdefault((p.dtype, p.place, *key(entry)), []).append(entry)
+        return buckets
 
     # -- master weights (multi_precision) -------------------------------------------------------------------------
     _LOW_PRECISION = ("float16", "bfloat16")

@@ -18,6 +18,12 @@ class SGD(Optimizer):
         state["step"] += 1
         oarlock.sgd_step_(param, grad, lr, group["weight_decay"])
 
+    def _update_all(self, entries, group):
+        for (*_, lr), bucket in self._buckets(entries, lambda e: (e[3],)).items():
+            for _, _, state, _ in bucket:
+                state["step"] += 1
+            oarlock.sgd_steps_([e[0] for e in bucket], [e[1] for e in bucket], lr, group["weight_decay"])
+
 
 @torch_aliases(lr="learning_rate", params="parameters", nesterov="use_nesterov")
 class Momentum(Optimizer):
@@ -36,3 +42,11 @@ class Momentum(Optimizer):
         state["step"] += 1
         oarlock.momentum_step_(param, grad, state["velocity"], lr, group["momentum"], group["use_nesterov"],
                                group["weight_decay"], group["rescale_grad"])
+
+    def _update_all(self, entries, group):
+        for (*_, lr), bucket in self._buckets(entries, lambda e: (e[3],)).items():
+            for _, _, state, _ in bucket:
+                state["step"] += 1
+            oarlock.momentum_steps_([e[0] for e in bucket], [e[1] for e in bucket],
+                                    [e[2]["velocity"] for e in bucket], lr, group["momentum"], group["use_nesterov"],
+                                    group["weight_decay"], group["rescale_grad"])
