@@ -28,6 +28,7 @@ SPECS = [
         Case([In((3, 4)), In((4, 5))], name="2d"),
         Case([In((2, 1, 3, 4)), In((5, 4, 2))], name="batch_broadcast"),
         Case([In((2, 3, 4)), In((4, 2))], name="batch_matrix"),
+        Case([In((2, 2, 3, 4)), In((4, 5))], name="batch4_matrix"),
         Case([In((4,)), In((4,))], name="dot"),
         Case([In((4,)), In((2, 4, 3))], name="vector_batch"),
         Case([In((3, 4)), In((4,))], name="matrix_vector"),
