@@ -64,9 +64,11 @@ def _kill_during_second_save(tmp_path, ranks: int, flags: list, victim: int) -> 
     return directory
 
 
-@pytest.mark.parametrize("ranks, flags, victim, mode", [(1, [], 0, "copy"), (1, ["--async"], 0, "copy"),
-                                                      (1, ["--async"], 0, "fork"), (2, [], 1, "copy")],
-                         ids=["one_process", "one_process_async", "one_process_async_fork", "rank1_of_2"])
+@pytest.mark.parametrize("ranks, flags, victim, mode", [(1, [], 0, "cow"), (1, ["--async"], 0, "cow"),
+                                                      (1, ["--async"], 0, "copy"), (1, ["--async"], 0, "fork"),
+                                                      (2, [], 1, "cow")],
+                         ids=["one_process", "one_process_async", "one_process_async_copy", "one_process_async_fork",
+                              "rank1_of_2"])
 def test_a_killed_save_leaves_the_previous_checkpoint_loadable(tmp_path, monkeypatch, ranks, flags, victim, mode):
     monkeypatch.setenv("OARLOCK_ASYNC_SAVE", mode)
     if ranks > 1:

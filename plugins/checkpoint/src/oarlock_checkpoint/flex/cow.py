@@ -90,8 +90,9 @@ class Source:
             _count(why, 1, len(rest))
         self._on_done(self)
 
-    def stream(self, consume, chunk: int = READ_CHUNK) -> None:
+    def stream(self, consume) -> None:
         """consume(piece) for each piece of the bytes in order; no write reaches a piece while it is consumed."""
+        chunk = READ_CHUNK
         while True:
             with self._lock:
                 piece = self._bytes[self._pos:self._pos + chunk]
