@@ -1,4 +1,4 @@
-"""Build hook of oarlock-cpu: only the C extension; all metadata lives in pyproject.toml."""
+"""Build hook of oarlock-cpu: only the C extensions; all metadata lives in pyproject.toml."""
 
 import os
 
@@ -8,6 +8,12 @@ from setuptools import Extension, setup
 # _memstat.c uses C11 <stdatomic.h>; MSVC provides it only behind these flags.
 extra_compile_args = ["/std:c11", "/experimental:c11atomics"] if os.name == "nt" else []
 
+# _kernels.c: vectorised loops. -O3 lets gcc vectorise; -fno-math-errno and -fno-trapping-math only say that
+# errno and FP exception flags are never read. Not -ffast-math: the kernels test for NaN and rely on exact
+# IEEE arithmetic (a split of x for an exact x^2, round-to-integer by a magic constant). FMA contraction
+# (gcc's default) is allowed: see the comment at the top of _kernels.c.
+kernel_compile_args = ["/O2", "/fp:precise"] if os.name == "nt" else ["-O3", "-fno-math-errno", "-fno-trapping-math"]
+
 setup(
     ext_modules=[
         Extension(
@@ -15,6 +21,13 @@ setup(
             sources=["src/oarlock_cpu/_memstat.c"],
             include_dirs=[numpy.get_include()],
             extra_compile_args=extra_compile_args,
-        )
+        ),
+        Extension(
+            "oarlock_cpu._kernels",
+            sources=["src/oarlock_cpu/_kernels.c"],
+            depends=["src/oarlock_cpu/_kernels_coeffs.h"],
+            include_dirs=[numpy.get_include()],
+            extra_compile_args=kernel_compile_args,
+        ),
     ],
 )

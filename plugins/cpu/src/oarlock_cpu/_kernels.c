@@ -1,0 +1,428 @@
+/*
+ * oarlock_cpu._kernels: one-pass numpy ufuncs for the transcendental activations that numpy lacks
+ * or computes in many passes: erf, exact GELU (forward and backward), sigmoid, SiLU (forward and
+ * backward), for float32 and float64.
+ *
+ * Every function computes in double precision, float32 inputs included, then rounds once: float32
+ * results are within about half an ulp (correctly rounded almost everywhere), float64 results within
+ * a few ulp (see tests/test_cpu_kernels.py for the measured bounds).  The math:
+ *
+ *   erf(z)  = z Q(z^2)                             0 <= z < ERF_SPLIT
+ *   erfc(z) = t exp(-z^2 + P(t)),  t = 2/(2+z)     0 <= z (Numerical Recipes' form; P smooth on (0, 1])
+ *   Phi(x)  = erfc(|x|/sqrt2)/2 for x < 0 (keeps its digits in the tail), 1 - Phi(-x) otherwise
+ *   gelu(x) = x Phi(x),  gelu'(x) = Phi(x) + x exp(-x^2/2)/sqrt(2 pi)
+ *
+ * Q and P are polynomials (Chebyshev interpolants in the power basis, for Horner's rule) fitted by
+ * tools/erf_coefficients.py (-> _kernels_coeffs.h).  z^2 is
+ * carried as an exact head plus a tail (Dekker's split) into an exp written here, so the rounding of
+ * x^2 does not cost erfc relative accuracy when x^2 is in the hundreds.  exp is Cody-Waite reduction
+ * plus a Taylor polynomial, with the power of two built from the bits, so the whole loop body is
+ * branch-free and gcc vectorises it.  Both branches of every piecewise formula are computed and one
+ * is selected: wasted work, but no lane divergence.
+ *
+ * Special values, as libm: NaN in -> the same NaN out; erf(+-inf) = +-1; erf(-0.0) = -0.0; denormal
+ * inputs are ordinary small numbers.  GELU at the infinities returns its limits (gelu(-inf) = -0.0,
+ * gelu'(+inf) = 1, gelu'(-inf) = 0) where PyTorch's formula gives NaN (-inf * 0).
+ *
+ * Build: -O3 and -fno-math-errno (libm's errno is never read) but not -ffast-math, which would let
+ * the compiler drop the NaN tests and reassociate the exact-arithmetic tricks.  The hot loops are
+ * compiled several times for x86-64 (AVX-512, AVX2 + FMA, baseline) and picked at load time where
+ * the compiler supports target_clones; elsewhere they are plain portable C.  The compiler may fuse
+ * a*b + c into one FMA where the target has it (half the operations of a polynomial); every step
+ * here stays exact or gets more accurate under that, and float32 results, rounded from double,
+ * come out the same with or without FMA but for rare ties; float64 ones may differ in the last bit
+ * between machines.
+ *
+ * Ufunc loops take any strides: elements are gathered in blocks of BLOCK doubles, computed, and
+ * scattered, so in-place calls (out=x) and non-contiguous views need no special case.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#define NPY_NO_DEPRECATED_API NPY_1_22_API_VERSION
+#define NPY_TARGET_VERSION NPY_1_22_API_VERSION
+#include <numpy/arrayobject.h>
+#include <numpy/ufuncobject.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_kernels_coeffs.h"
+
+#if defined(_MSC_VER)
+#define INLINE static __forceinline
+#define RESTRICT __restrict
+#define UNROLL
+#else
+/* the series loops must be unrolled completely, or gcc leaves the element loop scalar */
+#if defined(__clang__)
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL _Pragma("GCC unroll 32")
+#endif
+#define INLINE static inline __attribute__((always_inline))
+#define RESTRICT __restrict__
+#endif
+
+/* Function multiversioning: needs an ELF target with ifunc (glibc) and a compiler that knows the
+ * x86-64 micro-architecture levels (gcc 11, clang 14). */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__) && \
+    ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11) || (defined(__clang__) && __clang_major__ >= 14))
+#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CLONES
+#endif
+
+#define BLOCK 512
+
+/* ---------------------------------------------------------------------------------------------
+ * scalar building blocks (inlined into the vectorised block loops)
+ */
+
+INLINE uint64_t bits_of(double x) { uint64_t u; memcpy(&u, &x, sizeof u); return u; }
+INLINE double double_of(uint64_t u) { double x; memcpy(&x, &u, sizeof x); return x; }
+
+/* Horner's rule for sum_k c[k] u^k. */
+INLINE double horner(const double *c, int n, double u)
+{
+    double p = c[n - 1];
+    UNROLL
+    for (int k = n - 2; k >= 0; k--)
+        p = p * u + c[k];
+    return p;
+}
+
+#define LOG2E 1.4426950408889634
+#define LN2_HI 6.93147180369123816490e-01 /* 32 significant bits: n * LN2_HI is exact for |n| < 2^21 */
+#define LN2_LO 1.90821492927058770002e-10
+#define ROUND_MAGIC 6755399441055744.0     /* 1.5 * 2^52: adding it rounds to an integer, kept in the low bits */
+
+/* exp(a + b + c) for a + b <= 710, where a may be large but is a multiple of 2^-43 (so a - n ln2_hi
+ * is exact), b is moderate and c tiny; -inf and anything below -1000 give 0, NaN gives NaN.
+ * `terms` Taylor terms after 1 (13 for double precision, 8 for float's).  The scale 2^n is built
+ * from the exponent bits; results below the normal range (n < -1000) are scaled in two steps so
+ * they round once, into the subnormals. */
+INLINE double exp3(double a, double b, double c, int terms)
+{
+    double s = a + b;
+    a = s < -1000.0 ? -1000.0 : a;   /* a NaN s keeps a: the result stays NaN */
+    b = s < -1000.0 ? 0.0 : b;
+    double k = (a + b) * LOG2E + ROUND_MAGIC;
+    double n = k - ROUND_MAGIC;
+    int64_t ni = (int64_t)(bits_of(k) - bits_of(ROUND_MAGIC));
+    double r = ((a - n * LN2_HI) + b) - n * LN2_LO + c;
+    static const double inv_fact[14] = {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720,
+                                        1.0 / 5040, 1.0 / 40320, 1.0 / 362880, 1.0 / 3628800,
+                                        1.0 / 39916800, 1.0 / 479001600, 1.0 / 6227020800.0};
+    double p = inv_fact[terms];
+    UNROLL
+    for (int j = terms - 1; j >= 0; j--)
+        p = p * r + inv_fact[j];
+    int64_t tiny = ni < -1000;
+    int64_t m = tiny ? ni + 600 : ni;
+    double post = tiny ? 0x1p-600 : 1.0;
+    return p * double_of((uint64_t)(m + 1023) << 52) * post;
+}
+
+/* x^2 = hi + lo with hi exact: x = xh + xl, xh keeping the top 26 bits of the significand (cut by a
+ * mask, not by Dekker's multiply-subtract, which FMA contraction would break), so xh^2 fits in 53. */
+INLINE void square_split(double x, double *hi, double *lo)
+{
+    double xh = double_of(bits_of(x) & 0xFFFFFFFFF8000000ull);
+    double xl = x - xh;
+    *hi = xh * xh;
+    *lo = (2.0 * xh) * xl + xl * xl;
+}
+
+/* Coefficient sets: float32 inputs need shorter series than float64 ones. */
+typedef struct {
+    const double *p, *q;
+    double zmax, t_scale, t_shift;
+    int np, nq, exp_terms;
+} erf_coeffs;
+
+#define COEFFS(SUFFIX, EXP_TERMS)                                                                 \
+    {ERFC_P_##SUFFIX, ERF_Q_##SUFFIX, ZMAX_##SUFFIX, T_SCALE_##SUFFIX, T_SHIFT_##SUFFIX,        \
+     (int)(sizeof ERFC_P_##SUFFIX / sizeof(double)), (int)(sizeof ERF_Q_##SUFFIX / sizeof(double)), \
+     EXP_TERMS}
+
+/* erf(z) for 0 <= z (used below ERF_SPLIT only; z is clamped so the polynomial never overflows). */
+INLINE double erf_small(double z, erf_coeffs k)
+{
+    double zc = z < ERF_SPLIT ? z : ERF_SPLIT;
+    double u = zc * zc * (2.0 / (ERF_SPLIT * ERF_SPLIT)) - 1.0;
+    return zc * horner(k.q, k.nq, u);
+}
+
+/* erfc(z) for 0 <= z, given z^2 = z2hi + z2lo. */
+INLINE double erfc_big(double z, double z2hi, double z2lo, erf_coeffs k)
+{
+    double zc = z < k.zmax ? z : k.zmax;
+    double t = 2.0 / (2.0 + zc);
+    double p = horner(k.p, k.np, t * k.t_scale + k.t_shift);
+    return t * exp3(-z2hi, p, -z2lo, k.exp_terms);
+}
+
+#define HUGE_ARG 1e8 /* beyond it every function here has reached its limit in double precision */
+
+INLINE double erf1(double x, erf_coeffs k)
+{
+    double a = fabs(x);
+    a = a < HUGE_ARG ? a : HUGE_ARG;
+    double hi, lo;
+    square_split(a, &hi, &lo);
+    double r = a < ERF_SPLIT ? erf_small(a, k) : 1.0 - erfc_big(a, hi, lo, k);
+    r = copysign(r, x);
+    return x != x ? x : r;
+}
+
+/* Phi(x), the standard normal CDF; also returns exp(-x^2/2) through *gauss when it is not NULL. */
+INLINE double phi_cdf(double x, erf_coeffs k, double *gauss)
+{
+    double a = fabs(x);
+    a = a < HUGE_ARG ? a : HUGE_ARG;
+    double z = a * 0.70710678118654752440;
+    double hi, lo;
+    square_split(a, &hi, &lo);
+    hi *= 0.5; /* exact */
+    lo *= 0.5;
+    double half_erfc = 0.5 * erfc_big(z, hi, lo, k);
+    double upper = z < ERF_SPLIT ? 0.5 + 0.5 * erf_small(z, k) : 1.0 - half_erfc; /* Phi(|x|) */
+    if (gauss)
+        *gauss = exp3(-hi, 0.0, -lo, k.exp_terms);
+    return x < 0 ? half_erfc : upper;
+}
+
+#define INV_SQRT_2PI 0.39894228040143267794
+
+INLINE double gelu1(double x, erf_coeffs k)
+{
+    double r = x * phi_cdf(x, k, NULL);
+    r = x < -HUGE_ARG ? -0.0 : r; /* -inf * 0 */
+    return x != x ? x : r;
+}
+
+INLINE double gelu_grad1(double x, double g, erf_coeffs k)
+{
+    double gauss;
+    double slope = phi_cdf(x, k, &gauss) + x * (gauss * INV_SQRT_2PI);
+    slope = fabs(x) > HUGE_ARG ? (x > 0 ? 1.0 : 0.0) : slope; /* +-inf * 0 */
+    double r = g * slope;
+    return x != x ? x : r;
+}
+
+/* sigmoid from e = exp(-|x|) <= 1: no overflow, full relative accuracy for large negative x. */
+INLINE double sigmoid_of(double x, double e)
+{
+    double d = 1.0 / (1.0 + e);
+    return x < 0 ? e * d : d;
+}
+
+INLINE double exp_neg_abs(double x, int terms)
+{
+    double a = fabs(x);
+    return exp3(-a, 0.0, 0.0, terms);
+}
+
+INLINE double sigmoid1(double x, int terms)
+{
+    double r = sigmoid_of(x, exp_neg_abs(x, terms));
+    return x != x ? x : r;
+}
+
+INLINE double silu1(double x, int terms)
+{
+    double r = x * sigmoid_of(x, exp_neg_abs(x, terms));
+    r = x < -HUGE_ARG ? -0.0 : r; /* -inf * 0 */
+    return x != x ? x : r;
+}
+
+/* g * s * (1 + x (1 - s)), s = sigmoid(x); 1 - s = sigmoid(-x) is taken from e too, so it keeps its
+ * digits for large positive x. */
+INLINE double silu_grad1(double x, double g, int terms)
+{
+    double e = exp_neg_abs(x, terms);
+    double d = 1.0 / (1.0 + e);
+    double s = x < 0 ? e * d : d;
+    double one_minus_s = x < 0 ? d : e * d;
+    double slope = s * (1.0 + x * one_minus_s);
+    slope = fabs(x) > HUGE_ARG ? (x > 0 ? 1.0 : 0.0) : slope;
+    double r = g * slope;
+    return x != x ? x : r;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * block kernels: n <= BLOCK doubles in, n doubles out (the vectorised loops)
+ */
+
+static const erf_coeffs K64 = COEFFS(F64, 13);
+static const erf_coeffs K32 = COEFFS(F32, 8);
+
+/* Each vector of the loop runs a long dependent chain (the series, then exp), so WAYS independent
+ * streams (i, i + n/WAYS, ...) are interleaved in one iteration to keep the FP units busy. */
+#define WAYS 2
+#define UNARY_BLOCK(NAME, EXPR)                                                     \
+    CLONES static void NAME(const double *RESTRICT xs, double *RESTRICT out, int n) \
+    {                                                                               \
+        int h = n / WAYS;                                                           \
+        for (int i = 0; i < h; i++) {                                               \
+            double x = xs[i];                                                       \
+            out[i] = EXPR;                                                          \
+            x = xs[i + h];                                                          \
+            out[i + h] = EXPR;                                                      \
+        }                                                                           \
+        for (int i = WAYS * h; i < n; i++) {                                        \
+            double x = xs[i];                                                       \
+            out[i] = EXPR;                                                          \
+        }                                                                           \
+    }
+#define BINARY_BLOCK(NAME, EXPR)                                                                        \
+    CLONES static void NAME(const double *RESTRICT xs, const double *RESTRICT gs, double *RESTRICT out, int n) \
+    {                                                                                                   \
+        int h = n / WAYS;                                                                               \
+        for (int i = 0; i < h; i++) {                                                                   \
+            double x = xs[i], g = gs[i];                                                                \
+            out[i] = EXPR;                                                                              \
+            x = xs[i + h], g = gs[i + h];                                                               \
+            out[i + h] = EXPR;                                                                          \
+        }                                                                                               \
+        for (int i = WAYS * h; i < n; i++) {                                                            \
+            double x = xs[i], g = gs[i];                                                                \
+            out[i] = EXPR;                                                                              \
+        }                                                                                               \
+    }
+
+UNARY_BLOCK(erf_block64, erf1(x, K64))
+UNARY_BLOCK(erf_block32, erf1(x, K32))
+UNARY_BLOCK(gelu_block64, gelu1(x, K64))
+UNARY_BLOCK(gelu_block32, gelu1(x, K32))
+BINARY_BLOCK(gelu_grad_block64, gelu_grad1(x, g, K64))
+BINARY_BLOCK(gelu_grad_block32, gelu_grad1(x, g, K32))
+UNARY_BLOCK(sigmoid_block64, sigmoid1(x, 13))
+UNARY_BLOCK(sigmoid_block32, sigmoid1(x, 8))
+UNARY_BLOCK(silu_block64, silu1(x, 13))
+UNARY_BLOCK(silu_block32, silu1(x, 8))
+BINARY_BLOCK(silu_grad_block64, silu_grad1(x, g, 13))
+BINARY_BLOCK(silu_grad_block32, silu_grad1(x, g, 8))
+
+/* ---------------------------------------------------------------------------------------------
+ * ufunc loops: gather a block into doubles, run the block kernel, scatter the results
+ */
+
+typedef void (*unary_block)(const double *RESTRICT, double *RESTRICT, int);
+typedef void (*binary_block)(const double *RESTRICT, const double *RESTRICT, double *RESTRICT, int);
+
+#define GATHER(T, dst, src, step, m)                              \
+    do {                                                          \
+        if ((step) == (npy_intp)sizeof(T)) {                      \
+            const T *s_ = (const T *)(src);                       \
+            for (int j_ = 0; j_ < (m); j_++) (dst)[j_] = s_[j_];  \
+        } else {                                                  \
+            for (int j_ = 0; j_ < (m); j_++)                      \
+                (dst)[j_] = *(const T *)((src) + j_ * (step));    \
+        }                                                         \
+    } while (0)
+#define SCATTER(T, dst, src, step, m)                                 \
+    do {                                                              \
+        if ((step) == (npy_intp)sizeof(T)) {                          \
+            T *d_ = (T *)(dst);                                       \
+            for (int j_ = 0; j_ < (m); j_++) d_[j_] = (T)(src)[j_];   \
+        } else {                                                      \
+            for (int j_ = 0; j_ < (m); j_++)                          \
+                *(T *)((dst) + j_ * (step)) = (T)(src)[j_];           \
+        }                                                             \
+    } while (0)
+
+#define UNARY_LOOP(NAME, T, BLOCKFN)                                                                 \
+    static void NAME(char **args, npy_intp const *dims, npy_intp const *steps, void *data)        \
+    {                                                                                                \
+        double xb[BLOCK], ob[BLOCK];                                                                 \
+        char *in = args[0], *out = args[1];                                                          \
+        (void)data;                                                                                  \
+        for (npy_intp i = 0; i < dims[0]; i += BLOCK) {                                              \
+            int m = (int)(dims[0] - i < BLOCK ? dims[0] - i : BLOCK);                                \
+            GATHER(T, xb, in + i * steps[0], steps[0], m);                                           \
+            BLOCKFN(xb, ob, m);                                                                      \
+            SCATTER(T, out + i * steps[1], ob, steps[1], m);                                         \
+        }                                                                                            \
+    }
+#define BINARY_LOOP(NAME, T, BLOCKFN)                                                                \
+    static void NAME(char **args, npy_intp const *dims, npy_intp const *steps, void *data)        \
+    {                                                                                                \
+        double xb[BLOCK], gb[BLOCK], ob[BLOCK];                                                      \
+        (void)data;                                                                                  \
+        for (npy_intp i = 0; i < dims[0]; i += BLOCK) {                                              \
+            int m = (int)(dims[0] - i < BLOCK ? dims[0] - i : BLOCK);                                \
+            GATHER(T, xb, args[0] + i * steps[0], steps[0], m);                                      \
+            GATHER(T, gb, args[1] + i * steps[1], steps[1], m);                                      \
+            BLOCKFN(xb, gb, ob, m);                                                                  \
+            SCATTER(T, args[2] + i * steps[2], ob, steps[2], m);                                     \
+        }                                                                                            \
+    }
+
+UNARY_LOOP(erf_f, float, erf_block32)
+UNARY_LOOP(erf_d, double, erf_block64)
+UNARY_LOOP(gelu_f, float, gelu_block32)
+UNARY_LOOP(gelu_d, double, gelu_block64)
+BINARY_LOOP(gelu_grad_f, float, gelu_grad_block32)
+BINARY_LOOP(gelu_grad_d, double, gelu_grad_block64)
+UNARY_LOOP(sigmoid_f, float, sigmoid_block32)
+UNARY_LOOP(sigmoid_d, double, sigmoid_block64)
+UNARY_LOOP(silu_f, float, silu_block32)
+UNARY_LOOP(silu_d, double, silu_block64)
+BINARY_LOOP(silu_grad_f, float, silu_grad_block32)
+BINARY_LOOP(silu_grad_d, double, silu_grad_block64)
+
+/* ---------------------------------------------------------------------------------------------
+ * module
+ */
+
+typedef struct {
+    const char *name, *doc;
+    PyUFuncGenericFunction loops[2];
+    int nin;
+} ufunc_spec;
+
+static const ufunc_spec UFUNCS[] = {
+    {"erf", "erf(x): the error function.", {erf_f, erf_d}, 1},
+    {"gelu", "gelu(x): x Phi(x), the exact GELU.", {gelu_f, gelu_d}, 1},
+    {"gelu_grad", "gelu_grad(x, g): g * (Phi(x) + x phi(x)), the exact GELU's backward.",
+     {gelu_grad_f, gelu_grad_d}, 2},
+    {"sigmoid", "sigmoid(x): 1 / (1 + exp(-x)).", {sigmoid_f, sigmoid_d}, 1},
+    {"silu", "silu(x): x sigmoid(x).", {silu_f, silu_d}, 1},
+    {"silu_grad", "silu_grad(x, g): g * s (1 + x (1 - s)), s = sigmoid(x): SiLU's backward.",
+     {silu_grad_f, silu_grad_d}, 2},
+};
+
+static char TYPES1[] = {NPY_FLOAT, NPY_FLOAT, NPY_DOUBLE, NPY_DOUBLE};
+static char TYPES2[] = {NPY_FLOAT, NPY_FLOAT, NPY_FLOAT, NPY_DOUBLE, NPY_DOUBLE, NPY_DOUBLE};
+static void *NO_DATA[] = {NULL, NULL};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_kernels",
+    "One-pass float32/float64 ufuncs: erf, gelu, gelu_grad, sigmoid, silu, silu_grad (see _kernels.c).",
+    -1, NULL, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__kernels(void)
+{
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m == NULL)
+        return NULL;
+    import_array();
+    import_umath();
+    for (size_t i = 0; i < sizeof UFUNCS / sizeof UFUNCS[0]; i++) {
+        const ufunc_spec *s = &UFUNCS[i];
+        PyObject *f = PyUFunc_FromFuncAndData((PyUFuncGenericFunction *)s->loops, NO_DATA,
+                                              s->nin == 1 ? TYPES1 : TYPES2, 2, s->nin, 1, PyUFunc_None,
+                                              s->name, s->doc, 0);
+        if (f == NULL || PyModule_AddObject(m, s->name, f) < 0) {
+            Py_XDECREF(f);
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
+    return m;
+}
