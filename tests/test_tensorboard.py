@@ -7,6 +7,7 @@ torch.utils.tensorboard where torch is installed. Tests that need tensorboard sk
 """
 
 import glob
+import json
 import os
 import re
 import socket
@@ -347,3 +348,57 @@ def test_bad_constructor_arguments(tmp_path, kwargs, message):
     kwargs.setdefault("log_dir", str(tmp_path))
     with pytest.raises((TypeError, ValueError), match=message):
         SummaryWriter(**kwargs)
+
+
+TRAIN_TAGS = ["train/loss", "train/lr", "train/tokens_per_s", "train/grad_norm", "val/loss",
+              "memory/allocated_mib", "memory/max_allocated_mib"]
+
+
+def test_oarlock_train_log_dir_writes_every_scalar(tmp_path, accumulator):
+    from oarlock_train import command
+
+    small = ["--steps", "6", "--eval-every", "3", "--batch-size", "2", "--seq-len", "16", "--warmup", "2",
+             "--sample-len", "0", "--out", str(tmp_path / "out")]
+    assert command.main([*small, "--log-dir", str(tmp_path / "tb")]) == 0
+    with open(tmp_path / "out" / "trainer.json") as fh:
+        history = json.load(fh)["history"]
+    acc = accumulator(tmp_path / "tb")
+    assert sorted(acc.Tags()["scalars"]) == sorted(TRAIN_TAGS)
+    series = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in TRAIN_TAGS}
+    for tag in TRAIN_TAGS:
+        expected = [3, 6] if tag == "val/loss" else list(range(1, 7))
+        assert [step for step, _ in series[tag]] == expected, tag
+    assert [v for _, v in series["train/loss"]] == [float(np.float32(v)) for v in history["train"]]
+    assert [v for _, v in series["val/loss"]] == [float(np.float32(v)) for _, v in history["valid"]]
+    lrs = [v for _, v in series["train/lr"]]
+    assert lrs[0] == 0.0 and lrs[2] == pytest.approx(6e-3) and lrs[2] > lrs[3] > lrs[5] > 6e-4  # warmup, cosine
+    assert all(0 < v < 1e9 for _, v in series["train/tokens_per_s"])
+    assert all(np.isfinite(v) and v > 0 for _, v in series["train/grad_norm"])
+    assert all(0 < v <= peak for (_, v), (_, peak) in zip(series["memory/allocated_mib"],
+                                                          series["memory/max_allocated_mib"]))
+    (config,) = acc.Tensors("config/text_summary")
+    assert b'"seq_len": 16' in config.tensor_proto.string_val[0]
+
+
+def test_oarlock_train_grad_norm_is_the_clipped_norm():
+    """The logged norm is the global norm of the gradients before clipping, as torch computes it."""
+    from oarlock_train.corpus import build_corpus
+    from oarlock_train.trainer import Trainer, TrainConfig
+
+    cfg = TrainConfig(steps=2, batch_size=2, seq_len=16)
+    trainer = Trainer(cfg, build_corpus(cfg.seq_len))
+    trainer.train_step()
+    assert trainer.grad_norm is None   # without --log-dir the norm is not computed
+    trainer.measure_grad_norm = True
+    seen = []
+    original_step = trainer.optimizer.step
+
+    def step():  # the gradients as the optimizer receives them, before it clips them
+        grads = np.concatenate([p.grad.numpy().astype(np.float64).ravel() for p in trainer.model.parameters()
+                                if p.grad is not None])
+        seen.append(np.sqrt((grads ** 2).sum()))
+        original_step()
+    trainer.optimizer.step = step
+    trainer.train_step()
+    assert trainer.grad_norm == pytest.approx(seen[0], rel=1e-5)
+

@@ -33,6 +33,7 @@ COUNTERPARTS = {
     "oarlock.distributed": ("paddle.distributed", "torch.distributed"),
     "oarlock.compat": ("paddle.compat", "torch"), "oarlock.optimizer": ("paddle.optimizer", "torch.optim"),
     "oarlock.optimizer.lr": ("paddle.optimizer.lr", "torch.optim.lr_scheduler"), "oarlock.io": ("paddle.io", None),
+    "oarlock.utils.tensorboard": (None, "torch.utils.tensorboard"),
 }
 
 

@@ -97,7 +97,7 @@ def test_help_documents_every_option():
     assert proc.returncode == 0, proc.stderr
     for option in ("--steps", "--seed", "--batch-size", "--seq-len", "--out", "--resume", "--device", "--lr",
                    "--eval-every", "--warmup", "--dropout", "--stop-after", "--prompt", "--sample-len", "--top-k",
-                   "--no-document-mask"):
+                   "--no-document-mask", "--log-dir"):
         assert option in proc.stdout, option
     assert f"default {command.DEFAULT_STEPS}" in proc.stdout
     assert "nats per byte" in proc.stdout

@@ -31,7 +31,12 @@ across the whole row.
 
 Writes to --out: model.safetensors, optimizer.pdopt and trainer.json (the
 checkpoint, also written at every evaluation), loss.png (train and validation
-loss against step) and sample.txt (text generated from --prompt)."""
+loss against step) and sample.txt (text generated from --prompt).
+
+--log-dir DIR also writes TensorBoard event files to DIR (view them with
+`tensorboard --logdir DIR`): train/loss, train/lr, train/tokens_per_s and
+train/grad_norm (before clipping) at every step, val/loss at every evaluation,
+memory/allocated_mib and memory/max_allocated_mib, and the options as text."""
 
 DEFAULT_STEPS = 500
 DEFAULT_OUT = "oarlock-train-out"
@@ -90,6 +95,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "schedule, to train in pieces with --resume (default: run to --steps)")
     add("--out", default=DEFAULT_OUT, metavar="DIR",
         help=f"output directory, created if missing (default ./{DEFAULT_OUT})")
+    add("--log-dir", default=None, metavar="DIR",
+        help="also write TensorBoard event files to DIR: loss, learning rate, tokens/s, gradient norm and memory "
+             "at every step, validation loss at every evaluation (view: tensorboard --logdir DIR; default: none "
+             "written, and the gradient norm is not computed)")
     add("--resume", action="store_true",
         help="continue from the checkpoint in --out (model, optimizer, scheduler, step, random state); the "
              "options that shape the run (--steps, --seed, --batch-size, --seq-len, --lr, --warmup, --dropout, "
@@ -150,8 +159,13 @@ def _run(args) -> int:
     print(corpus.summary(), flush=True)
     t0 = time.perf_counter()
     trainer = _start(args, cfg, corpus)
-    if not _train(args, trainer):
-        return 130
+    log = _open_log(args, trainer)
+    try:
+        if not _train(args, trainer, log):
+            return 130
+    finally:
+        if log is not None:
+            log.close()
     _finish(args, trainer, time.perf_counter() - t0)
     return 0
 
@@ -183,8 +197,21 @@ def _start(args, cfg, corpus):
     return trainer
 
 
-def _train(args, trainer) -> bool:
-    """Train to --steps (or --stop-after more steps), evaluating and saving as asked; False if interrupted."""
+def _open_log(args, trainer):
+    """The TensorBoard log of --log-dir, or None."""
+    if args.log_dir is None:
+        return None
+    from oarlock_train.tensorboard_log import TensorBoardLog
+
+    try:
+        return TensorBoardLog(args.log_dir, trainer, resumed=args.resume)
+    except OSError as exc:
+        raise UsageError(f"argument --log-dir: cannot write to {args.log_dir!r}: {exc}") from None
+
+
+def _train(args, trainer, log=None) -> bool:
+    """Train to --steps (or --stop-after more steps), evaluating and saving as asked; False if interrupted.
+    `log` (a TensorBoardLog or None) records every step and evaluation."""
     from oarlock_train import checkpoint
     from oarlock_train.progress import ProgressBar
 
@@ -193,10 +220,16 @@ def _train(args, trainer) -> bool:
     bar = ProgressBar(total=cfg.steps, start=trainer.step)
     try:
         while trainer.step < last:
+            if log is not None:
+                log.step_started()
             loss = trainer.train_step()
+            if log is not None:
+                log.step_finished(loss)
             bar.update(trainer.step, loss, trainer.tokens_per_step)
             if trainer.step % args.eval_every == 0 or trainer.step == last:
                 valid = trainer.evaluate()
+                if log is not None:
+                    log.evaluated(valid)
                 checkpoint.save(trainer, args.out)
                 bar.message(f"step {trainer.step}: validation loss {valid:.4f} nats/byte "
                             f"({valid / entropy:.1%} of the unigram entropy {entropy:.4f}); checkpoint saved")

@@ -66,6 +66,8 @@ class Trainer:
         self.valid_rows = oarlock.to_tensor(corpus.valid)
         self.step = 0
         self.history = History()
+        self.measure_grad_norm = False  # set by --log-dir: train_step then fills grad_norm
+        self.grad_norm: float | None = None
 
     @property
     def tokens_per_step(self) -> int:
@@ -76,6 +78,10 @@ class Trainer:
         index = oarlock.randint(0, len(self.corpus.train), [self.cfg.batch_size])
         loss = self.model.loss(oarlock.index_select(self.train_rows, index, axis=0), self.cfg.document_mask)
         loss.backward()
+        if self.measure_grad_norm:
+            # the norm the global-norm clip computes inside step(): one more pass over the gradients
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            self.grad_norm = float(oarlock.global_norm(grads))
         self.optimizer.step()
         self.optimizer.clear_grad()
         self.scheduler.step()
