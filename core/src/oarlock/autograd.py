@@ -29,6 +29,19 @@ class _GradMode(threading.local):
 GRAD_MODE = _GradMode()  # read on the hot path as one attribute of a thread-local object
 
 
+class _ObserverSlot:
+    """The observer (oarlock.dispatch.set_observer) that op calls and backward nodes are reported to;
+    None, the usual case, costs one test per op call and per node."""
+
+    __slots__ = ("current",)
+
+    def __init__(self):
+        self.current = None
+
+
+OBSERVER = _ObserverSlot()
+
+
 def is_grad_enabled() -> bool:
     return GRAD_MODE.enabled
 
@@ -287,12 +300,15 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
 
     previous_mode = GRAD_MODE.enabled
     GRAD_MODE.enabled = create_graph
+    observer = OBSERVER.current
     try:
         while ready:
             node = ready.pop()
             grads = buffers.pop(node, None)
             if grads is None:
                 grads = [None] * len(node.out_meta)
+            if observer is not None:   # the node's whole turn: hooks, its rule, delivering the gradients
+                token = observer.begin(node, grads)
             if node.hooks:
                 for index, hooks in node.hooks.items():
                     if grads[index] is not None:
@@ -317,6 +333,8 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
                     deps[edge[0]] -= 1
                     if deps[edge[0]] == 0:
                         ready.append(edge[0])
+            if observer is not None:
+                observer.end(token)
 
         for leaf, g in leaf_grads.values():
             hooks = getattr(leaf, "_hooks", None)

@@ -31,10 +31,10 @@ import numpy as np
 from oarlock import dtypes as _dtypes
 from oarlock.registry import GENERIC, OP_LIBRARY, Registry, library_name
 from oarlock._tensor import Tensor, bump_version, version_counter
-from oarlock.autograd import GRAD_MODE, RecordSpec, record
+from oarlock.autograd import GRAD_MODE, OBSERVER, RecordSpec, record
 
 __all__ = ["OpDef", "OpRegistrar", "OpError", "InplaceError", "define_frontend", "AUTOCAST", "set_autocast",
-           "write_out"]
+           "set_observer", "write_out"]
 
 TENSOR_KINDS = ("Tensor", "TensorOrScalar", "OptTensor", "TensorList")
 _MISSING = object()
@@ -398,8 +398,13 @@ def define_frontend(op: OpDef, apply_fn):
         fast = _fast_path_lines(op)
         body.extend(["    if _rare is None:", *("    " + line for line in fast)] if rare else fast)
     body.append(f"    return _apply(_op, ({tensors}{',' if op.tensor_params else ''}), {{{attrs}}})")
-    source = f"def {op.name}({', '.join(sig)}):\n" + "\n".join(body) + "\n"
+    header = f"def {op.name}({', '.join(sig)}):\n"
+    # an installed observer (set_observer) sees the whole call; the unobserved body is compiled on first use
+    observed = f"    if _obs is not None: return _observe(_op, _plain, {_forward(op, varargs_at)})\n"
+    source = header + observed + "\n".join(body) + "\n"
     namespace = {"_UNSET": _UNSET, "_op": op, "_apply": apply_fn, "_T": Tensor, "_wrap": Tensor._wrap,
+                 "_obs": OBSERVER.current, "_observe": _observe, "_plain": None,
+                 "_plain_source": header + "\n".join(body) + "\n",
                  "_GM": GRAD_MODE, "_fast": op.fast, "_record": record, "_link_view": _link_view,
                  "_take_alias": _take_alias,
                  "_unexpected": _unexpected, "_missing": _missing, "_convert_attr": _convert_attr,
@@ -419,7 +424,63 @@ def define_frontend(op: OpDef, apply_fn):
     fn.__module__ = "oarlock"
     fn.opdef = op
     fn.__source__ = source
+    _FRONTENDS.append(namespace)
+    if OBSERVER.current is not None:
+        _compile_plain(namespace)
     return fn
+
+
+def _forward(op, varargs_at) -> str:
+    """Source of the (args, kwargs) a frontend passes on to its unobserved body: its parameters
+    positionally up to varargs, then the varargs, then the rest by keyword."""
+    names = [p.name for p in op.params if not p.kwonly]
+    cut = len(names) if varargs_at is None else varargs_at + 1
+    positional = names[:cut] + (["*_more"] if varargs_at is not None else [])
+    keywords = [f"{n!r}: {n}" for n in names[cut:] + ([] if "name" in names else ["name"])]
+    return f"({', '.join(positional)}{',' if positional else ''}), {{{', '.join(keywords + ['**_kw'])}}}"
+
+
+_FRONTENDS: list = []   # the globals of every generated frontend: set_observer sets `_obs` in each
+
+
+def _compile_plain(namespace):
+    """The frontend's body without the observer test: what an observed call runs."""
+    op = namespace["_op"]
+    code = compile(namespace["_plain_source"], f"<oarlock op {op.name}>", "exec")
+    scratch = dict(namespace)
+    exec(code, scratch)
+    namespace["_plain"] = plain = scratch[op.name]
+    plain.__globals__["_plain"] = plain   # scratch is the plain function's own globals
+
+
+def _observe(op, plain, args, kwargs):
+    observer = OBSERVER.current
+    if observer is None:  # removed by another thread between the test and here
+        return plain(*args, **kwargs)
+    token = observer.begin(op, args)
+    try:
+        return plain(*args, **kwargs)
+    finally:
+        observer.end(token)
+
+
+def set_observer(observer):
+    """Install `observer` (or None to remove it); returns the previous one. Every op called through its
+    frontend is then reported as observer.begin(opdef, args) -> token ... observer.end(token), around the
+    whole call (argument parsing, kernel, graph recording); ops it calls itself (casts) nest inside. Every
+    node the autograd engine runs is reported the same way: observer.begin(node, grads), with the
+    gradients flowing into it. With no observer the cost is one `is not None` test per op call."""
+    if observer is not None and not (callable(getattr(observer, "begin", None))
+                                     and callable(getattr(observer, "end", None))):
+        raise TypeError(f"set_observer(): observer must have begin(event, inputs) and end(token) methods, "
+                        f"got {type(observer).__name__}")
+    previous = OBSERVER.current
+    for namespace in _FRONTENDS:
+        if observer is not None and namespace["_plain"] is None:
+            _compile_plain(namespace)
+        namespace["_obs"] = observer
+    OBSERVER.current = observer
+    return previous
 
 
 def _recall(op) -> str:

@@ -11,6 +11,9 @@ never from a private `oarlock._*` module; import-linter holds that as a contract
 - Storage rebinding: `rebind(t, array, place=None)` gives an existing Tensor new storage (and the
   dtype of that array) while every reference to it stays valid: optimizer master weights, `Layer.to`,
   `amp.decorate`. It counts as an in-place modification (the version counter moves).
+- Observation: `set_observer(observer)` reports every op call (through its frontend, the generated fast
+  path included) and every node the autograd engine runs as observer.begin(event, inputs) -> token and
+  observer.end(token); a profiler installs one. None (the default) costs one test per op call.
 - The Backend interface (`Backend`, `DeviceProperties`, `HostStream`, `HostEvent`), the op registrar
   types, autocast state, and the hook markers.
 """
@@ -20,14 +23,14 @@ from __future__ import annotations
 from oarlock._tensor import Tensor, bump_version, version_counter
 from oarlock.autograd import Node, is_grad_enabled
 from oarlock.device import Backend, DeviceProperties, HostEvent, HostStream, Place
-from oarlock.dispatch import AUTOCAST, OpDef, OpError, OpRegistrar, set_autocast, write_out
+from oarlock.dispatch import AUTOCAST, OpDef, OpError, OpRegistrar, set_autocast, set_observer, write_out
 from oarlock.hookspecs import hookimpl, hookspec
 from oarlock.registry import ANY_DTYPE, GENERIC, DuplicateRegistration, Registry, default_registry
 
-__all__ = ["ANY_DTYPE", "AUTOCAST", "Backend", "DeviceProperties", "DuplicateRegistration", "GENERIC", "HostEvent",
-           "HostStream", "Node", "OpDef", "OpError", "OpRegistrar", "Place", "Registry", "array_of",
-           "default_registry", "guard_writes", "hookimpl", "hookspec", "is_grad_enabled", "rebind", "set_autocast", "wrap",
-           "write_out"]
+__all__ = ["ANY_DTYPE", "array_of", "AUTOCAST", "Backend", "default_registry", "DeviceProperties",
+           "DuplicateRegistration", "GENERIC", "guard_writes", "hookimpl", "hookspec", "HostEvent", "HostStream",
+           "is_grad_enabled", "Node", "OpDef", "OpError", "OpRegistrar", "Place", "rebind", "Registry",
+           "set_autocast", "set_observer", "wrap", "write_out"]
 
 
 def array_of(tensor: Tensor):

@@ -1,0 +1,24 @@
+"""Helpers shared by summary and flops: Paddle-style per-class layer numbers."""
+
+from __future__ import annotations
+
+import collections
+
+
+def layer_numbers(model) -> dict:
+    """id(layer) -> its 0-based number among the layers of its class, model first, then its sublayers in
+    definition order: the numbers Paddle's unique names (linear_0, linear_1, ...) give a model built in a
+    fresh name scope, where each layer takes the next number of its class when it is constructed."""
+    counts, numbers = collections.Counter(), {}
+    for layer in [model, *model.sublayers()]:
+        if id(layer) not in numbers:
+            key = type(layer).__name__.lower()
+            numbers[id(layer)] = counts[key]
+            counts[key] += 1
+    return numbers
+
+
+def check_layer(fn, net):
+    import oarlock.nn
+    if not isinstance(net, oarlock.nn.Layer):
+        raise TypeError(f"{fn}(): net must be an oarlock.nn.Layer, got {type(net).__name__}")
