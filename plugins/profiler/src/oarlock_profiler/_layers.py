@@ -3,6 +3,16 @@
 from __future__ import annotations
 
 import collections
+import re
+
+_FIRST_CAP = re.compile("(.)([A-Z][a-z]+)")
+_ALL_CAP = re.compile("([a-z])([A-Z])")
+
+
+def snake_name(layer) -> str:
+    """Paddle's default name scope of a layer: its class name in snake case (ReLU -> re_lu, MaxPool2D ->
+    max_pool2d)."""
+    return _ALL_CAP.sub(r"\1_\2", _FIRST_CAP.sub(r"\1_\2", type(layer).__name__)).lower()
 
 
 def layer_numbers(model) -> dict:
@@ -12,7 +22,7 @@ def layer_numbers(model) -> dict:
     counts, numbers = collections.Counter(), {}
     for layer in [model, *model.sublayers()]:
         if id(layer) not in numbers:
-            key = type(layer).__name__.lower()
+            key = snake_name(layer)
             numbers[id(layer)] = counts[key]
             counts[key] += 1
     return numbers

@@ -8,7 +8,7 @@ import numpy as np
 import oarlock
 import oarlock.nn as nn
 
-from oarlock_profiler._layers import check_layer, layer_numbers
+from oarlock_profiler._layers import check_layer, layer_numbers, snake_name
 
 
 def _numel(t):
@@ -68,9 +68,10 @@ def _table(heads, rows):
 
 
 def flops(net, input_size, custom_ops=None, print_detail=False):
-    """The FLOPs of one forward pass of `net` on a random input of shape `input_size` (an int; printed with
-    the parameter count). custom_ops: {LayerClass: fn(layer, inputs, output) -> FLOPs} for layers without a
-    built-in rule (others count as zero, with a note); print_detail: print the per-layer table."""
+    """The FLOPs of one forward pass of `net` on a random input of shape `input_size` (printed with the
+    parameter count). custom_ops: {LayerClass: fn(layer, inputs, output)} for layers without a built-in rule
+    (fn returns the FLOPs, or adds them to layer.total_ops and returns None, as Paddle's do); other layers
+    count as zero, with a note. print_detail: print the per-layer table."""
     check_layer("flops", net)
     if not isinstance(input_size, (list, tuple)) or not all(isinstance(d, int) and d > 0 for d in input_size):
         raise ValueError(f"flops(): input_size must be a list of positive ints (an input shape), got {input_size!r}")
@@ -98,8 +99,14 @@ def flops(net, input_size, custom_ops=None, print_detail=False):
         def hook(layer, inputs, output):
             entry = counts.setdefault(id(layer), {"ops": 0})
             if rule is not None:
-                result = rule(layer, inputs, output)
-                entry["ops"] += abs(int(result if result is not None else 0))
+                # a rule returns its count, or adds it to layer.total_ops as Paddle's custom functions do
+                layer.total_ops = 0
+                try:
+                    result = rule(layer, inputs, output)
+                    counted = layer.total_ops if result is None else result
+                finally:
+                    del layer.total_ops
+                entry["ops"] += abs(int(np.asarray(counted.numpy() if hasattr(counted, "numpy") else counted).sum()))
             entry["params"] = sum(_numel(p) for p in layer.parameters())
             entry["input_shape"] = list(inputs[0].shape)
             first = output[0] if isinstance(output, (list, tuple)) else output
@@ -127,7 +134,7 @@ def flops(net, input_size, custom_ops=None, print_detail=False):
             continue
         total_ops += entry["ops"]
         total_params += entry["params"]
-        rows.append([f"{type(m).__name__.lower()}_{numbers_[id(m)]}", entry["input_shape"], entry["output_shape"],
+        rows.append([f"{snake_name(m)}_{numbers_[id(m)]}", entry["input_shape"], entry["output_shape"],
                      entry["params"], entry["ops"]])
     if print_detail:
         print(_table(["Layer Name", "Input Shape", "Output Shape", "Params", "Flops"], rows))
