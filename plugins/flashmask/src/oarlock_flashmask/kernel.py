@@ -38,6 +38,7 @@ undropped scores.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy
@@ -50,6 +51,12 @@ BLOCK_K = 128
 
 SKIP, FULL, PARTIAL = 0, 1, 2
 _M64 = (1 << 64) - 1
+LOG2E, LN2 = 1.0 / math.log(2.0), math.log(2.0)
+# The most score elements (all batches and heads) one matmul of a run of tiles produces: 2 MiB of float32, about
+# the 2 cores' L2 and enough columns for BLAS to run near its peak.
+SPAN_ELEMS = 1 << 19
+_HUGE = 1e30
+_RENORM = 2.0 ** 64  # the forward's fast step re-centres a row's reference once its sum passes this
 
 
 def _err(arg, got, accepted, cls=ValueError):
@@ -254,14 +261,19 @@ def _seed(xp, seed_offset, p, generator):
 
 # -- layout helpers -----------------------------------------------------------------------------------
 
-def _rows_layout(xp, x, hk, ct, scale=None):
-    """[B, S, H, D] -> a new contiguous [B, Hk, S * G, D] (row s * G + g is query head hk * G + g)."""
+def _rows_layout(xp, x, hk, ct, scale=None, extra=0, fill=0):
+    """[B, S, H, D] -> a new contiguous [B, Hk, S * G, D + extra] (row s * G + g is query head hk * G + g), times
+    `scale`; the `extra` trailing columns hold `fill`. Keys and values use it with H = Hk (G = 1)."""
     b, s, h, d = x.shape
-    out = xp.empty((b, hk, s, h // hk, d), dtype=ct)
-    out[...] = x.reshape(b, s, hk, h // hk, d).transpose(0, 2, 1, 3, 4)
-    if scale is not None:
-        out *= scale
-    return out.reshape(b, hk, s * (h // hk), d)
+    out = xp.empty((b, hk, s, h // hk, d + extra), dtype=ct)
+    src = x.reshape(b, s, hk, h // hk, d).transpose(0, 2, 1, 3, 4)
+    if scale is None:
+        out[..., :d] = src
+    else:
+        xp.multiply(src, scale, out=out[..., :d])  # one pass (numpy casts a lower-precision input on the fly)
+    if extra:
+        out[..., d:] = fill
+    return out.reshape(b, hk, s * (h // hk), d + extra)
 
 
 def _from_rows(xp, x, b, s, h, dtype):
@@ -271,18 +283,16 @@ def _from_rows(xp, x, b, s, h, dtype):
     return xp.ascontiguousarray(y).astype(dtype, copy=False)
 
 
-def _keys_t(xp, k, ct):
-    """[B, S, Hk, D] -> contiguous [B, Hk, D, S]."""
-    out = xp.empty((k.shape[0], k.shape[2], k.shape[3], k.shape[1]), dtype=ct)
-    out[...] = k.transpose(0, 2, 3, 1)
-    return out
+def _keys(xp, k, ct, ones=False):
+    """[B, S, Hk, D] -> contiguous [B, Hk, S, D], or [B, Hk, S, D + 1] with a last column of ones (`ones`: a matmul
+    against its transpose adds the left operand's last column to every product). Matmuls take the transposes as
+    views (BLAS reads them transposed), so no K^T copy is made."""
+    return _rows_layout(xp, k, k.shape[2], ct, extra=int(ones), fill=1)
 
 
-def _keys(xp, k, ct):
-    """[B, S, Hk, D] -> contiguous [B, Hk, S, D]."""
-    out = xp.empty((k.shape[0], k.shape[2], k.shape[1], k.shape[3]), dtype=ct)
-    out[...] = k.transpose(0, 2, 1, 3)
-    return out
+def _from_keys(xp, x, dtype):
+    """[B, Hk, S, D] -> [B, S, Hk, D] of `dtype`."""
+    return xp.ascontiguousarray(x.transpose(0, 2, 1, 3)).astype(dtype, copy=False)
 
 
 def _lse_out(xp, lse, b, hk, sq, g):
@@ -301,6 +311,41 @@ def _scale(softmax_scale, d):
     return softmax_scale if softmax_scale is not None else (1.0 / math.sqrt(d) if d else 1.0)
 
 
+# -- spans --------------------------------------------------------------------------------------------
+
+def _spans(line, block, length, max_len, first_alone=False):
+    """Runs of the non-skipped tiles of one tile row (or column) `line` (classes per block of `block` indices,
+    `length` in all): [(start, end, partial)], consecutive tiles of the same class merged while the run stays
+    within `max_len`, so one matmul covers many tiles (BLAS is efficient on bigger products and Python pays per
+    call, not per element). `first_alone`: the first run is one tile (the forward's exact first step; see
+    _forward_rows)."""
+    out = []
+    for j in numpy.flatnonzero(line != SKIP).tolist():
+        lo, hi, partial = j * block, min((j + 1) * block, length), bool(line[j] == PARTIAL)
+        if out and out[-1][1] == lo and out[-1][2] == partial and hi - out[-1][0] <= max_len \
+                and not (first_alone and len(out) == 1):
+            out[-1] = (out[-1][0], hi, partial)
+        else:
+            out.append((lo, hi, partial))
+    return out
+
+
+def _span_len(block, per_index):
+    """The longest run (a multiple of `block`, at least one block) whose score array, `per_index` elements per
+    index along the run, stays within SPAN_ELEMS."""
+    return max(block, SPAN_ELEMS // max(1, per_index) // block * block)
+
+
+def _view(flat, shape):
+    """A contiguous array of `shape` on the front of the flat buffer `flat` (a reused scratch array)."""
+    return flat[:math.prod(shape)].reshape(shape)
+
+
+def _quiet(xp):
+    """exp2 overflows to inf on purpose in the forward's fast step (detected, then redone exactly)."""
+    return numpy.errstate(over="ignore", invalid="ignore") if xp is numpy else contextlib.nullcontext()
+
+
 # -- forward ------------------------------------------------------------------------------------------
 
 def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_seed_offset=None, dropout=0.0,
@@ -316,18 +361,23 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     seed, offset = _seed(xp, fixed_seed_offset, dropout, generator)
     bq, bk = BLOCK_Q, BLOCK_K
     mask = _Mask(xp, startend_row_indices, causal, window_left, window_right, b, sq, sk, hk, g, bq, bk)
-    q = _rows_layout(xp, query, hk, ct, scale)
-    kt = _keys_t(xp, key, ct)
+    # Scores in base 2 (exp2 is cheaper than exp): Q carries scale * log2(e). Q's extra last column holds -m (the
+    # row's running reference) against K's column of ones, so each score product comes out already shifted.
+    q = _rows_layout(xp, query, hk, ct, scale * LOG2E, extra=1)
+    k = _keys(xp, key, ct, ones=True)
     v = _keys(xp, value, ct)
     out = xp.zeros((b, hk, sq * g, dv), dtype=ct)
     lse = xp.full((b, hk, sq * g, 1), -xp.inf, dtype=ct)
-    ones = xp.ones((bk, 1), dtype=ct)
     classes = numpy.asarray(mask.classes) if xp is not numpy else mask.classes
+    span = _span_len(bk, b * hk * bq * g)
+    ctx = (xp, classes, mask, q, k, v, out, lse, ct, dropout, seed, offset, b, hq, hk, g, sq, sk, d, dv)
 
     def blocks(_worker, rows):
-        for i in rows:
-            _forward_block(xp, i, classes, mask, q, kt, v, out, lse, ones, ct, dropout, seed, offset, b, hq, hk, g,
-                           sq, sk, dv)
+        flat = xp.empty(b * hk * bq * g * span, dtype=ct)
+        ones = xp.ones((span, 1), dtype=ct)
+        with _quiet(xp):
+            for i in rows:
+                _forward_rows(ctx, i, flat, ones, span)
     _parallel.run(xp, blocks, [i for i in range(mask.nqb) if (classes[i] != SKIP).any()])
     out_b = _from_rows(xp, out, b, sq, hq, query.dtype)
     lse_dtype = xp.float64 if ct == xp.float64 else xp.float32
@@ -337,44 +387,83 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     return out_b, lse_b, so
 
 
-def _forward_block(xp, i, classes, mask, q, kt, v, out, lse, ones, ct, dropout, seed, offset, b, hq, hk, g, sq, sk,
-                   dv):
-    """One query block: online softmax over its non-skipped key blocks; writes out and lse rows."""
+def _forward_rows(ctx, i, flat, ones, span):
+    """One query block: online softmax (base 2) over its runs of non-skipped key tiles; writes out and lse rows.
+
+    Each row keeps a reference m (its running max, or a power-of-two re-centring of it), the sum total of
+    2^(s - m) and the accumulator acc = sum 2^(s - m) v. m enters the score matmul through Q's last column, so a
+    run's scores arrive as s - m. Two steps:
+    - exact (the standard online softmax): the run's row max, a shift max(0, max) (the max itself while a row
+      has seen nothing), s -= shift, exp2, rescale total and acc by 2^-shift. Used until every row has total > 0; the
+      step that first gives a row total > 0 gives it total >= 1 (its max term is 2^0), and total only grows afterwards.
+    - fast (no max and no subtraction pass over the scores): exp2 straight away with the current m. With
+      total >= 1 underflow is harmless (a lost term is below 2^-126 of total); overflow (a score more than ~128 above m,
+      or a sum past the float range) shows up as a non-finite total, and the run is redone with the exact step.
+      When total passes _RENORM, m moves up by floor(log2 total) (total and acc scaled by that power of two, exactly).
+    """
+    xp, classes, mask, q, k, v, out, lse, ct, dropout, seed, offset, b, hq, hk, g, sq, sk, d, dv = ctx
     bq, bk = mask.bq, mask.bk
     r0, r1 = i * bq, min((i + 1) * bq, sq)
-    active = [j for j in range(mask.nkb) if classes[i, j] != SKIP]
     n = (r1 - r0) * g
-    qi = q[:, :, r0 * g:r1 * g]
-    m = xp.full((b, hk, n, 1), -xp.inf, dtype=ct)
-    run_sum = xp.zeros((b, hk, n, 1), dtype=ct)
+    rs = slice(r0 * g, r1 * g)
+    qi, mcol = q[:, :, rs], q[:, :, rs, d:]
+    m = xp.zeros((b, hk, n, 1), dtype=ct)
+    mcol[...] = 0
+    total, total_new, rsum = (xp.zeros((b, hk, n, 1), dtype=ct) for _ in range(3))
     acc = xp.zeros((b, hk, n, dv), dtype=ct)
-    any_partial = False
-    for j in active:
-        c0, c1 = j * bk, min((j + 1) * bk, sk)
-        s = xp.matmul(qi, kt[..., c0:c1])
-        partial = classes[i, j] == PARTIAL
+    pv = xp.empty((b, hk, n, dv), dtype=ct)
+    started = False
+
+    def scores(c0, c1, partial):
+        s = _view(flat, (b, hk, n, c1 - c0))
+        xp.matmul(qi, k[:, :, c0:c1].swapaxes(-1, -2), out=s)
         if partial:
-            any_partial = True
-            s = _apply_mask(xp, s, mask.tile(r0, r1, c0, c1), (b, hk, r1 - r0, g, c1 - c0))
-        m_new = xp.maximum(m, s.max(axis=-1, keepdims=True))
-        if any_partial:
-            m_use = xp.where(xp.isfinite(m_new), m_new, xp.zeros((), ct))
-        else:
-            m_use = m_new
-        alpha = xp.exp(m - m_use)
-        s -= m_use
-        xp.exp(s, out=s)
-        run_sum *= alpha
-        run_sum += xp.matmul(s, ones[:c1 - c0])
+            _apply_mask(xp, s, mask.tile(r0, r1, c0, c1), (b, hk, r1 - r0, g, c1 - c0))
+        return s
+
+    def accumulate(s, c0, c1):
         if dropout > 0:
             s *= _keep_scale(xp, seed, offset, dropout, b, hq, hk, g, sq, sk, r0, r1, c0, c1, ct)
+        xp.matmul(s, v[:, :, c0:c1], out=pv)
+        acc.__iadd__(pv)
+
+    for c0, c1, partial in _spans(classes[i], bk, sk, span, first_alone=True):
+        w = c1 - c0
+        s = scores(c0, c1, partial)
+        if started:
+            xp.exp2(s, out=s)
+            xp.matmul(s, ones[:w], out=rsum)
+            xp.add(total, rsum, out=total_new)
+            top = float(total_new.max())
+            if math.isfinite(top):
+                total, total_new = total_new, total
+                accumulate(s, c0, c1)
+                if top > _RENORM:
+                    shift = xp.where(total > _RENORM, xp.floor(xp.log2(total)), xp.zeros((), ct))
+                    factor = xp.exp2(-shift)
+                    total *= factor
+                    acc *= factor
+                    m += shift
+                    mcol[...] = -m
+                continue
+            s = scores(c0, c1, partial)  # overflow: redo the run exactly
+        mx = s.max(axis=-1, keepdims=True)
+        shift = xp.where(total > 0, xp.maximum(mx, 0), xp.where(xp.isfinite(mx), mx, xp.zeros((), ct)))
+        s -= shift
+        xp.exp2(s, out=s)
+        alpha = xp.exp2(xp.minimum(-shift, 0))  # <= 1; multiplies zeros where the row had seen nothing
+        xp.matmul(s, ones[:w], out=rsum)
+        total *= alpha
+        total += rsum
         acc *= alpha
-        acc += xp.matmul(s, v[:, :, c0:c1])
-        m = m_new
-    empty = run_sum == 0
-    l_safe = xp.where(empty, xp.ones((), ct), run_sum)
-    xp.divide(acc, l_safe, out=out[:, :, r0 * g:r1 * g])
-    lse[:, :, r0 * g:r1 * g] = xp.where(empty, xp.asarray(-xp.inf, dtype=ct), m + xp.log(l_safe))
+        accumulate(s, c0, c1)
+        m += shift
+        mcol[...] = -m
+        started = started or bool(total.min() > 0)
+    empty = total == 0
+    l_safe = xp.where(empty, xp.ones((), ct), total)
+    xp.divide(acc, l_safe, out=out[:, :, rs])
+    lse[:, :, rs] = xp.where(empty, xp.asarray(-xp.inf, dtype=ct), (m + xp.log2(l_safe)) * LN2)
 
 
 # -- backward -----------------------------------------------------------------------------------------
@@ -391,72 +480,86 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     seed, offset = _seed(xp, seed_offset, 0.0, None)
     bq, bk = BLOCK_Q, BLOCK_K
     mask = _Mask(xp, startend_row_indices, causal, window_left, window_right, b, sq, sk, hk, g, bq, bk)
-    q = _rows_layout(xp, query, hk, ct, scale)                      # [B, Hk, Sq*G, D], scaled
-    qt = xp.ascontiguousarray(q.swapaxes(-1, -2))                   # [B, Hk, D, Sq*G]
-    do = _rows_layout(xp, grad, hk, ct)                             # [B, Hk, Sq*G, Dv]
-    dot = xp.ascontiguousarray(do.swapaxes(-1, -2))                 # [B, Hk, Dv, Sq*G]
+    # As in the forward, scores are in base 2 and extra columns fold a per-row term into the matmuls: Q's last
+    # column is -lse (base 2) against K's ones, so Q K^T gives s - lse and exp2 of it is P; dO's last column is -D
+    # against V's ones, so dO V^T gives dP - D (with dropout, dP is scaled by the keep mask before D is
+    # subtracted, so there the column is 0 and D is subtracted per tile). dK and dV are built as [Sk, D]
+    # (dS^T Q, P^T dO: BLAS reads the transposes as views), so no operand is ever copied transposed.
+    q = _rows_layout(xp, query, hk, ct, scale * LOG2E, extra=1)    # [B, Hk, Sq*G, D+1]
+    do = _rows_layout(xp, grad, hk, ct, extra=1)                    # [B, Hk, Sq*G, Dv+1]
     o = _rows_layout(xp, out, hk, ct)
-    delta = (do * o).sum(axis=-1, keepdims=True)                    # [B, Hk, Sq*G, 1]
+    delta = (do[..., :dv] * o).sum(axis=-1, keepdims=True)          # [B, Hk, Sq*G, 1]
     del o
     if grad_lse is not None:
         delta -= _lse_rows(xp, grad_lse, hk, ct)
+    if dropout <= 0:
+        do[..., dv:] = -delta
     lse_r = _lse_rows(xp, lse, hk, ct)
-    lse_r = xp.where(xp.isfinite(lse_r), lse_r, xp.asarray(xp.inf, dtype=ct))  # masked rows: P = 0
-    k = _keys(xp, key, ct)                                          # [B, Hk, Sk, D]
-    kt = _keys_t(xp, key, ct)                                       # [B, Hk, D, Sk]
-    vt = _keys_t(xp, value, ct)                                     # [B, Hk, Dv, Sk]
+    # rows that saw no key (lse -inf) get a huge finite -lse, so P = 0 there without inf arithmetic in the matmul
+    q[..., d:] = xp.where(xp.isfinite(lse_r), lse_r * -LOG2E, xp.asarray(-_HUGE, dtype=ct))
+    del lse_r
+    k = _keys(xp, key, ct, ones=True)                               # [B, Hk, Sk, D+1]
+    v = _keys(xp, value, ct, ones=True)                             # [B, Hk, Sk, Dv+1]
     dq = xp.zeros((b, hk, sq * g, d), dtype=ct)
-    dkt = xp.zeros((b, hk, d, sk), dtype=ct)
-    dvt = xp.zeros((b, hk, dv, sk), dtype=ct)
+    dk = xp.zeros((b, hk, sk, d), dtype=ct)
+    dv_ = xp.zeros((b, hk, sk, dv), dtype=ct)
     classes = numpy.asarray(mask.classes) if xp is not numpy else mask.classes
+    span = _span_len(bq, b * hk * g * bk)
+    ctx = (xp, classes, mask, q, do, delta, k, v, dk, dv_, ct, dropout, seed, offset, b, hq, hk, g, sq, sk, d, dv)
     dq_parts = []
 
     def blocks(worker, cols):
         dq_w = dq if worker == 0 else xp.zeros_like(dq)
+        size = b * hk * span * g * bk
+        flat_s, flat_dp = xp.empty(size, dtype=ct), xp.empty(size, dtype=ct)
+        flat_dq = xp.empty(b * hk * span * g * d, dtype=ct)
         for j in cols:
-            _backward_block(xp, j, classes, mask, q, qt, do, dot, delta, lse_r, k, kt, vt, dq_w, dkt, dvt, ct,
-                            dropout, seed, offset, b, hq, hk, g, sq, sk)
+            _backward_cols(ctx, j, dq_w, flat_s, flat_dp, flat_dq, span)
         if worker:
             dq_parts.append(dq_w)
     _parallel.run(xp, blocks, [j for j in range(mask.nkb) if (classes[:, j] != SKIP).any()])
     for part in dq_parts:
         dq += part
     dq *= scale
-    dq_b = _from_rows(xp, dq, b, sq, hq, query.dtype)
-    dk_b = xp.ascontiguousarray(dkt.transpose(0, 3, 1, 2)).astype(key.dtype, copy=False)
-    dv_b = xp.ascontiguousarray(dvt.transpose(0, 3, 1, 2)).astype(value.dtype, copy=False)
-    return dq_b, dk_b, dv_b
+    dk *= LN2  # dS^T (Q scale log2 e) ln 2 = scale dS^T Q
+    return _from_rows(xp, dq, b, sq, hq, query.dtype), _from_keys(xp, dk, key.dtype), _from_keys(xp, dv_, value.dtype)
 
 
-def _backward_block(xp, j, classes, mask, q, qt, do, dot, delta, lse_r, k, kt, vt, dq, dkt, dvt, ct, dropout, seed,
-                    offset, b, hq, hk, g, sq, sk):
-    """One key block: dK, dV of its columns and its share of dQ, over its non-skipped query blocks."""
+def _backward_cols(ctx, j, dq, flat_s, flat_dp, flat_dq, span):
+    """One key block: dK, dV of its columns and its share of dQ, over its runs of non-skipped query tiles
+    (FlashAttention-2: P = 2^(s - lse), dV += P^T dO, dS = P (dP - D), dQ += dS K, dK += dS^T Q)."""
+    xp, classes, mask, q, do, delta, k, v, dk, dv_, ct, dropout, seed, offset, b, hq, hk, g, sq, sk, d, dv = ctx
     bq, bk = mask.bq, mask.bk
     c0, c1 = j * bk, min((j + 1) * bk, sk)
-    ktj, vtj, kj = kt[..., c0:c1], vt[..., c0:c1], k[:, :, c0:c1]
-    dktj, dvtj = dkt[..., c0:c1], dvt[..., c0:c1]
-    for i in range(mask.nqb):
-        cls = classes[i, j]
-        if cls == SKIP:
-            continue
-        r0, r1 = i * bq, min((i + 1) * bq, sq)
+    w = c1 - c0
+    kj, vj = k[:, :, c0:c1], v[:, :, c0:c1]
+    kjt, vjt, kj = kj.swapaxes(-1, -2), vj.swapaxes(-1, -2), kj[..., :d]
+    dkj, dvj = dk[:, :, c0:c1], dv_[:, :, c0:c1]
+    dk_part, dv_part = xp.empty((b, hk, w, d), dtype=ct), xp.empty((b, hk, w, dv), dtype=ct)
+    for r0, r1, partial in _spans(classes[:, j], bq, sq, span):
         rs = slice(r0 * g, r1 * g)
-        s = xp.matmul(q[:, :, rs], ktj)
-        if cls == PARTIAL:
-            s = _apply_mask(xp, s, mask.tile(r0, r1, c0, c1), (b, hk, r1 - r0, g, c1 - c0))
-        s -= lse_r[:, :, rs]
-        xp.exp(s, out=s)                                        # P
-        dp = xp.matmul(do[:, :, rs], vtj)
+        n = (r1 - r0) * g
+        p = _view(flat_s, (b, hk, n, w))
+        xp.matmul(q[:, :, rs], kjt, out=p)                      # s - lse
+        if partial:
+            _apply_mask(xp, p, mask.tile(r0, r1, c0, c1), (b, hk, r1 - r0, g, w))
+        xp.exp2(p, out=p)                                       # P
+        dp = _view(flat_dp, (b, hk, n, w))
+        xp.matmul(do[:, :, rs], vjt, out=dp)                    # dP - D (dP without dropout)
         if dropout > 0:
             z = _keep_scale(xp, seed, offset, dropout, b, hq, hk, g, sq, sk, r0, r1, c0, c1, ct)
-            dvtj += xp.matmul(dot[:, :, :, rs], s * z)
+            xp.matmul((p * z).swapaxes(-1, -2), do[:, :, rs, :dv], out=dv_part)
             dp *= z
+            dp -= delta[:, :, rs]
         else:
-            dvtj += xp.matmul(dot[:, :, :, rs], s)
-        dp -= delta[:, :, rs]
-        dp *= s                                                 # dS
-        dq[:, :, rs] += xp.matmul(dp, kj)
-        dktj += xp.matmul(qt[:, :, :, rs], dp)
+            xp.matmul(p.swapaxes(-1, -2), do[:, :, rs, :dv], out=dv_part)
+        dvj += dv_part
+        dp *= p                                                 # dS
+        dq_part = _view(flat_dq, (b, hk, n, d))
+        xp.matmul(dp, kj, out=dq_part)
+        dq[:, :, rs] += dq_part
+        xp.matmul(dp.swapaxes(-1, -2), q[:, :, rs, :d], out=dk_part)
+        dkj += dk_part
 
 
 # -- dense mask ---------------------------------------------------------------------------------------
