@@ -33,6 +33,10 @@
  * come out the same with or without FMA but for rare ties; float64 ones may differ in the last bit
  * between machines.
  *
+ * Floating-point exception flags: the branch-free code raises "invalid" and "overflow" in lanes it
+ * then discards (inf * 0, the other branch's polynomial), which numpy would report as warnings after
+ * the loop; each loop clears the flags it leaves, as libm's functions raise none for these inputs.
+ *
  * Ufunc loops take any strides: elements are gathered in blocks of BLOCK doubles, computed, and
  * scattered, so in-place calls (out=x) and non-contiguous views need no special case.
  */
@@ -45,6 +49,7 @@
 #include <numpy/arrayobject.h>
 #include <numpy/ufuncobject.h>
 
+#include <fenv.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -99,12 +104,14 @@ INLINE double horner(const double *c, int n, double u)
 #define LN2_LO 1.90821492927058770002e-10
 #define ROUND_MAGIC 6755399441055744.0     /* 1.5 * 2^52: adding it rounds to an integer, kept in the low bits */
 
-/* exp(a + b + c) for a + b <= 710, where a may be large but is a multiple of 2^-43 (so a - n ln2_hi
+/* exp(a + b + c) = result * *post for a + b <= 710, where a may be large but is a multiple of 2^-43 (so a - n ln2_hi
  * is exact), b is moderate and c tiny; -inf and anything below -1000 give 0, NaN gives NaN.
  * `terms` Taylor terms after 1 (13 for double precision, 8 for float's).  The scale 2^n is built
  * from the exponent bits; results below the normal range (n < -1000) are scaled in two steps so
- * they round once, into the subnormals. */
-INLINE double exp3(double a, double b, double c, int terms)
+ * they round once, into the subnormals: *post is 2^-600 there (else 1), and a caller that multiplies
+ * the result by other factors applies *post last, so a subnormal product is not a rounded subnormal
+ * multiplied up. */
+INLINE double exp3(double a, double b, double c, int terms, double *post)
 {
     double s = a + b;
     a = s < -1000.0 ? -1000.0 : a;   /* a NaN s keeps a: the result stays NaN */
@@ -122,8 +129,8 @@ INLINE double exp3(double a, double b, double c, int terms)
         p = p * r + inv_fact[j];
     int64_t tiny = ni < -1000;
     int64_t m = tiny ? ni + 600 : ni;
-    double post = tiny ? 0x1p-600 : 1.0;
-    return p * double_of((uint64_t)(m + 1023) << 52) * post;
+    *post = tiny ? 0x1p-600 : 1.0;
+    return p * double_of((uint64_t)(m + 1023) << 52);
 }
 
 /* x^2 = hi + lo with hi exact: x = xh + xl, xh keeping the top 26 bits of the significand (cut by a
@@ -156,13 +163,13 @@ INLINE double erf_small(double z, erf_coeffs k)
     return zc * horner(k.q, k.nq, u);
 }
 
-/* erfc(z) for 0 <= z, given z^2 = z2hi + z2lo. */
-INLINE double erfc_big(double z, double z2hi, double z2lo, erf_coeffs k)
+/* erfc(z) = result * *post (see exp3) for 0 <= z, given z^2 = z2hi + z2lo. */
+INLINE double erfc_big(double z, double z2hi, double z2lo, erf_coeffs k, double *post)
 {
     double zc = z < k.zmax ? z : k.zmax;
     double t = 2.0 / (2.0 + zc);
     double p = horner(k.p, k.np, t * k.t_scale + k.t_shift);
-    return t * exp3(-z2hi, p, -z2lo, k.exp_terms);
+    return t * exp3(-z2hi, p, -z2lo, k.exp_terms, post);
 }
 
 #define HUGE_ARG 1e8 /* beyond it every function here has reached its limit in double precision */
@@ -171,35 +178,40 @@ INLINE double erf1(double x, erf_coeffs k)
 {
     double a = fabs(x);
     a = a < HUGE_ARG ? a : HUGE_ARG;
-    double hi, lo;
+    double hi, lo, post;
     square_split(a, &hi, &lo);
-    double r = a < ERF_SPLIT ? erf_small(a, k) : 1.0 - erfc_big(a, hi, lo, k);
+    double c = erfc_big(a, hi, lo, k, &post) * post;
+    double r = a < ERF_SPLIT ? erf_small(a, k) : 1.0 - c;
     r = copysign(r, x);
     return x != x ? x : r;
 }
 
-/* Phi(x), the standard normal CDF; also returns exp(-x^2/2) through *gauss when it is not NULL. */
-INLINE double phi_cdf(double x, erf_coeffs k, double *gauss)
+/* mul * Phi(x), Phi the standard normal CDF; also returns exp(-x^2/2) through *gauss when it is not
+ * NULL.  The factor goes inside so that x Phi(x) rounds once when it is subnormal. */
+INLINE double phi_cdf(double x, erf_coeffs k, double *gauss, double mul)
 {
     double a = fabs(x);
     a = a < HUGE_ARG ? a : HUGE_ARG;
     double z = a * 0.70710678118654752440;
-    double hi, lo;
+    double hi, lo, post;
     square_split(a, &hi, &lo);
     hi *= 0.5; /* exact */
     lo *= 0.5;
-    double half_erfc = 0.5 * erfc_big(z, hi, lo, k);
-    double upper = z < ERF_SPLIT ? 0.5 + 0.5 * erf_small(z, k) : 1.0 - half_erfc; /* Phi(|x|) */
-    if (gauss)
-        *gauss = exp3(-hi, 0.0, -lo, k.exp_terms);
-    return x < 0 ? half_erfc : upper;
+    double c = erfc_big(z, hi, lo, k, &post);
+    double lower = c * (0.5 * mul) * post;                                                      /* mul Phi(-|x|) */
+    double upper = mul * (z < ERF_SPLIT ? 0.5 + 0.5 * erf_small(z, k) : 1.0 - c * 0.5 * post); /* mul Phi(|x|) */
+    if (gauss) {
+        *gauss = exp3(-hi, 0.0, -lo, k.exp_terms, &post);
+        *gauss *= post;
+    }
+    return x < 0 ? lower : upper;
 }
 
 #define INV_SQRT_2PI 0.39894228040143267794
 
 INLINE double gelu1(double x, erf_coeffs k)
 {
-    double r = x * phi_cdf(x, k, NULL);
+    double r = phi_cdf(x, k, NULL, x);
     r = x < -HUGE_ARG ? -0.0 : r; /* -inf * 0 */
     return x != x ? x : r;
 }
@@ -207,7 +219,7 @@ INLINE double gelu1(double x, erf_coeffs k)
 INLINE double gelu_grad1(double x, double g, erf_coeffs k)
 {
     double gauss;
-    double slope = phi_cdf(x, k, &gauss) + x * (gauss * INV_SQRT_2PI);
+    double slope = phi_cdf(x, k, &gauss, 1.0) + x * (gauss * INV_SQRT_2PI);
     slope = fabs(x) > HUGE_ARG ? (x > 0 ? 1.0 : 0.0) : slope; /* +-inf * 0 */
     double r = g * slope;
     return x != x ? x : r;
@@ -223,7 +235,9 @@ INLINE double sigmoid_of(double x, double e)
 INLINE double exp_neg_abs(double x, int terms)
 {
     double a = fabs(x);
-    return exp3(-a, 0.0, 0.0, terms);
+    double post;
+    double e = exp3(-a, 0.0, 0.0, terms, &post);
+    return e * post;
 }
 
 INLINE double sigmoid1(double x, int terms)
@@ -347,6 +361,7 @@ typedef void (*binary_block)(const double *RESTRICT, const double *RESTRICT, dou
             BLOCKFN(xb, ob, m);                                                                      \
             SCATTER(T, out + i * steps[1], ob, steps[1], m);                                         \
         }                                                                                            \
+        feclearexcept(FE_ALL_EXCEPT);                                                                \
     }
 #define BINARY_LOOP(NAME, T, BLOCKFN)                                                                \
     static void NAME(char **args, npy_intp const *dims, npy_intp const *steps, void *data)        \
@@ -360,6 +375,7 @@ typedef void (*binary_block)(const double *RESTRICT, const double *RESTRICT, dou
             BLOCKFN(xb, gb, ob, m);                                                                  \
             SCATTER(T, args[2] + i * steps[2], ob, steps[2], m);                                     \
         }                                                                                            \
+        feclearexcept(FE_ALL_EXCEPT);                                                                \
     }
 
 UNARY_LOOP(erf_f, float, erf_block32)
