@@ -36,6 +36,12 @@ class GenericKernels:
         self.registries = weakref.WeakSet()
         self.found: dict = {}
 
+    def track(self, ops):
+        """Remember the registry an `oarlock_register_ops` registrar fills (not exposed publicly)."""
+        registry = getattr(ops, "_registry", None)
+        if registry is not None:
+            self.registries.add(registry)
+
     def __call__(self, op):
         fn = self.found.get(op)
         if fn is None:
@@ -103,8 +109,6 @@ def register(ops):
     """Register the C kernels for device "cpu" (float32, float64); nothing when the extension is missing."""
     if _kernels is None:
         return
-    registry = getattr(ops, "_registry", None)  # the registrar does not expose its registry publicly
-    if registry is not None:
-        generic.registries.add(registry)
+    generic.track(ops)
     for op, fn in KERNELS.items():
         ops.kernel(op, device=DEVICE, dtypes=DTYPES)(fn)
