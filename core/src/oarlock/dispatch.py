@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import numbers
+import types
 
 import numpy as np
 
@@ -399,12 +400,13 @@ def define_frontend(op: OpDef, apply_fn):
         body.extend(["    if _rare is None:", *("    " + line for line in fast)] if rare else fast)
     body.append(f"    return _apply(_op, ({tensors}{',' if op.tensor_params else ''}), {{{attrs}}})")
     header = f"def {op.name}({', '.join(sig)}):\n"
-    # an installed observer (set_observer) sees the whole call; the unobserved body is compiled on first use
+    source = header + "\n".join(body) + "\n"
+    # while an observer is installed (set_observer) the frontend runs this code instead, which reports the
+    # whole call around the plain body: swapping __code__ leaves the unobserved call without any test
     observed = f"    if _obs is not None: return _observe(_op, _plain, {_forward(op, varargs_at)})\n"
-    source = header + observed + "\n".join(body) + "\n"
     namespace = {"_UNSET": _UNSET, "_op": op, "_apply": apply_fn, "_T": Tensor, "_wrap": Tensor._wrap,
-                 "_obs": OBSERVER.current, "_observe": _observe, "_plain": None,
-                 "_plain_source": header + "\n".join(body) + "\n",
+                 "_obs": OBSERVER.current, "_observe": _observe, "_plain": None, "_observed_code": None,
+                 "_observed_source": header + observed + "\n".join(body) + "\n",
                  "_GM": GRAD_MODE, "_fast": op.fast, "_record": record, "_link_view": _link_view,
                  "_take_alias": _take_alias,
                  "_unexpected": _unexpected, "_missing": _missing, "_convert_attr": _convert_attr,
@@ -426,7 +428,7 @@ def define_frontend(op: OpDef, apply_fn):
     fn.__source__ = source
     _FRONTENDS.append(namespace)
     if OBSERVER.current is not None:
-        _compile_plain(namespace)
+        _swap_code(namespace, observed=True)
     return fn
 
 
@@ -440,17 +442,21 @@ def _forward(op, varargs_at) -> str:
     return f"({', '.join(positional)}{',' if positional else ''}), {{{', '.join(keywords + ['**_kw'])}}}"
 
 
-_FRONTENDS: list = []   # the globals of every generated frontend: set_observer sets `_obs` in each
+_FRONTENDS: list = []   # the globals of every generated frontend (its function is "_self"): see set_observer
 
 
-def _compile_plain(namespace):
-    """The frontend's body without the observer test: what an observed call runs."""
-    op = namespace["_op"]
-    code = compile(namespace["_plain_source"], f"<oarlock op {op.name}>", "exec")
-    scratch = dict(namespace)
-    exec(code, scratch)
-    namespace["_plain"] = plain = scratch[op.name]
-    plain.__globals__["_plain"] = plain   # scratch is the plain function's own globals
+def _swap_code(namespace, observed: bool):
+    """Give the frontend its observed code (compiled on first need, with `_plain`, a copy of the frontend
+    running the plain body, for it to call) or its plain code back."""
+    fn = namespace["_self"]
+    if namespace["_plain"] is None:
+        plain = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+        plain.__kwdefaults__ = fn.__kwdefaults__
+        namespace["_plain"] = plain
+        scratch = dict(namespace)
+        exec(compile(namespace["_observed_source"], f"<oarlock op {namespace['_op'].name}>", "exec"), scratch)
+        namespace["_observed_code"] = scratch[fn.__name__].__code__
+    fn.__code__ = namespace["_observed_code"] if observed else namespace["_plain"].__code__
 
 
 def _observe(op, plain, args, kwargs):
@@ -469,16 +475,17 @@ def set_observer(observer):
     frontend is then reported as observer.begin(opdef, args) -> token ... observer.end(token), around the
     whole call (argument parsing, kernel, graph recording); ops it calls itself (casts) nest inside. Every
     node the autograd engine runs is reported the same way: observer.begin(node, grads), with the
-    gradients flowing into it. With no observer the cost is one `is not None` test per op call."""
+    gradients flowing into it. With no observer an op call runs exactly the code it runs without this
+    feature: installing one swaps every frontend's code for an observed version, removing it swaps back."""
     if observer is not None and not (callable(getattr(observer, "begin", None))
                                      and callable(getattr(observer, "end", None))):
         raise TypeError(f"set_observer(): observer must have begin(event, inputs) and end(token) methods, "
                         f"got {type(observer).__name__}")
     previous = OBSERVER.current
     for namespace in _FRONTENDS:
-        if observer is not None and namespace["_plain"] is None:
-            _compile_plain(namespace)
         namespace["_obs"] = observer
+        if (observer is None) != (previous is None):
+            _swap_code(namespace, observed=observer is not None)
     OBSERVER.current = observer
     return previous
 
