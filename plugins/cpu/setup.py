@@ -29,5 +29,11 @@ setup(
             include_dirs=[numpy.get_include()],
             extra_compile_args=kernel_compile_args,
         ),
+        Extension(   # the fused Adam update: no FMA contraction, so it rounds as the generic kernel does
+            "oarlock_cpu._optim",
+            sources=["src/oarlock_cpu/_optim.c"],
+            include_dirs=[numpy.get_include()],
+            extra_compile_args=kernel_compile_args + ([] if os.name == "nt" else ["-ffp-contract=off"]),
+        ),
     ],
 )

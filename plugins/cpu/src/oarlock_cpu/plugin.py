@@ -1,9 +1,10 @@
-"""Entry point of oarlock-cpu: registers the "cpu" device, its own C kernels (oarlock_cpu.kernels) and its
-matrix-product kernels that choose the BLAS thread count per call (oarlock_cpu.blas)."""
+"""Entry point of oarlock-cpu: registers the "cpu" device, its own C kernels (oarlock_cpu.kernels), its
+matrix-product kernels that choose the BLAS thread count per call (oarlock_cpu.blas) and its fused Adam
+update (oarlock_cpu.optim_kernels)."""
 
 from oarlock import hookimpl
 
-from oarlock_cpu import blas, kernels
+from oarlock_cpu import blas, kernels, optim_kernels
 from oarlock_cpu.backend import CPUBackend
 
 
@@ -16,3 +17,4 @@ def oarlock_register_backends(backends):
 def oarlock_register_ops(ops):
     kernels.register(ops)
     blas.register(ops)
+    optim_kernels.register(ops)

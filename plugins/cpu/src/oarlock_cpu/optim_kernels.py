@@ -1,0 +1,46 @@
+"""Fused one-pass Adam / AdamW kernels of the "cpu" device, over the C ufuncs of oarlock_cpu._optim.
+
+They replace, for float32 and float64, the generic kernels of oarlock-ops' adam_step_ and adam_steps_
+(a dozen numpy passes, run over cache-sized chunks): one pass reads each parameter, gradient and
+moment element once, in the generic kernel's order of operations and with its scalars, so the results
+are the same bits. Other dtypes (bfloat16, float16) keep the generic kernels.
+"""
+
+from __future__ import annotations
+
+import math
+
+from oarlock_cpu import _optim
+
+DTYPES = ("float32", "float64")
+
+
+def adam(xp, param, grad, moment1, moment2, moment2_max, *, lr, beta1, beta2, epsilon, step, weight_decay,
+         decoupled):
+    """One Adam (decoupled=False: coupled L2) or AdamW step of one parameter, in place."""
+    kind = param.dtype.type
+    root_bc2 = math.sqrt(1.0 - beta2 ** step)
+    decay = 1.0 - lr * weight_decay if decoupled and weight_decay else 1.0
+    l2 = 0.0 if decoupled else weight_decay
+    scalars = (kind(decay), kind(l2), kind(1.0 - beta1), kind(beta2), kind(1.0 - beta2), kind(epsilon * root_bc2),
+               kind(lr * root_bc2 / (1.0 - beta1 ** step)))
+    if moment2_max is None:
+        _optim.adam(param, grad, moment1, moment2, *scalars, out=(param, moment1, moment2))
+    else:
+        _optim.adam_amsgrad(param, grad, moment1, moment2, moment2_max, *scalars,
+                            out=(param, moment1, moment2, moment2_max))
+
+
+def adam_many(xp, params, grads, moment1, moment2, **attrs):
+    """adam over lists (adam_steps_: every parameter at one step number, no amsgrad)."""
+    n = len(params)
+    if not len(grads) == len(moment1) == len(moment2) == n:
+        raise ValueError(f"adam_steps_(): every tensor list must have one tensor per parameter ({n}), got "
+                         f"{len(grads)} gradients, {len(moment1)} and {len(moment2)} moments")
+    for p, g, m1, m2 in zip(params, grads, moment1, moment2):
+        adam(xp, p, g, m1, m2, None, **attrs)
+
+
+def register(ops):
+    ops.kernel("adam_step_", device="cpu", dtypes=DTYPES)(adam)
+    ops.kernel("adam_steps_", device="cpu", dtypes=DTYPES)(adam_many)
