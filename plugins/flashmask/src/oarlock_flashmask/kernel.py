@@ -52,11 +52,17 @@ BLOCK_K = 128
 SKIP, FULL, PARTIAL = 0, 1, 2
 _M64 = (1 << 64) - 1
 LOG2E, LN2 = 1.0 / math.log(2.0), math.log(2.0)
-# The most score elements (all batches and heads) one matmul of a run of tiles produces: 2 MiB of float32, about
-# the 2 cores' L2 and enough columns for BLAS to run near its peak.
-SPAN_ELEMS = 1 << 19
+# Tiles are classified BLOCK_Q x BLOCK_K; runs of them are computed together. A run's score array (a group of
+# heads x its rows x its columns) holds about SPAN_ELEMS elements (512 KiB of float32, so it and the run's K
+# and V stay in a core's 1 MiB L2), with runs of up to SPAN rows or columns (long enough for BLAS to run near its
+# peak, and few Python calls) before heads are grouped.
+SPAN_ELEMS = 1 << 17
+SPAN = 512
 _HUGE = 1e30
 _RENORM = 2.0 ** 64  # the forward's fast step re-centres a row's reference once its sum passes this
+# A row whose sum of 2^(s - m) ends below this may have lost precision to underflow (terms under 2^-126 each, up
+# to 2^20 of them, must stay below float32's 2^-24 of the sum): its block is redone with exact steps.
+_TINY = 2.0 ** -80
 
 
 def _err(arg, got, accepted, cls=ValueError):
@@ -148,6 +154,15 @@ class _Mask:
                 self.cons.append(("in", col(2), col(3)))
         self.nqb, self.nkb = -(-sq // bq), -(-sk // bk)
         self.classes = self._classify()
+        # the kernels flatten (batch, key head) into one axis f = b * Hk + h; tiles take the vectors per f
+        self.flat = [(con[0],) + tuple(self._per_f(vec, b, hk) for vec in con[1:]) for con in self.cons]
+
+    def _per_f(self, vec, b, hk):
+        """[B, h, 1, g', Sk] -> [B * Hk, 1, g', Sk], or [1, 1, g', Sk] when the same for every (batch, head)."""
+        xp, gm, sk = self.xp, vec.shape[3], vec.shape[4]
+        if vec.shape[0] == 1 and vec.shape[1] == 1:
+            return vec.reshape(1, 1, gm, sk)
+        return xp.ascontiguousarray(xp.broadcast_to(vec, (b, hk, 1, gm, sk))).reshape(b * hk, 1, gm, sk)
 
     def _block_stats(self, vec):
         """(min, max) over each key block's columns (and batch and heads): two [nkb] arrays."""
@@ -196,8 +211,9 @@ class _Mask:
             classes[...] = SKIP
         return classes
 
-    def tile(self, r0, r1, c0, c1):
-        """The boolean mask (True = masked) of a tile, broadcastable to [B, Hk, bq, G, bk]."""
+    def tile(self, f0, f1, r0, r1, c0, c1):
+        """The boolean mask (True = masked) of a tile of the flattened (batch, key head) range [f0, f1), rows
+        [r0, r1) and columns [c0, c1), broadcastable to [f1 - f0, r1 - r0, G, c1 - c0]."""
         xp = self.xp
         rows = xp.arange(r0, r1, dtype=xp.int32)[:, None, None]
         cols = xp.arange(c0, c1, dtype=xp.int32)
@@ -208,44 +224,58 @@ class _Mask:
             wl, wr = self.window
             w = (cols < rows + (self.off - wl)) | (cols > rows + (self.off + wr))
             m = w if m is None else m | w
-        for con in self.cons:
+        for con in self.flat:
+            vec = [x[f0:f1, ..., c0:c1] if x.shape[0] > 1 else x[..., c0:c1] for x in con[1:]]
             if con[0] == "ge":
-                t = rows >= con[1][..., c0:c1]
+                t = rows >= vec[0]
             elif con[0] == "lt":
-                t = rows < con[1][..., c0:c1]
+                t = rows < vec[0]
             else:
-                t = (rows >= con[1][..., c0:c1]) & (rows < con[2][..., c0:c1])
+                t = (rows >= vec[0]) & (rows < vec[1])
             m = t if m is None else m | t
         return m
 
 
-def _apply_mask(xp, s, mask, shape5):
-    s5 = s.reshape(shape5)
+def _apply_mask(xp, s, mask, g):
+    """Sets the masked scores of `s` ([F, rows * G, cols]: an array or a view into one) to -inf in place."""
+    s4 = s.reshape(s.shape[0], -1, g, s.shape[2])  # splits rows * G only: a view, also of a row or column range
     if xp is numpy:
-        numpy.copyto(s5, -numpy.inf, where=mask)
-        return s
-    return xp.where(mask, xp.asarray(-xp.inf, dtype=s.dtype), s5).reshape(s.shape)
+        numpy.copyto(s4, -numpy.inf, where=mask)
+    else:
+        s4[...] = xp.where(mask, xp.asarray(-xp.inf, dtype=s.dtype), s4)
+
+
+def _mask_cols(xp, mask, s, f0, f1, r0, r1, c0, partials, g):
+    """Masks the partial column ranges `partials` of the scores s of rows [r0, r1) and columns from c0."""
+    for p0, p1 in partials:
+        _apply_mask(xp, s[..., p0 - c0:p1 - c0], mask.tile(f0, f1, r0, r1, p0, p1), g)
+
+
+def _mask_rows(xp, mask, s, f0, f1, r0, c0, c1, partials, g):
+    """Masks the partial row ranges `partials` of the scores s of rows from r0 and columns [c0, c1)."""
+    for p0, p1 in partials:
+        _apply_mask(xp, s[:, (p0 - r0) * g:(p1 - r0) * g], mask.tile(f0, f1, p0, p1, c0, c1), g)
 
 
 # -- dropout ------------------------------------------------------------------------------------------
 
-def _keep_scale(xp, seed, offset, p, b, hq, hk, g, sq, sk, r0, r1, c0, c1, dtype):
-    """The dropout multiplier of a tile, [B, Hk, (r1 - r0) * G, c1 - c0]: 1 / (1 - p) where kept, else 0. A
-    splitmix64 hash of (seed, offset, batch, query head, row, column)."""
+def _keep_scale(xp, seed, offset, p, g, sq, sk, f0, f1, r0, r1, c0, c1, dtype):
+    """The dropout multiplier of a tile, [f1 - f0, (r1 - r0) * G, c1 - c0] (f = batch * Hk + key head): 1 / (1 - p)
+    where kept, else 0. A splitmix64 hash of (seed, offset, batch * Hq + query head, row, column); the query head
+    of (f, g) is f * G + g counted over the batch."""
     u64 = xp.uint64
     key = (seed * 0x9E3779B97F4A7C15 + offset * 0xD1B54A32D192ED03 + 0x632BE59BD9B4E019) & _M64
-    bterm = (xp.arange(b, dtype=u64) * u64(hq))[:, None, None, None, None]
-    hterm = (xp.arange(hk, dtype=u64)[:, None] * u64(g) + xp.arange(g, dtype=u64)[None, :])[None, :, None, :, None]
+    heads = (xp.arange(f0, f1, dtype=u64)[:, None] * u64(g) + xp.arange(g, dtype=u64)[None, :])[:, None, :, None]
     rows = xp.arange(r0, r1, dtype=u64)[:, None, None]
     cols = xp.arange(c0, c1, dtype=u64)
-    z = ((bterm + hterm) * u64(sq) + rows) * u64(sk) + cols + u64(key)
+    z = (heads * u64(sq) + rows) * u64(sk) + cols + u64(key)
     z = (z ^ (z >> u64(30))) * u64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> u64(27))) * u64(0x94D049BB133111EB)
     z = z ^ (z >> u64(31))
     u = (z >> u64(40)).astype(xp.float32) * xp.float32(1.0 / (1 << 24))
     scale = 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
     out = xp.where(u >= xp.float32(p), xp.asarray(scale, dtype=dtype), xp.asarray(0, dtype=dtype))
-    return out.reshape(b, hk, (r1 - r0) * g, c1 - c0)
+    return out.reshape(f1 - f0, (r1 - r0) * g, c1 - c0)
 
 
 def _seed(xp, seed_offset, p, generator):
@@ -313,27 +343,35 @@ def _scale(softmax_scale, d):
 
 # -- spans --------------------------------------------------------------------------------------------
 
-def _spans(line, block, length, max_len, first_alone=False):
+def _spans(line, block, length, max_len):
     """Runs of the non-skipped tiles of one tile row (or column) `line` (classes per block of `block` indices,
-    `length` in all): [(start, end, partial)], consecutive tiles of the same class merged while the run stays
-    within `max_len`, so one matmul covers many tiles (BLAS is efficient on bigger products and Python pays per
-    call, not per element). `first_alone`: the first run is one tile (the forward's exact first step; see
-    _forward_rows)."""
+    `length` in all), each cut into near-equal pieces of at most `max_len`: [(start, end, partials)] with
+    `partials` the [(start, end)] ranges of its PARTIAL tiles (the only ones that need mask work). One matmul
+    covers a piece: BLAS is efficient on bigger products and Python pays per call, not per element."""
+    active = numpy.flatnonzero(line != SKIP).tolist()
     out = []
-    for j in numpy.flatnonzero(line != SKIP).tolist():
-        lo, hi, partial = j * block, min((j + 1) * block, length), bool(line[j] == PARTIAL)
-        if out and out[-1][1] == lo and out[-1][2] == partial and hi - out[-1][0] <= max_len \
-                and not (first_alone and len(out) == 1):
-            out[-1] = (out[-1][0], hi, partial)
-        else:
-            out.append((lo, hi, partial))
+    per = max(1, max_len // block)
+    i = 0
+    while i < len(active):
+        e = i + 1
+        while e < len(active) and active[e] == active[e - 1] + 1:
+            e += 1
+        run = active[i:e]
+        pieces = -(-len(run) // per)
+        for p in range(pieces):
+            tiles = run[p * len(run) // pieces:(p + 1) * len(run) // pieces]
+            partials = [(j * block, min((j + 1) * block, length)) for j in tiles if line[j] == PARTIAL]
+            out.append((tiles[0] * block, min((tiles[-1] + 1) * block, length), partials))
+        i = e
     return out
 
 
-def _span_len(block, per_index):
-    """The longest run (a multiple of `block`, at least one block) whose score array, `per_index` elements per
-    index along the run, stays within SPAN_ELEMS."""
-    return max(block, SPAN_ELEMS // max(1, per_index) // block * block)
+def _split(nf, rows, block):
+    """(heads per group, run length) for F = `nf` flattened (batch, key head) pairs, tiles of `rows` x `block`:
+    groups of heads and runs (a multiple of `block`) whose score array of about SPAN_ELEMS elements stays in
+    a core's L2 cache, with runs of up to SPAN indices (few calls, efficient BLAS) first."""
+    heads = max(1, min(nf, SPAN_ELEMS // max(1, rows * SPAN)))
+    return heads, max(block, SPAN_ELEMS // max(1, heads * rows) // block * block)
 
 
 def _view(flat, shape):
@@ -356,6 +394,7 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     if not 0.0 <= dropout <= 1.0:
         raise _err("dropout", f"= {dropout}", "a probability in [0, 1]")
     g = hq // hk
+    nf = b * hk
     ct = _compute_dtype(xp, query.dtype)
     scale = _scale(softmax_scale, d)
     seed, offset = _seed(xp, fixed_seed_offset, dropout, generator)
@@ -363,23 +402,25 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     mask = _Mask(xp, startend_row_indices, causal, window_left, window_right, b, sq, sk, hk, g, bq, bk)
     # Scores in base 2 (exp2 is cheaper than exp): Q carries scale * log2(e). Q's extra last column holds -m (the
     # row's running reference) against K's column of ones, so each score product comes out already shifted.
-    q = _rows_layout(xp, query, hk, ct, scale * LOG2E, extra=1)
-    k = _keys(xp, key, ct, ones=True)
-    v = _keys(xp, value, ct)
-    out = xp.zeros((b, hk, sq * g, dv), dtype=ct)
-    lse = xp.full((b, hk, sq * g, 1), -xp.inf, dtype=ct)
+    q = _rows_layout(xp, query, hk, ct, scale * LOG2E, extra=1).reshape(nf, sq * g, d + 1)
+    k = _keys(xp, key, ct, ones=True).reshape(nf, sk, d + 1)
+    v = _keys(xp, value, ct).reshape(nf, sk, dv)
+    out = xp.zeros((nf, sq * g, dv), dtype=ct)
+    lse = xp.full((nf, sq * g, 1), -xp.inf, dtype=ct)
     classes = numpy.asarray(mask.classes) if xp is not numpy else mask.classes
-    span = _span_len(bk, b * hk * bq * g)
-    ctx = (xp, classes, mask, q, k, v, out, lse, ct, dropout, seed, offset, b, hq, hk, g, sq, sk, d, dv)
+    heads, span = _split(nf, bq * g, bk)
+    ctx = (xp, classes, mask, q, k, v, out, lse, ct, dropout, seed, offset, g, sq, sk, d, dv)
 
-    def blocks(_worker, rows):
-        flat = xp.empty(b * hk * bq * g * span, dtype=ct)
+    def blocks(_worker, items):
+        flat = xp.empty(heads * bq * g * span, dtype=ct)
         ones = xp.ones((span, 1), dtype=ct)
         with _quiet(xp):
-            for i in rows:
-                _forward_rows(ctx, i, flat, ones, span)
-    _parallel.run(xp, blocks, [i for i in range(mask.nqb) if (classes[i] != SKIP).any()])
-    out_b = _from_rows(xp, out, b, sq, hq, query.dtype)
+            for item in items:
+                _forward_rows(ctx, item, flat, ones, span)
+    # (head group, query block) items, head-group major: the workers share one group's K and V in the caches
+    _parallel.run(xp, blocks, [(f0, min(f0 + heads, nf), i) for f0 in range(0, nf, heads) for i in range(mask.nqb)
+                               if (classes[i] != SKIP).any()])
+    out_b = _from_rows(xp, out.reshape(b, hk, sq * g, dv), b, sq, hq, query.dtype)
     lse_dtype = xp.float64 if ct == xp.float64 else xp.float32
     lse_b = _lse_out(xp, lse.reshape(b, hk, sq * g), b, hk, sq, g).astype(lse_dtype, copy=False)
     so = xp.asarray([seed if seed < 2 ** 63 else seed - 2 ** 64, offset if offset < 2 ** 63 else offset - 2 ** 64],
@@ -387,50 +428,50 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     return out_b, lse_b, so
 
 
-def _forward_rows(ctx, i, flat, ones, span):
-    """One query block: online softmax (base 2) over its runs of non-skipped key tiles; writes out and lse rows.
+def _forward_rows(ctx, item, flat, ones, span, exact=False):
+    """One query block of one head group: online softmax (base 2) over its runs of non-skipped key tiles; writes
+    its out and lse rows.
 
-    Each row keeps a reference m (its running max, or a power-of-two re-centring of it), the sum total of
-    2^(s - m) and the accumulator acc = sum 2^(s - m) v. m enters the score matmul through Q's last column, so a
-    run's scores arrive as s - m. Two steps:
-    - exact (the standard online softmax): the run's row max, a shift max(0, max) (the max itself while a row
-      has seen nothing), s -= shift, exp2, rescale total and acc by 2^-shift. Used until every row has total > 0; the
-      step that first gives a row total > 0 gives it total >= 1 (its max term is 2^0), and total only grows afterwards.
-    - fast (no max and no subtraction pass over the scores): exp2 straight away with the current m. With
-      total >= 1 underflow is harmless (a lost term is below 2^-126 of total); overflow (a score more than ~128 above m,
-      or a sum past the float range) shows up as a non-finite total, and the run is redone with the exact step.
-      When total passes _RENORM, m moves up by floor(log2 total) (total and acc scaled by that power of two, exactly).
+    Each row keeps a reference m (0 at first), the sum `total` of 2^(s - m) and acc = sum 2^(s - m) v. m enters
+    the score matmul through Q's last column, so a run's scores arrive as s - m. Two kinds of step:
+    - fast (no max and no subtraction pass over the scores): exp2 straight away. Overflow (a score more than
+      ~128 above m, or a sum past the float range) shows up as a non-finite total and the run is redone with the
+      exact step; when total passes _RENORM, m moves up by floor(log2 total) (total and acc scaled by that power
+      of two, exactly). Underflow loses terms below 2^-126 each, negligible unless the row's total ends tiny:
+      rows ending below _TINY (including rows that saw no key) make the whole block run again with `exact`.
+    - exact (the standard online softmax, every step when `exact`): the run's row max, a shift max(0, max) (the
+      max itself while a row has seen nothing), s -= shift, exp2, total and acc rescaled by 2^-shift.
     """
-    xp, classes, mask, q, k, v, out, lse, ct, dropout, seed, offset, b, hq, hk, g, sq, sk, d, dv = ctx
-    bq, bk = mask.bq, mask.bk
+    xp, classes, mask, q, k, v, out, lse, ct, dropout, seed, offset, g, sq, sk, d, dv = ctx
+    f0, f1, i = item
+    nf, bq, bk = f1 - f0, mask.bq, mask.bk
     r0, r1 = i * bq, min((i + 1) * bq, sq)
     n = (r1 - r0) * g
     rs = slice(r0 * g, r1 * g)
-    qi, mcol = q[:, :, rs], q[:, :, rs, d:]
-    m = xp.zeros((b, hk, n, 1), dtype=ct)
+    qi, mcol = q[f0:f1, rs], q[f0:f1, rs, d:]
+    kf, vf = k[f0:f1], v[f0:f1]
+    m = xp.zeros((nf, n, 1), dtype=ct)
     mcol[...] = 0
-    total, total_new, rsum = (xp.zeros((b, hk, n, 1), dtype=ct) for _ in range(3))
-    acc = xp.zeros((b, hk, n, dv), dtype=ct)
-    pv = xp.empty((b, hk, n, dv), dtype=ct)
-    started = False
+    total, total_new, rsum = (xp.zeros((nf, n, 1), dtype=ct) for _ in range(3))
+    acc = xp.zeros((nf, n, dv), dtype=ct)
+    pv = xp.empty((nf, n, dv), dtype=ct)
 
-    def scores(c0, c1, partial):
-        s = _view(flat, (b, hk, n, c1 - c0))
-        xp.matmul(qi, k[:, :, c0:c1].swapaxes(-1, -2), out=s)
-        if partial:
-            _apply_mask(xp, s, mask.tile(r0, r1, c0, c1), (b, hk, r1 - r0, g, c1 - c0))
+    def scores(c0, c1, partials):
+        s = _view(flat, (nf, n, c1 - c0))
+        xp.matmul(qi, kf[:, c0:c1].swapaxes(-1, -2), out=s)
+        _mask_cols(xp, mask, s, f0, f1, r0, r1, c0, partials, g)
         return s
 
     def accumulate(s, c0, c1):
         if dropout > 0:
-            s *= _keep_scale(xp, seed, offset, dropout, b, hq, hk, g, sq, sk, r0, r1, c0, c1, ct)
-        xp.matmul(s, v[:, :, c0:c1], out=pv)
+            s *= _keep_scale(xp, seed, offset, dropout, g, sq, sk, f0, f1, r0, r1, c0, c1, ct)
+        xp.matmul(s, vf[:, c0:c1], out=pv)
         acc.__iadd__(pv)
 
-    for c0, c1, partial in _spans(classes[i], bk, sk, span, first_alone=True):
+    for c0, c1, partials in _spans(classes[i], bk, sk, span):
         w = c1 - c0
-        s = scores(c0, c1, partial)
-        if started:
+        s = scores(c0, c1, partials)
+        if not exact:
             xp.exp2(s, out=s)
             xp.matmul(s, ones[:w], out=rsum)
             xp.add(total, rsum, out=total_new)
@@ -446,7 +487,7 @@ def _forward_rows(ctx, i, flat, ones, span):
                     m += shift
                     mcol[...] = -m
                 continue
-            s = scores(c0, c1, partial)  # overflow: redo the run exactly
+            s = scores(c0, c1, partials)  # overflow: redo the run exactly
         mx = s.max(axis=-1, keepdims=True)
         shift = xp.where(total > 0, xp.maximum(mx, 0), xp.where(xp.isfinite(mx), mx, xp.zeros((), ct)))
         s -= shift
@@ -459,11 +500,13 @@ def _forward_rows(ctx, i, flat, ones, span):
         accumulate(s, c0, c1)
         m += shift
         mcol[...] = -m
-        started = started or bool(total.min() > 0)
+    if not exact and float(total.min()) < _TINY:
+        return _forward_rows(ctx, item, flat, ones, span, exact=True)
     empty = total == 0
-    l_safe = xp.where(empty, xp.ones((), ct), total)
-    xp.divide(acc, l_safe, out=out[:, :, rs])
-    lse[:, :, rs] = xp.where(empty, xp.asarray(-xp.inf, dtype=ct), (m + xp.log2(l_safe)) * LN2)
+    safe = xp.where(empty, xp.ones((), ct), total)
+    xp.divide(acc, safe, out=out[f0:f1, rs])
+    lse[f0:f1, rs] = xp.where(empty, xp.asarray(-xp.inf, dtype=ct), (m + xp.log2(safe)) * LN2)
+    return None
 
 
 # -- backward -----------------------------------------------------------------------------------------
@@ -475,6 +518,7 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     window = None if window_left < 0 and window_right < 0 else (window_left, window_right)
     b, sq, hq, sk, hk, d, dv, hm, c = check_inputs(xp, query, key, value, startend_row_indices, causal, window)
     g = hq // hk
+    nf = b * hk
     ct = _compute_dtype(xp, query.dtype)
     scale = _scale(softmax_scale, d)
     seed, offset = _seed(xp, seed_offset, 0.0, None)
@@ -485,80 +529,85 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     # against V's ones, so dO V^T gives dP - D (with dropout, dP is scaled by the keep mask before D is
     # subtracted, so there the column is 0 and D is subtracted per tile). dK and dV are built as [Sk, D]
     # (dS^T Q, P^T dO: BLAS reads the transposes as views), so no operand is ever copied transposed.
-    q = _rows_layout(xp, query, hk, ct, scale * LOG2E, extra=1)    # [B, Hk, Sq*G, D+1]
-    do = _rows_layout(xp, grad, hk, ct, extra=1)                    # [B, Hk, Sq*G, Dv+1]
-    o = _rows_layout(xp, out, hk, ct)
-    delta = (do[..., :dv] * o).sum(axis=-1, keepdims=True)          # [B, Hk, Sq*G, 1]
+    q = _rows_layout(xp, query, hk, ct, scale * LOG2E, extra=1).reshape(nf, sq * g, d + 1)
+    do = _rows_layout(xp, grad, hk, ct, extra=1).reshape(nf, sq * g, dv + 1)
+    o = _rows_layout(xp, out, hk, ct).reshape(nf, sq * g, dv)
+    delta = (do[..., :dv] * o).sum(axis=-1, keepdims=True)          # [F, Sq*G, 1]
     del o
     if grad_lse is not None:
-        delta -= _lse_rows(xp, grad_lse, hk, ct)
+        delta -= _lse_rows(xp, grad_lse, hk, ct).reshape(nf, sq * g, 1)
     if dropout <= 0:
         do[..., dv:] = -delta
-    lse_r = _lse_rows(xp, lse, hk, ct)
+    lse_r = _lse_rows(xp, lse, hk, ct).reshape(nf, sq * g, 1)
     # rows that saw no key (lse -inf) get a huge finite -lse, so P = 0 there without inf arithmetic in the matmul
     q[..., d:] = xp.where(xp.isfinite(lse_r), lse_r * -LOG2E, xp.asarray(-_HUGE, dtype=ct))
     del lse_r
-    k = _keys(xp, key, ct, ones=True)                               # [B, Hk, Sk, D+1]
-    v = _keys(xp, value, ct, ones=True)                             # [B, Hk, Sk, Dv+1]
-    dq = xp.zeros((b, hk, sq * g, d), dtype=ct)
-    dk = xp.zeros((b, hk, sk, d), dtype=ct)
-    dv_ = xp.zeros((b, hk, sk, dv), dtype=ct)
+    k = _keys(xp, key, ct, ones=True).reshape(nf, sk, d + 1)
+    v = _keys(xp, value, ct, ones=True).reshape(nf, sk, dv + 1)
+    dq = xp.zeros((nf, sq * g, d), dtype=ct)
+    dk = xp.zeros((nf, sk, d), dtype=ct)
+    dv_ = xp.zeros((nf, sk, dv), dtype=ct)
     classes = numpy.asarray(mask.classes) if xp is not numpy else mask.classes
-    span = _span_len(bq, b * hk * g * bk)
-    ctx = (xp, classes, mask, q, do, delta, k, v, dk, dv_, ct, dropout, seed, offset, b, hq, hk, g, sq, sk, d, dv)
+    heads, span = _split(nf, bk * g, bq)
+    ctx = (xp, classes, mask, q, do, delta, k, v, dk, dv_, ct, dropout, seed, offset, g, sq, sk, d, dv)
     dq_parts = []
 
-    def blocks(worker, cols):
+    def blocks(worker, items):
         dq_w = dq if worker == 0 else xp.zeros_like(dq)
-        size = b * hk * span * g * bk
-        flat_s, flat_dp = xp.empty(size, dtype=ct), xp.empty(size, dtype=ct)
-        flat_dq = xp.empty(b * hk * span * g * d, dtype=ct)
-        for j in cols:
-            _backward_cols(ctx, j, dq_w, flat_s, flat_dp, flat_dq, span)
+        size = heads * span * g * bk
+        bufs = (xp.empty(size, dtype=ct), xp.empty(size, dtype=ct), xp.empty(heads * span * g * d, dtype=ct))
+        for item in items:
+            _backward_cols(ctx, item, dq_w, bufs, span)
         if worker:
             dq_parts.append(dq_w)
-    _parallel.run(xp, blocks, [j for j in range(mask.nkb) if (classes[:, j] != SKIP).any()])
+    # (head group, key block) items, head-group major; each worker sums its dQ share in its own array
+    _parallel.run(xp, blocks, [(f0, min(f0 + heads, nf), j) for f0 in range(0, nf, heads) for j in range(mask.nkb)
+                               if (classes[:, j] != SKIP).any()])
     for part in dq_parts:
         dq += part
     dq *= scale
     dk *= LN2  # dS^T (Q scale log2 e) ln 2 = scale dS^T Q
-    return _from_rows(xp, dq, b, sq, hq, query.dtype), _from_keys(xp, dk, key.dtype), _from_keys(xp, dv_, value.dtype)
+    return (_from_rows(xp, dq.reshape(b, hk, sq * g, d), b, sq, hq, query.dtype),
+            _from_keys(xp, dk.reshape(b, hk, sk, d), key.dtype),
+            _from_keys(xp, dv_.reshape(b, hk, sk, dv), value.dtype))
 
 
-def _backward_cols(ctx, j, dq, flat_s, flat_dp, flat_dq, span):
-    """One key block: dK, dV of its columns and its share of dQ, over its runs of non-skipped query tiles
-    (FlashAttention-2: P = 2^(s - lse), dV += P^T dO, dS = P (dP - D), dQ += dS K, dK += dS^T Q)."""
-    xp, classes, mask, q, do, delta, k, v, dk, dv_, ct, dropout, seed, offset, b, hq, hk, g, sq, sk, d, dv = ctx
-    bq, bk = mask.bq, mask.bk
+def _backward_cols(ctx, item, dq, bufs, span):
+    """One key block of one head group: dK, dV of its columns and its share of dQ, over its runs of non-skipped
+    query tiles (FlashAttention-2: P = 2^(s - lse), dV += P^T dO, dS = P (dP - D), dQ += dS K, dK += dS^T Q)."""
+    xp, classes, mask, q, do, delta, k, v, dk, dv_, ct, dropout, seed, offset, g, sq, sk, d, dv = ctx
+    f0, f1, j = item
+    nf, bq, bk = f1 - f0, mask.bq, mask.bk
+    flat_s, flat_dp, flat_dq = bufs
     c0, c1 = j * bk, min((j + 1) * bk, sk)
     w = c1 - c0
-    kj, vj = k[:, :, c0:c1], v[:, :, c0:c1]
+    kj, vj = k[f0:f1, c0:c1], v[f0:f1, c0:c1]
     kjt, vjt, kj = kj.swapaxes(-1, -2), vj.swapaxes(-1, -2), kj[..., :d]
-    dkj, dvj = dk[:, :, c0:c1], dv_[:, :, c0:c1]
-    dk_part, dv_part = xp.empty((b, hk, w, d), dtype=ct), xp.empty((b, hk, w, dv), dtype=ct)
-    for r0, r1, partial in _spans(classes[:, j], bq, sq, span):
+    qf, dof, dqf = q[f0:f1], do[f0:f1], dq[f0:f1]
+    dkj, dvj = dk[f0:f1, c0:c1], dv_[f0:f1, c0:c1]
+    dk_part, dv_part = xp.empty((nf, w, d), dtype=ct), xp.empty((nf, w, dv), dtype=ct)
+    for r0, r1, partials in _spans(classes[:, j], bq, sq, span):
         rs = slice(r0 * g, r1 * g)
         n = (r1 - r0) * g
-        p = _view(flat_s, (b, hk, n, w))
-        xp.matmul(q[:, :, rs], kjt, out=p)                      # s - lse
-        if partial:
-            _apply_mask(xp, p, mask.tile(r0, r1, c0, c1), (b, hk, r1 - r0, g, w))
+        p = _view(flat_s, (nf, n, w))
+        xp.matmul(qf[:, rs], kjt, out=p)                        # s - lse
+        _mask_rows(xp, mask, p, f0, f1, r0, c0, c1, partials, g)
         xp.exp2(p, out=p)                                       # P
-        dp = _view(flat_dp, (b, hk, n, w))
-        xp.matmul(do[:, :, rs], vjt, out=dp)                    # dP - D (dP without dropout)
+        dp = _view(flat_dp, (nf, n, w))
+        xp.matmul(dof[:, rs], vjt, out=dp)                      # dP - D (dP without dropout)
         if dropout > 0:
-            z = _keep_scale(xp, seed, offset, dropout, b, hq, hk, g, sq, sk, r0, r1, c0, c1, ct)
-            xp.matmul((p * z).swapaxes(-1, -2), do[:, :, rs, :dv], out=dv_part)
+            z = _keep_scale(xp, seed, offset, dropout, g, sq, sk, f0, f1, r0, r1, c0, c1, ct)
+            xp.matmul((p * z).swapaxes(-1, -2), dof[:, rs, :dv], out=dv_part)
             dp *= z
-            dp -= delta[:, :, rs]
+            dp -= delta[f0:f1, rs]
         else:
-            xp.matmul(p.swapaxes(-1, -2), do[:, :, rs, :dv], out=dv_part)
+            xp.matmul(p.swapaxes(-1, -2), dof[:, rs, :dv], out=dv_part)
         dvj += dv_part
         dp *= p                                                 # dS
-        dq_part = _view(flat_dq, (b, hk, n, d))
+        dq_part = _view(flat_dq, (nf, n, d))
         xp.matmul(dp, kj, out=dq_part)
-        dq[:, :, rs] += dq_part
-        xp.matmul(dp.swapaxes(-1, -2), q[:, :, rs, :d], out=dk_part)
+        dqf[:, rs] += dq_part
+        xp.matmul(dp.swapaxes(-1, -2), qf[:, rs, :d], out=dk_part)
         dkj += dk_part
 
 
