@@ -114,7 +114,7 @@ class _HeldLock:
 @pytest.fixture
 def cow_mode(monkeypatch):
     monkeypatch.setenv("OARLOCK_ASYNC_SAVE", "cow")
-    monkeypatch.setenv("OARLOCK_ASYNC_SAVE_PRECOPY", "0")   # the guards, not the copier, must do the work
+    monkeypatch.setenv("OARLOCK_ASYNC_SAVE_PRECOPY", "0")   # (the default) the guards must do the work
     for what in cow.counts:
         monkeypatch.setitem(cow.counts, what, 0)
 
@@ -142,6 +142,8 @@ def test_training_right_after_an_async_save_does_not_reach_the_checkpoint(tmp_pa
     elif where == "mid_tensor":     # free.w half written when training writes it
         monkeypatch.setattr(cow, "READ_CHUNK", 1 << 20)
         held = _hold_writer(monkeypatch, "free.w", 2)
+    else:   # the writer and the copier run free, racing training
+        monkeypatch.setenv("OARLOCK_ASYNC_SAVE_PRECOPY", "1")
     dist.save_state_dict(state, tmp_path, async_save=True)
     if held is not None:
         assert held[0].wait(60)

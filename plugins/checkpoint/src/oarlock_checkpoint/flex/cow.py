@@ -6,9 +6,11 @@ saved CPU tensor gets a write guard (plugin_api.guard_writes): before an oarlock
 storage (add_, an optimizer's fused step on it, setitem, copy_, a write through a view, ...), the
 guard copies the part the writer has not read yet into a private buffer (staging.py, reused between
 saves) and the writer reads the rest from there. Once a tensor is written, or copied, its guard is
-removed, so later steps pay nothing. A background copier (`precopy`, on by default;
-OARLOCK_ASYNC_SAVE_PRECOPY=0 turns it off) copies tensors from the end of the writer's order
-while training computes, so the first optimizer update after a save rarely finds much to copy.
+removed, so later steps pay nothing. OARLOCK_ASYNC_SAVE_PRECOPY=1 adds a background copier that
+copies tensors from the end of the writer's order while training computes, so that the first
+optimizer update after a save finds less to copy; it is off by default because on a machine
+without idle cores (bench/checkpoint.py on 2 shared cores) its copying took more from the training
+step than it saved the update.
 
 What the guards cannot see, and what is done about it:
 - writes that bypass oarlock: numpy writes into `tensor.numpy()` or another array sharing the
@@ -48,7 +50,7 @@ _counts_lock = threading.Lock()
 
 
 def precopy_enabled() -> bool:
-    return os.environ.get("OARLOCK_ASYNC_SAVE_PRECOPY", "1") != "0"
+    return os.environ.get("OARLOCK_ASYNC_SAVE_PRECOPY", "0") == "1"
 
 
 def _count(what: str, n: int = 1, nbytes: int = 0) -> None:

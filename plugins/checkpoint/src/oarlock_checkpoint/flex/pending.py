@@ -4,9 +4,9 @@ exit it is printed, since nobody is left to catch it).
 
 Three ways to write in the background (OARLOCK_ASYNC_SAVE):
 - "cow" (the default): a thread writes straight from the tensors' own memory; an oarlock op about
-  to write a tensor the thread has not finished first copies it (cow.py: write guards), and a
-  second thread copies tensors ahead of the writer meanwhile. The caller pays almost nothing, and a
-  training step only for what is still neither written nor copied when it updates the tensors.
+  to write a tensor the thread has not finished first copies it (cow.py: write guards). The caller
+  pays almost nothing, and a training step only for what is still unwritten when it updates the
+  tensors (OARLOCK_ASYNC_SAVE_PRECOPY=1 adds a thread copying ahead of the writer).
 - "copy": the caller copies the tensors into reused host buffers (staging.py) and a thread writes
   them. The caller pays one memory copy; training then runs undisturbed.
 - "fork" (where the platform has fork()): a forked child process writes the tensors as they were
