@@ -79,12 +79,19 @@ def rel_err(got, ref):
     return float(np.abs(got[fin] - ref[fin]).max() / max(np.abs(ref[fin]).max(), 1e-30))
 
 
-@pytest.fixture(params=["default", "small"])
+# (BLOCK_Q, BLOCK_K, SPAN, SPAN_ELEMS) besides the defaults: tiny tiles (many skipped / partial tiles at small S);
+# tiny tiles in runs of two or three tiles, one head per group; runs whose head groups of three split F = 4
+# unevenly (and one head per group where G = 2)
+TILINGS = {"small": (16, 8, None, None), "runs": (16, 8, 24, 256), "groups": (16, 8, 24, 1152)}
+
+
+@pytest.fixture(params=["default", *TILINGS])
 def blocks(request, monkeypatch):
-    """Run each case with the default tiles and with tiny ones (many skipped / partial tiles at small S)."""
-    if request.param == "small":
-        monkeypatch.setattr(kernel, "BLOCK_Q", 16)
-        monkeypatch.setattr(kernel, "BLOCK_K", 8)
+    """Run each case with the default tiles and with the tilings of TILINGS."""
+    if request.param != "default":
+        for name, value in zip(("BLOCK_Q", "BLOCK_K", "SPAN", "SPAN_ELEMS"), TILINGS[request.param]):
+            if value is not None:
+                monkeypatch.setattr(kernel, name, value)
     return request.param
 
 

@@ -1,0 +1,150 @@
+"""The CPU kernel's own paths (oarlock_flashmask.kernel), against the float64 dense reference of
+test_flashmask_op.py (built from the REFERENCE.md mask table, not from the kernel):
+
+- the forward's fast steps and their fallbacks: scores far above the row's reference (exp2 overflows, the run
+  is redone exactly), sums past the re-centring threshold, rows whose every score is so low that the fast
+  step underflows (the block is redone exactly) and fully masked rows;
+- runs of tiles and head groups at the default tile sizes (a sequence longer than one run, odd lengths,
+  Sq != Sk, grouped-query heads, per-head masks, windows);
+- dropout: the keep decisions depend on the element only, not on how the work was tiled.
+"""
+
+import numpy as np
+import pytest
+
+import oarlock
+from oarlock_flashmask import kernel
+from test_flashmask_op import dense_mask, dense_reference, doc_lts, random_sri, rel_err, run_case
+
+F = oarlock.nn.functional
+
+
+def _attend(q, k, v, sri=None, causal=False, g_out=None, window=None, dtype="float32"):
+    """(out, lse[, dq, dk, dv]) of flashmask_attention as float64 numpy arrays."""
+    ts = [oarlock.to_tensor(np.asarray(x, dtype=dtype)) for x in (q, k, v)]
+    for t in ts:
+        t.stop_gradient = False
+    s = None if sri is None else oarlock.to_tensor(np.asarray(sri, np.int32))
+    out, lse = F.flashmask_attention(*ts, s, causal=causal, window_size=window, return_softmax_lse=True)
+    res = [out.numpy().astype(np.float64), lse.numpy().astype(np.float64)]
+    if g_out is not None:
+        (out * oarlock.to_tensor(np.asarray(g_out, dtype=dtype))).sum().backward()
+        res += [t.grad.numpy().astype(np.float64) for t in ts]
+    return res
+
+
+def _check(q, k, v, sri=None, causal=False, tol=1e-5, dtype="float32"):
+    b, sq, hq, d = q.shape
+    g_out = np.random.default_rng(0).standard_normal(q.shape)
+    got = _attend(q, k, v, sri, causal, g_out, dtype=dtype)
+    ref = dense_reference(q, k, v, dense_mask(sri, causal, b, hq, sq, k.shape[1]), g_out=g_out)
+    for name, a, r in zip(("out", "lse", "dq", "dk", "dv"), got, ref):
+        assert rel_err(a, r) <= tol * (1 if name in ("out", "lse") else 3), name
+
+
+@pytest.fixture
+def exact_blocks(monkeypatch):
+    """Counts the forward's query blocks redone with exact steps."""
+    calls = []
+    inner = kernel._forward_rows
+
+    def spy(ctx, item, flat, ones, span, exact=False):
+        if exact:
+            calls.append(item)
+        return inner(ctx, item, flat, ones, span, exact)
+    monkeypatch.setattr(kernel, "_forward_rows", spy)
+    return calls
+
+
+def _aligned(rng, b, s, h, d, level, spread=0.0):
+    """q, k, v whose score q.k / sqrt(d) for key j is about level + spread * t_j, t_j rising from -1 to 1 (keys
+    along one direction u, queries all u * sqrt(d))."""
+    u = rng.standard_normal(d)
+    u /= np.linalg.norm(u)
+    t = np.linspace(-1.0, 1.0, s)[None, :, None, None]
+    k = u * (level + spread * t) + 0.01 * rng.standard_normal((b, s, h, d))
+    q = np.broadcast_to(u * np.sqrt(d), (b, s, h, d)) + 0.01 * rng.standard_normal((b, s, h, d))
+    return q, k, rng.standard_normal((b, s, h, d))
+
+
+@pytest.mark.parametrize("level,spread", [(200.0, 0.0), (60.0, 0.0), (0.0, 150.0), (-200.0, 0.0), (-120.0, 100.0)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_extreme_scores(level, spread, dtype, exact_blocks):
+    """Scores from -220 to +200 nats: overflow of the fast step (the run redone exactly), re-centring (sums past
+    2^64), and rows whose every term underflows at reference 0 (the whole block redone exactly)."""
+    rng = np.random.default_rng(int(abs(level) + spread))
+    q, k, v = _aligned(rng, 1, 300, 2, 16, level, spread)
+    tol = 2e-4 if dtype == "float32" else 1e-10  # float32 scores of magnitude ~300 carry ~300 * 2^-24 error
+    _check(q, k, v, causal=True, tol=tol * max(1.0, (abs(level) + spread) / 100), dtype=dtype)
+    if level <= -200:
+        assert exact_blocks, "every row underflows at reference 0: the blocks must be redone exactly"
+
+
+def test_fully_masked_rows_redo_exactly(exact_blocks):
+    """Rows that see no key end with a zero sum: their block is redone exactly and gives out 0, lse -inf."""
+    rng = np.random.default_rng(3)
+    s = 200
+    sri = np.stack([np.full((1, 1, s), 150), np.full((1, 1, s), 20)], -1).astype(np.int32)  # rows < 20, >= 150
+    q, k, v = (rng.standard_normal((1, s, 2, 32)) for _ in range(3))
+    _check(q, k, v, sri, causal=False)
+    assert exact_blocks
+    out, lse = _attend(q, k, v, sri)[:2]
+    assert (out[0, :20] == 0).all() and np.isneginf(lse[0, :, 150:]).all()
+
+
+def test_plain_causal_takes_no_exact_step(exact_blocks):
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((1, 300, 2, 32)) for _ in range(3))
+    _check(q, k, v, causal=True)
+    assert not exact_blocks
+
+
+@pytest.mark.parametrize("sq,sk", [(1100, 1100), (700, 1300), (1300, 700)])
+def test_default_tiles_long_causal(sq, sk):
+    """Longer than one run (SPAN) at the default tiles: causal with Sq != Sk, odd lengths, 4 query heads on 2
+    key heads (head groups of the flattened (batch, head) axis)."""
+    rng = np.random.default_rng(sq + sk)
+    q = rng.standard_normal((1, sq, 4, 32))
+    k, v = (rng.standard_normal((1, sk, 2, 32)) for _ in range(2))
+    _check(q, k, v, causal=True)
+
+
+@pytest.mark.parametrize("kind,causal", [("c1", True), ("c2_causal", True), ("c4", False)])
+def test_default_tiles_long_masks(kind, causal):
+    """Per-query-head random masks and document masks over several runs; batch 2 (F = 4 flattened heads)."""
+    rng = np.random.default_rng(len(kind))
+    s = 900
+    q = rng.standard_normal((2, s, 4, 16))
+    k, v = (rng.standard_normal((2, s, 2, 16)) for _ in range(2))
+    _check(q, k, v, random_sri(rng, 2, 4, s, s, kind), causal=causal)
+    lts, ute = doc_lts(2, 2, s, [333, 100, 467])
+    _check(q, k, v, lts[..., None] if causal else np.stack([lts, ute], -1), causal=causal)  # bidirectional
+
+
+def test_default_tiles_window():
+    rng = np.random.default_rng(5)
+    run_case(rng, 1, 1000, 1000, 2, 2, 32, causal=True, window=(70, 0), window_arg=70)
+    run_case(rng, 1, 800, 1000, 2, 1, 32, causal=False, window=(90, 40), window_arg=(90, 40))
+
+
+def test_dropout_independent_of_tiling(monkeypatch):
+    """The same seed drops the same elements whatever the tiles, runs and head groups."""
+    rng = np.random.default_rng(8)
+    q = oarlock.to_tensor(rng.standard_normal((2, 70, 4, 8)).astype(np.float32))
+    k, v = (oarlock.to_tensor(rng.standard_normal((2, 70, 2, 8)).astype(np.float32)) for _ in range(2))
+    for t in (q, k, v):
+        t.stop_gradient = False
+
+    def run():
+        out = F.flashmask_attention(q, k, v, causal=True, dropout=0.3, fixed_seed_offset=(11, 2))
+        out.sum().backward()
+        res = [out.numpy()] + [t.grad.numpy() for t in (q, k, v)]
+        for t in (q, k, v):
+            t.clear_gradient()
+        return res
+    ref = run()
+    for tiles in ((16, 8, 24, 256), (32, 16, 64, 3000), (8, 32, 8, 64)):
+        for name, value in zip(("BLOCK_Q", "BLOCK_K", "SPAN", "SPAN_ELEMS"), tiles):
+            monkeypatch.setattr(kernel, name, value)
+        for got, want in zip(run(), ref):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
