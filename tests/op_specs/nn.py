@@ -8,7 +8,7 @@ import pytest
 
 import oarlock.nn.functional as F
 from finite_differences import numeric_grad
-from op_specs.base import FLOATS, Case, In, OpSpec
+from op_specs.base import FLOATS, Case, In, OpSpec, library_op
 
 
 def log_softmax_ref(x, axis=-1, dtype=None):
@@ -138,6 +138,21 @@ def probabilities(shape):
     return In(shape, domain=(0.05, 1.0))
 
 
+def _hard_label_grad_ref(x, label, g, ignore_index=-100, reduction="mean"):
+    """(softmax(x) - onehot(label)) * g / divisor along the last axis, 0 on rows whose label is ignored."""
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    p = e / e.sum(axis=-1, keepdims=True)
+    index = label.reshape(p.shape[:-1])
+    valid = index != ignore_index
+    p = p - (np.arange(p.shape[-1]) == np.where(valid, index, 0)[..., None])
+    if reduction == "none":
+        coef = g.reshape(p.shape[:-1])
+    else:
+        coef = g / (max(valid.sum(), 1) if reduction == "mean" and ignore_index >= 0 else
+                    (valid.size if reduction == "mean" else 1))
+    return p * (coef * valid)[..., None]
+
+
 CROSS_ENTROPY_CASES = [
     Case([In((4, 5)), label((4,), 5)], name="mean"),
     Case([In((4, 5)), label((4, 1), 5)], {"reduction": "none"}, name="label_n1_none"),
@@ -172,5 +187,15 @@ SPECS = [
     OpSpec("log_softmax", [c for c in _along_axis_cases() if c.name != "dim_alias"], ref=log_softmax_ref,
            out_dtype=_out_dtype, call=F.log_softmax),
     OpSpec("cross_entropy", CROSS_ENTROPY_CASES, ref=cross_entropy_ref, dtypes=FLOATS, call=F.cross_entropy,
+           rtol={"bfloat16": (5e-2, 5e-2)}),
+    OpSpec("cross_entropy_hard_label_grad", [
+        Case([In((4, 5)), label((4,), 5), In(())], name="mean"),
+        Case([In((4, 5)), label((4,), 5), In(())], {"reduction": "sum"}, name="sum"),
+        Case([In((4, 5)), label((4, 1), 5), In((4, 1))], {"reduction": "none"}, name="none_n1"),
+        Case([In((2, 3, 4)), label((2, 3), 4), In((2, 3))], {"reduction": "none"}, name="3d_none"),
+        Case([In((5, 3)), fixed_label([0, 1, 2, 1, 1]), In(())], {"ignore_index": 1}, name="ignore_mean"),
+        Case([In((3, 3)), fixed_label([1, 1, 1]), In(())], {"ignore_index": 1}, name="all_ignored"),
+        Case([In((5, 3)), fixed_label([0, -100, 2, 1, -100]), In(())], name="ignored_mean_counts_all"),
+    ], ref=_hard_label_grad_ref, dtypes=FLOATS, grad=False, call=library_op("cross_entropy_hard_label_grad"),
            rtol={"bfloat16": (5e-2, 5e-2)}),
 ]

@@ -186,11 +186,80 @@ def _mean_divides_by_weights(weight, soft_label, ignore_index):
     return weight is not None or (not soft_label and ignore_index >= 0)
 
 
+def _is_plain_hard_label(shape, label, weight, soft_label, axis, use_softmax, label_smoothing):
+    """The common case, computed by the row kernels below: class indices along the last axis, softmax,
+    no class weights, no smoothing, at least one element."""
+    return (not soft_label and weight is None and not label_smoothing and use_softmax and 0 not in shape
+            and axis % len(shape) == len(shape) - 1 and label.dtype.kind in "iu"
+            and (label.ndim == len(shape) - 1 or (label.ndim == len(shape) and label.shape[-1] == 1)))
+
+
+def _row_softmax_parts(xp, x):
+    """For x as rows [N, C]: (rows, exp(rows - max), max [N, 1])."""
+    rows = x.reshape(-1, x.shape[-1])
+    m = rows.max(axis=1, keepdims=True)
+    e = xp.subtract(rows, m)
+    xp.exp(e, out=e)
+    return rows, e, m
+
+
+def _hard_label_rows(xp, label, ignore_index):
+    """(flat class indices with ignored ones replaced by 0, the valid mask)."""
+    index = label.reshape(-1)
+    valid = index != ignore_index
+    return xp.where(valid, index, 0), valid
+
+
+def _hard_label_denominator(xp, valid, ignore_index, count):
+    """Paddle's 'mean' divisor: the valid rows with a non-negative ignore_index (at least 1), else all rows."""
+    if ignore_index < 0:
+        return count
+    n = int(valid.sum())
+    return n if n else 1
+
+
+def _hard_label_cross_entropy(xp, input, label, ignore_index, reduction):
+    """cross_entropy of the common case in a few row passes: loss = logsumexp(x) - x[label]."""
+    x = input.astype(compute_dtype(xp, input.dtype), copy=False)
+    rows, e, m = _row_softmax_parts(xp, x)
+    index, valid = _hard_label_rows(xp, label, ignore_index)
+    lse = xp.log(e.sum(axis=1)) + m[:, 0]
+    picked = xp.take_along_axis(rows, index[:, None], axis=1)[:, 0]
+    loss = xp.where(valid, lse - picked, xp.zeros((), x.dtype))
+    if reduction == "none":
+        return loss.reshape(label.shape).astype(input.dtype)
+    total = loss.sum()
+    if reduction == "mean":
+        total = total / _hard_label_denominator(xp, valid, ignore_index, loss.size)
+    return xp.asarray(total).astype(input.dtype)
+
+
+def _hard_label_cross_entropy_grad(xp, input, label, g, ignore_index=-100, reduction="mean"):
+    """d loss / d input of the common case: (softmax(x) - onehot(label)) * upstream / divisor, 0 on ignored rows."""
+    x = input.astype(compute_dtype(xp, input.dtype), copy=False)
+    _, p, _ = _row_softmax_parts(xp, x)
+    p /= p.sum(axis=1, keepdims=True)
+    index, valid = _hard_label_rows(xp, label, ignore_index)
+    n = p.shape[0]
+    p[xp.arange(n), index] -= 1.0
+    if reduction == "none":
+        coef = g.reshape(-1).astype(p.dtype) * valid
+    else:
+        scale = g.reshape(()).astype(p.dtype)
+        if reduction == "mean":
+            scale = scale / _hard_label_denominator(xp, valid, ignore_index, n)
+        coef = valid * scale
+    p *= coef.astype(p.dtype, copy=False)[:, None]
+    return p.reshape(input.shape).astype(input.dtype, copy=False)
+
+
 def _cross_entropy(xp, input, label, weight=None, ignore_index=-100, reduction="mean", soft_label=False, axis=-1,
                    use_softmax=True, label_smoothing=0.0):
     axis = _validate_cross_entropy(xp, input, label, weight, ignore_index, reduction, soft_label, axis,
                                    label_smoothing)
     shape = list(input.shape)
+    if _is_plain_hard_label(shape, label, weight, soft_label, axis, use_softmax, label_smoothing):
+        return _hard_label_cross_entropy(xp, input, label, ignore_index, reduction)
     x = input.astype(compute_dtype(xp, input.dtype), copy=False)
     t, s = _targets_xp(xp, label, weight, shape, axis, x.dtype, soft_label, ignore_index, label_smoothing)
     # classes with a zero target contribute nothing, even where log p is -inf (masked logits, p = 0)
@@ -225,6 +294,10 @@ def _cross_entropy_grad(ctx, g):
     shape = list(ctx.meta[0][0])
     if 0 in shape:
         return oarlock.zeros_like(x), None, None
+    if not oarlock.is_grad_enabled() and _is_plain_hard_label(shape, label, weight, a["soft_label"], a["axis"],
+                                                                a["use_softmax"], a["label_smoothing"]):
+        # first order, the common case: one fused op (a recorded backward takes the composite path below)
+        return _hard_label_grad_op(x, label, g, a["ignore_index"], a["reduction"]), None, None
     axis = a["axis"] % len(shape)
     t, s = _targets(label, weight, shape, axis, x.dtype, a["soft_label"], a["ignore_index"], a["label_smoothing"])
     coef = s * (oarlock.reshape(g, _keep_shape(shape, axis)) if a["reduction"] == "none" else g)
@@ -240,6 +313,9 @@ def _cross_entropy_grad(ctx, g):
     else:  # where t is 0 the term is 0 even if x is: divide by 1 there
         dx = -(coef * t) / oarlock.where(t == 0, oarlock.ones_like(x), x)
     return dx, None, None
+
+
+_hard_label_grad_op = None  # the internal op cross_entropy_hard_label_grad (set by register)
 
 
 def register(ops):
@@ -268,4 +344,11 @@ def register(ops):
                nondiff=("label", "weight"), grad=_cross_entropy_grad, saves=("input", "label", "weight"),
                amp="black", doc="Softmax cross entropy with hard (class index) or soft labels, Paddle's semantics.")
     ops.kernel("cross_entropy")(_cross_entropy)
+    global _hard_label_grad_op
+    _hard_label_grad_op = ops.define(
+        "cross_entropy_hard_label_grad(input: Tensor, label: Tensor, g: Tensor, ignore_index: int = -100, "
+        "reduction: str = 'mean') -> Tensor", internal=True, dtypes=floats, promote=("input", "g"),
+        doc="The first-order backward of cross_entropy with class-index labels along the last axis, no weight "
+            "and no smoothing, fused: (softmax(input) - onehot(label)) * g / divisor, 0 on ignored rows.")
+    ops.kernel("cross_entropy_hard_label_grad")(_hard_label_cross_entropy_grad)
     define_variants(ops, ("softmax",), namespaces=("oarlock.nn.functional",))
