@@ -885,3 +885,23 @@ def test_the_cases_use_only_paddle_32_inplace_apis(paddle):
     assert hasattr(paddle.nn.functional, "relu_")
     for attr in ("inplace_version", "T", "t", "transpose", "reshape"):
         assert hasattr(paddle.Tensor, attr), attr
+
+
+def test_ops_that_write_state_besides_their_target_guard_and_version_it():
+    """An optimizer step writes its moments too (writes=): their write guards run before the kernel, and
+    their version counters move on, as the parameter's do (plugin_api.guard_writes)."""
+    from oarlock.plugin_api import guard_writes
+
+    p, g, m1, m2 = (oarlock.ones([3]) for _ in range(4))
+    seen = []
+    guard_writes(m1, lambda t: seen.append(("m1", t.numpy().tolist())))
+    guard_writes(m2, lambda t: seen.append(("m2", t.numpy().tolist())))
+    with oarlock.no_grad():
+        oarlock.adam_step_(p, g, m1, m2, None, 0.1, 0.9, 0.999, 1e-8, 1)
+    assert seen == [("m1", [1.0] * 3), ("m2", [1.0] * 3)]   # called before the write, with the old values
+    assert (p.inplace_version, m1.inplace_version, m2.inplace_version) == (1, 1, 1)
+    params = [oarlock.ones([2]), oarlock.ones([4])]
+    moments = [[oarlock.zeros([2]), oarlock.zeros([4])] for _ in range(2)]
+    with oarlock.no_grad():
+        oarlock.adam_steps_(params, [oarlock.ones([2]), oarlock.ones([4])], *moments, 0.1, 0.9, 0.999, 1e-8, 1)
+    assert [t.inplace_version for t in params + moments[0] + moments[1]] == [1] * 6

@@ -122,6 +122,9 @@ class OpDef:
       that tensor itself, its version counter moved on. Under autograd the write is recorded like the
       out-of-place op (the rule sees the input's old value and identity) and the tensor takes the
       node; a write into a view also rebases the view's base (see _run_inplace).
+    - writes: other tensor inputs (or tensor-list inputs) the kernel of an `inplace` op also writes
+      into (an optimizer step's moments): their write guards run before the kernel and their version
+      counters move on after it, as the target's do.
     - inplace_of: an in-place variant of that (already defined) op: no kernel of its own, the base
       op's kernel computes the result, which is written into the `inplace` input (kind-losing writes
       refused); rule, saves and nondiff come from the base op (exp_, relu_, scale_, clip_ ...).
@@ -133,7 +136,7 @@ class OpDef:
 
     def __init__(self, signature, *, public=(), aliases=None, grad=None, saves=(), promote=False,
                  to_float=False, dtypes=None, nondiff=(), random=False, amp=None, doc=None,
-                 varargs=None, inplace=None, intermediate=0, inplace_of=None, grad_of=None, view=False):
+                 varargs=None, inplace=None, intermediate=0, inplace_of=None, grad_of=None, view=False, writes=()):
         self.name, self.params, self.returns = _parse_signature(signature)
         self.signature = signature
         self.n_outputs = _n_outputs(self.returns)
@@ -155,6 +158,11 @@ class OpDef:
         self.dtypes = tuple(dtypes) if dtypes else None
         self.nondiff = tuple(i for i, n in enumerate(tensor_names) if n in nondiff)
         self.inplace = None if inplace is None else tensor_names.index(inplace)
+        unknown = [n for n in writes if n not in tensor_names]
+        if unknown or (writes and inplace is None):
+            raise ValueError(f"op {self.name!r}: writes={list(writes)} must name tensor inputs of an inplace op"
+                             + (f"; unknown: {unknown}" if unknown else ""))
+        self.writes = tuple(tensor_names.index(n) for n in writes)
         self.intermediate = intermediate
         self.inplace_of, self.grad_of, self.view = inplace_of, grad_of, view
         self.saves, self.nondiff_names, self.promote_names = tuple(saves), tuple(nondiff), promote
@@ -853,14 +861,19 @@ def _run_inplace(op, args, flat, attrs, place, run):
         if flat[op.inplace] is target:
             flat = list(flat)
             flat[op.inplace] = _shadow(target, copy=("in", op.inplace) in op._save_plan)
-    for t in (target if target.__class__ is list else (target,)):
+    written = list(target) if target.__class__ is list else [target]
+    for i in op.writes:
+        also = args[i]
+        if also is not None:
+            written.extend(also if also.__class__ is list else (also,))
+    for t in written:
         vc = t._vc
         if vc is not None and vc.guard is not None:
             vc.guard(t)   # before the write: see plugin_api.guard_writes
     out = run()
     if op.inplace_of is not None:   # a variant of an out-of-place op: its result is written into the target
         _write_result(op, target, out)
-    for t in (target if target.__class__ is list else (target,)):
+    for t in written:
         bump_version(t)
     if graph:
         record(op, flat, target, attrs, place, written=target)

@@ -341,22 +341,27 @@ LIST_OPS = {
 }
 
 
+# the state tensors each op writes besides its target (declared, so write guards and version counters see them)
+STATE = {"sgd_step_": (), "momentum_step_": ("velocity",), "adam_step_": ("moment1", "moment2", "moment2_max"),
+         "adagrad_step_": ("moment",), "rmsprop_step_": ("mean_square", "mean_grad", "velocity"),
+         "lamb_step_": ("moment1", "moment2"), "sgd_steps_": (), "momentum_steps_": ("velocities",),
+         "adam_steps_": ("moment1", "moment2"), "check_finite_and_unscale_": ("found_inf",)}
 ELEMENTWISE = ("sgd_step_", "momentum_step_", "adam_step_", "adagrad_step_", "rmsprop_step_")  # not lamb: norms
 
 
 def register(ops):
     for name, (signature, kernel, doc) in STEP_OPS.items():
-        ops.define(signature, inplace="param", dtypes=FLOAT, doc=doc)
+        ops.define(signature, inplace="param", writes=STATE[name], dtypes=FLOAT, doc=doc)
         ops.kernel(name)(kernel)
         if name in ELEMENTWISE:
             ops.kernel(name, device="cpu")(_in_chunks(kernel))
     for name, (signature, single, absent, doc) in MULTI_OPS.items():
-        ops.define(signature, inplace="params", dtypes=FLOAT, doc=doc)
+        ops.define(signature, inplace="params", writes=STATE[name], dtypes=FLOAT, doc=doc)
         kernel = STEP_OPS[single][1]
         ops.kernel(name)(_over_lists(kernel, name, absent))
         ops.kernel(name, device="cpu")(_over_lists(_in_chunks(kernel), name, absent))
     for name, (signature, kernel, doc) in LIST_OPS.items():
-        ops.define(signature, inplace="tensors", dtypes=FLOAT, doc=doc)
+        ops.define(signature, inplace="tensors", writes=STATE.get(name, ()), dtypes=FLOAT, doc=doc)
         ops.kernel(name)(kernel)
     ops.define("global_norm(tensors: TensorList, norm_type: float = 2.0) -> Tensor", dtypes=FLOAT,
                doc="The norm of all tensors taken together as one vector (norm_type 2, 1, inf, 0 or any p > 0), "
