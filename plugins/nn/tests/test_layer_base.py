@@ -178,3 +178,11 @@ def test_layer_assignment_before_init_is_a_clear_error():
 
     with pytest.raises(RuntimeError, match=r"Broken: call super\(\).__init__\(\) before assigning sublayer 'fc'"):
         Broken()
+
+
+def test_dropout_with_p_zero_returns_its_input_as_paddle_does():
+    x = oarlock.ones([2, 3])
+    x.stop_gradient = False
+    layer = oarlock.nn.Dropout(0.0)
+    assert layer(x) is x   # paddle.nn.Dropout(0.0)(x) is x too (paddle.nn.functional.dropout's fast return)
+    assert oarlock.nn.Dropout(0.5)(x) is not x

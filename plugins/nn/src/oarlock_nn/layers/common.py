@@ -139,6 +139,8 @@ class Dropout(Layer):
             raise ValueError(f"Dropout: mode must be 'upscale_in_train' or 'downscale_in_infer', got {mode!r}")
 
     def forward(self, x):
+        if self.p == 0:   # Paddle's dropout returns x itself for p == 0: no mask drawn, no op recorded
+            return x
         return F.dropout(x, p=self.p, axis=self.axis, training=self.training, mode=self.mode)
 
     def extra_repr(self):
