@@ -291,9 +291,9 @@ def _seed(xp, seed_offset, p, generator):
 
 # -- layout helpers -----------------------------------------------------------------------------------
 
-def _rows_layout(xp, x, hk, ct, scale=None, extra=0, fill=0):
+def _rows_layout(xp, x, hk, ct, scale=None, extra=0):
     """[B, S, H, D] -> a new contiguous [B, Hk, S * G, D + extra] (row s * G + g is query head hk * G + g), times
-    `scale`; the `extra` trailing columns hold `fill`. Keys and values use it with H = Hk (G = 1)."""
+    `scale`; the `extra` trailing columns are zero. Keys and values use it with H = Hk (G = 1)."""
     b, s, h, d = x.shape
     out = xp.empty((b, hk, s, h // hk, d + extra), dtype=ct)
     src = x.reshape(b, s, hk, h // hk, d).transpose(0, 2, 1, 3, 4)
@@ -302,7 +302,7 @@ def _rows_layout(xp, x, hk, ct, scale=None, extra=0, fill=0):
     else:
         xp.multiply(src, scale, out=out[..., :d])  # one pass (numpy casts a lower-precision input on the fly)
     if extra:
-        out[..., d:] = fill
+        out[..., d:] = 0
     return out.reshape(b, hk, s * (h // hk), d + extra)
 
 
@@ -313,11 +313,21 @@ def _from_rows(xp, x, b, s, h, dtype):
     return xp.ascontiguousarray(y).astype(dtype, copy=False)
 
 
-def _keys(xp, k, ct, ones=False):
-    """[B, S, Hk, D] -> contiguous [B, Hk, S, D], or [B, Hk, S, D + 1] with a last column of ones (`ones`: a matmul
-    against its transpose adds the left operand's last column to every product). Matmuls take the transposes as
-    views (BLAS reads them transposed), so no K^T copy is made."""
-    return _rows_layout(xp, k, k.shape[2], ct, extra=int(ones), fill=1)
+def _keys(xp, k, ct):
+    """[B, S, Hk, D] -> contiguous [B, Hk, S, D]."""
+    return _rows_layout(xp, k, k.shape[2], ct)
+
+
+def _keys_t(xp, k, ct):
+    """[B, S, Hk, D] -> contiguous [B * Hk, D + 1, S] with a last row of ones. The score matmuls read K^T; BLAS is
+    about 10% faster on this layout than on a transposed view of [S, D + 1]. Per head: a contiguous copy first,
+    then a 2-D transpose (twice as fast as one strided 4-D transpose)."""
+    b, s, hk, d = k.shape
+    out = xp.empty((b * hk, d + 1, s), dtype=ct)
+    for f in range(b * hk):
+        out[f, :d] = xp.ascontiguousarray(k[f // hk, :, f % hk, :]).T
+    out[:, d] = 1
+    return out
 
 
 def _from_keys(xp, x, dtype):
@@ -401,15 +411,16 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     bq, bk = BLOCK_Q, BLOCK_K
     mask = _Mask(xp, startend_row_indices, causal, window_left, window_right, b, sq, sk, hk, g, bq, bk)
     # Scores in base 2 (exp2 is cheaper than exp): Q carries scale * log2(e). Q's extra last column holds -m (the
-    # row's running reference) against K's column of ones, so each score product comes out already shifted.
+    # row's running reference) against K^T's row of ones, so each score product comes out already shifted.
     q = _rows_layout(xp, query, hk, ct, scale * LOG2E, extra=1).reshape(nf, sq * g, d + 1)
-    k = _keys(xp, key, ct, ones=True).reshape(nf, sk, d + 1)
+    kt = _keys_t(xp, key, ct)
     v = _keys(xp, value, ct).reshape(nf, sk, dv)
     out = xp.zeros((nf, sq * g, dv), dtype=ct)
     lse = xp.full((nf, sq * g, 1), -xp.inf, dtype=ct)
     classes = numpy.asarray(mask.classes) if xp is not numpy else mask.classes
     heads, span = _split(nf, bq * g, bk)
-    ctx = (xp, classes, mask, q, k, v, out, lse, ct, dropout, seed, offset, g, sq, sk, d, dv)
+    runs = [_spans(classes[i], bk, sk, span) for i in range(mask.nqb)]
+    ctx = (xp, runs, mask, q, kt, v, out, lse, ct, dropout, seed, offset, g, sq, sk, d, dv)
 
     def blocks(_worker, items):
         flat = xp.empty(heads * bq * g * span, dtype=ct)
@@ -442,14 +453,14 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
     - exact (the standard online softmax, every step when `exact`): the run's row max, a shift max(0, max) (the
       max itself while a row has seen nothing), s -= shift, exp2, total and acc rescaled by 2^-shift.
     """
-    xp, classes, mask, q, k, v, out, lse, ct, dropout, seed, offset, g, sq, sk, d, dv = ctx
+    xp, runs, mask, q, kt, v, out, lse, ct, dropout, seed, offset, g, sq, sk, d, dv = ctx
     f0, f1, i = item
-    nf, bq, bk = f1 - f0, mask.bq, mask.bk
+    nf, bq = f1 - f0, mask.bq
     r0, r1 = i * bq, min((i + 1) * bq, sq)
     n = (r1 - r0) * g
     rs = slice(r0 * g, r1 * g)
     qi, mcol = q[f0:f1, rs], q[f0:f1, rs, d:]
-    kf, vf = k[f0:f1], v[f0:f1]
+    ktf, vf = kt[f0:f1], v[f0:f1]
     m = xp.zeros((nf, n, 1), dtype=ct)
     mcol[...] = 0
     total, total_new, rsum = (xp.zeros((nf, n, 1), dtype=ct) for _ in range(3))
@@ -458,7 +469,7 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
 
     def scores(c0, c1, partials):
         s = _view(flat, (nf, n, c1 - c0))
-        xp.matmul(qi, kf[:, c0:c1].swapaxes(-1, -2), out=s)
+        xp.matmul(qi, ktf[..., c0:c1], out=s)
         _mask_cols(xp, mask, s, f0, f1, r0, r1, c0, partials, g)
         return s
 
@@ -468,7 +479,7 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
         xp.matmul(s, vf[:, c0:c1], out=pv)
         acc.__iadd__(pv)
 
-    for c0, c1, partials in _spans(classes[i], bk, sk, span):
+    for c0, c1, partials in runs[i]:
         w = c1 - c0
         s = scores(c0, c1, partials)
         if not exact:
@@ -526,9 +537,9 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     mask = _Mask(xp, startend_row_indices, causal, window_left, window_right, b, sq, sk, hk, g, bq, bk)
     # As in the forward, scores are in base 2 and extra columns fold a per-row term into the matmuls: Q's last
     # column is -lse (base 2) against K's ones, so Q K^T gives s - lse and exp2 of it is P; dO's last column is -D
-    # against V's ones, so dO V^T gives dP - D (with dropout, dP is scaled by the keep mask before D is
+    # against V^T's ones, so dO V^T gives dP - D (with dropout, dP is scaled by the keep mask before D is
     # subtracted, so there the column is 0 and D is subtracted per tile). dK and dV are built as [Sk, D]
-    # (dS^T Q, P^T dO: BLAS reads the transposes as views), so no operand is ever copied transposed.
+    # (dS^T Q, P^T dO: BLAS reads the transposes as views).
     q = _rows_layout(xp, query, hk, ct, scale * LOG2E, extra=1).reshape(nf, sq * g, d + 1)
     do = _rows_layout(xp, grad, hk, ct, extra=1).reshape(nf, sq * g, dv + 1)
     o = _rows_layout(xp, out, hk, ct).reshape(nf, sq * g, dv)
@@ -542,14 +553,15 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     # rows that saw no key (lse -inf) get a huge finite -lse, so P = 0 there without inf arithmetic in the matmul
     q[..., d:] = xp.where(xp.isfinite(lse_r), lse_r * -LOG2E, xp.asarray(-_HUGE, dtype=ct))
     del lse_r
-    k = _keys(xp, key, ct, ones=True).reshape(nf, sk, d + 1)
-    v = _keys(xp, value, ct, ones=True).reshape(nf, sk, dv + 1)
+    k = _keys(xp, key, ct).reshape(nf, sk, d)
+    kt, vt = _keys_t(xp, key, ct), _keys_t(xp, value, ct)
     dq = xp.zeros((nf, sq * g, d), dtype=ct)
     dk = xp.zeros((nf, sk, d), dtype=ct)
     dv_ = xp.zeros((nf, sk, dv), dtype=ct)
     classes = numpy.asarray(mask.classes) if xp is not numpy else mask.classes
     heads, span = _split(nf, bk * g, bq)
-    ctx = (xp, classes, mask, q, do, delta, k, v, dk, dv_, ct, dropout, seed, offset, g, sq, sk, d, dv)
+    runs = [_spans(classes[:, j], bq, sq, span) for j in range(mask.nkb)]
+    ctx = (xp, runs, mask, q, do, delta, k, kt, vt, dk, dv_, ct, dropout, seed, offset, g, sq, sk, d, dv)
     dq_parts = []
 
     def blocks(worker, items):
@@ -575,18 +587,17 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
 def _backward_cols(ctx, item, dq, bufs, span):
     """One key block of one head group: dK, dV of its columns and its share of dQ, over its runs of non-skipped
     query tiles (FlashAttention-2: P = 2^(s - lse), dV += P^T dO, dS = P (dP - D), dQ += dS K, dK += dS^T Q)."""
-    xp, classes, mask, q, do, delta, k, v, dk, dv_, ct, dropout, seed, offset, g, sq, sk, d, dv = ctx
+    xp, runs, mask, q, do, delta, k, kt, vt, dk, dv_, ct, dropout, seed, offset, g, sq, sk, d, dv = ctx
     f0, f1, j = item
-    nf, bq, bk = f1 - f0, mask.bq, mask.bk
+    nf, bk = f1 - f0, mask.bk
     flat_s, flat_dp, flat_dq = bufs
     c0, c1 = j * bk, min((j + 1) * bk, sk)
     w = c1 - c0
-    kj, vj = k[f0:f1, c0:c1], v[f0:f1, c0:c1]
-    kjt, vjt, kj = kj.swapaxes(-1, -2), vj.swapaxes(-1, -2), kj[..., :d]
+    kj, kjt, vjt = k[f0:f1, c0:c1], kt[f0:f1, :, c0:c1], vt[f0:f1, :, c0:c1]
     qf, dof, dqf = q[f0:f1], do[f0:f1], dq[f0:f1]
     dkj, dvj = dk[f0:f1, c0:c1], dv_[f0:f1, c0:c1]
     dk_part, dv_part = xp.empty((nf, w, d), dtype=ct), xp.empty((nf, w, dv), dtype=ct)
-    for r0, r1, partials in _spans(classes[:, j], bq, sq, span):
+    for r0, r1, partials in runs[j]:
         rs = slice(r0 * g, r1 * g)
         n = (r1 - r0) * g
         p = _view(flat_s, (nf, n, w))
