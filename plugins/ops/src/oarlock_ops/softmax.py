@@ -224,7 +224,7 @@ def _hard_label_cross_entropy(xp, input, label, ignore_index, reduction):
     rows, e, m = _row_softmax_parts(xp, x)
     index, valid = _hard_label_rows(xp, label, ignore_index)
     lse = xp.log(e.sum(axis=1)) + m[:, 0]
-    picked = xp.take_along_axis(rows, index[:, None], axis=1)[:, 0]
+    picked = rows[xp.arange(rows.shape[0]), index]
     loss = xp.where(valid, lse - picked, xp.zeros((), x.dtype))
     if reduction == "none":
         return loss.reshape(label.shape).astype(input.dtype)
