@@ -247,3 +247,27 @@ def test_record_fast_branch_and_general_loop_agree():
             fast = record(spec, inputs, fast_out, None, fast_out.place)             # unrolled branch
             general = record(spec, inputs, (general_out,), None, general_out.place)  # the loop
             assert outcome(fast, fast_out) == outcome(general, general_out), (combo, out_dtype)
+
+
+def test_ops_with_optional_tensors_take_the_fast_path_with_and_without_them():
+    """linear (bias: OptTensor) runs on the generated fast path both with a bias and without one, once
+    the slow path has validated the kernel, and records the same graph the slow path would."""
+    import oarlock.nn.functional as F
+
+    rng = np.random.default_rng(3)
+    x, w, b = (oarlock.to_tensor(rng.standard_normal(s).astype(np.float32)) for s in ((4, 3), (3, 5), (5,)))
+    w.stop_gradient = b.stop_gradient = False
+    F.linear(x, w, b), F.linear(x, w)   # seed the fast path
+    namespace = F.linear.__globals__
+    slow, original = [], namespace["_apply"]
+    namespace["_apply"] = lambda *args: slow.append(args) or original(*args)
+    try:
+        with_bias, without = F.linear(x, w, b), F.linear(x, w)
+    finally:
+        namespace["_apply"] = original
+    assert slow == []
+    np.testing.assert_allclose(with_bias.numpy(), x.numpy() @ w.numpy() + b.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(without.numpy(), x.numpy() @ w.numpy(), rtol=1e-6)
+    (with_bias.sum() + without.sum()).backward()
+    np.testing.assert_allclose(w.grad.numpy(), 2 * x.numpy().sum(0)[:, None] * np.ones((1, 5)), rtol=1e-5)
+    np.testing.assert_allclose(b.grad.numpy(), np.full(5, 4.0))

@@ -182,7 +182,8 @@ class OpDef:
         self.registry: Registry | None = None
         self.fast: dict = {}  # (place, dtype) -> (kernel, xp, array type), filled by the slow path
         self.fast_eligible = (bool(self.tensor_params) and self.n_outputs == 1 and not random
-                              and all(p.base in ("Tensor", "TensorOrScalar") for p in self.tensor_params)
+                              and all(p.base in ("Tensor", "TensorOrScalar", "OptTensor")
+                                      for p in self.tensor_params)
                               and not any(p.name in self.frontend_attrs for p in self.attr_params)
                               and inplace is None and not intermediate)
 
@@ -586,6 +587,18 @@ def _fast_path_lines(op):
              f"        if {' and '.join(checks) or 'True'}:"]
     lines += run(", ".join(f"{t}._data" for t in names), " and ".join(f"{t}.stop_gradient" for t in names),
                  record)
+    optional = [p.name for p in op.tensor_params if p.base == "OptTensor"]
+    given = [t for t in names if t not in optional]
+    if optional and anchor in given:
+        # 1b. every optional tensor absent (linear without bias, layer_norm without weight): they pass None
+        checks = same_place([t for t in given if t != anchor]) + [f"{t}._dtype is _dt" for t in promoted[1:]
+                                                                    if t in given]
+        present = [f"{t}.__class__ is _T" for t in given] + [f"{t} is None" for t in optional]
+        lines += [f"    if {' and '.join(present)}:",
+                  f"        _pl = {anchor}._place; _dt = {anchor}._dtype",
+                  f"        if {' and '.join(checks) or 'True'}:"]
+        lines += run(", ".join(f"{t}._data" if t in given else "None" for t in names),
+                     " and ".join(f"{t}.stop_gradient" for t in given), record)
     if not scalars:
         return lines
     # 2. Python scalars among the promoted arguments: the first promoted Tensor anchors dtype and place
@@ -616,6 +629,8 @@ def _fast_cacheable(op, flat, args, dtype) -> bool:
     int, or a float with a float dtype)."""
     promoted = op.promote or (0,)
     for i, (used, given) in enumerate(zip(flat, args)):
+        if given is None:   # an absent OptTensor: the kernel gets None on the fast path too
+            continue
         if given.__class__ is Tensor:
             if used is not given or (i in promoted and given._dtype is not dtype):
                 return False
