@@ -14,6 +14,8 @@ def sum_to_shape(g, shape):
         return g
     lead = len(gshape) - len(shape)
     axes = list(range(lead)) + [lead + i for i, n in enumerate(shape) if n == 1 and gshape[lead + i] != 1]
+    if axes and axes[-1] < lead:   # only leading axes added (a bias): one sum lands on the shape
+        return oarlock.sum(g, axis=axes)
     if axes:
         g = oarlock.sum(g, axis=axes, keepdim=True)
     return oarlock.reshape(g, list(shape)) if tuple(g.shape) != shape else g

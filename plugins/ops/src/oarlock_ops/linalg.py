@@ -144,8 +144,9 @@ def _linear_grad(ctx, g):
     dx = oarlock.matmul(g, weight, transpose_y=True) if ctx.edges[0] is not None else None
     dw = None
     if ctx.edges[1] is not None:  # sum x^T g over every batch position
-        x2 = oarlock.reshape(x, [-1, in_features])
-        dw = oarlock.matmul(x2, oarlock.reshape(g, [-1, out_features]), transpose_x=True)
+        x2 = x if len(x.shape) == 2 else oarlock.reshape(x, [-1, in_features])
+        g2 = g if len(g.shape) == 2 else oarlock.reshape(g, [-1, out_features])
+        dw = oarlock.matmul(x2, g2, transpose_x=True)
     return dx, dw, unbroadcast(ctx, 2, g)
 
 
