@@ -1,13 +1,15 @@
-"""Profile one training step of the GPT of `oarlock train` with oarlock.profiler.
+"""Profile one training step of a bench/train_step.py model with oarlock.profiler.
 
-GPT(GPTConfig(max_seq_len=128)), batch 16 x 128, model.loss(rows), AdamW. After --warmup unprofiled steps,
+--model gpt (default): the GPT of `oarlock train`, GPT(GPTConfig(max_seq_len=128)), batch 16 x 128, AdamW;
+tfm: the plain transformer of ordinary ops; mlp: the MLP with SGD (the very steps bench/train_step.py
+times, from the same weights). After --warmup unprofiled steps,
 one step runs under Profiler(record_shapes=True); the step's Chrome trace is written to --out and read
 back, the summary table is printed, and the coverage: the summed durations of the step's top-level op
 events (forward ops, autograd nodes, optimizer ops: events inside no other op) over the step's wall time
 (its ProfileStep#0 event). The rest is Python between ops that no op event holds. Also printed: the
 step's time without the profiler (median of --steps), so the profiler's own cost shows.
 
-    python bench/profile_step.py [--out profile_log] [--memory] [--steps 5]
+    python bench/profile_step.py [--model gpt|tfm|mlp] [--out profile_log] [--memory] [--steps 5]
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ import glob
 import json
 import os
 import statistics
+import sys
 import time
 
-import numpy as np
-
-import oarlock
 import oarlock.profiler as profiler
-from oarlock_train.model import GPT, GPTConfig
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_step  # noqa: E402  (bench/train_step.py: the models and their steps)
 
 
 def top_level(events):
@@ -39,22 +41,15 @@ def top_level(events):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="gpt", choices=sorted(train_step.MODELS),
+                        help="the bench/train_step.py model to profile (default gpt)")
     parser.add_argument("--out", default="profile_log", help="directory for the Chrome trace (default profile_log)")
     parser.add_argument("--memory", action="store_true", help="profile_memory=True (bytes per op)")
     parser.add_argument("--warmup", type=int, default=3, help="unprofiled steps first (default 3)")
     parser.add_argument("--steps", type=int, default=5, help="unprofiled steps timed for the reference (default 5)")
     args = parser.parse_args(argv)
 
-    oarlock.seed(0)
-    model = GPT(GPTConfig(max_seq_len=128))
-    opt = oarlock.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters(), weight_decay=0.01)
-    rows = oarlock.to_tensor(np.random.default_rng(0).integers(0, 256, (16, 129)))
-
-    def step():
-        loss = model.loss(rows)
-        loss.backward()
-        opt.step()
-        opt.clear_grad()
+    step, _ = train_step.oarlock_step(args.model)
 
     for _ in range(args.warmup):
         step()
