@@ -4,7 +4,8 @@ numpy's matmul on one small tile gains little from OpenBLAS's own threads, and w
 (oversubscription) OpenBLAS's threads make a 128 x 64 x 256 product up to hundreds of times slower. So while a
 FlashMask kernel runs, OpenBLAS is set to one thread (through its C API, when numpy's OpenBLAS exposes it; the
 previous setting is restored afterwards) and independent tiles run on a small thread pool instead (numpy releases
-the GIL in matmul and ufuncs). The number of workers is os.cpu_count() capped at 8, or OARLOCK_FLASHMASK_THREADS.
+the GIL in matmul and ufuncs), which pull items from a shared queue. The number of workers is os.cpu_count()
+capped at 8, or OARLOCK_FLASHMASK_THREADS.
 Note: the OpenBLAS setting is process-wide, so numpy work in other Python threads runs single-threaded meanwhile.
 """
 
@@ -76,9 +77,29 @@ def single_threaded_blas():
                 setter(_state["saved"])
 
 
+_END = object()
+
+
+def _shared(items):
+    """One iterator over `items` that several workers pull from (a lock keeps next() safe without the GIL)."""
+    lock = threading.Lock()
+    it = iter(items)
+
+    def pull():
+        while True:
+            with lock:
+                item = next(it, _END)
+            if item is _END:
+                return
+            yield item
+    return pull
+
+
 def run(xp, fn, items):
     """fn(worker_index, items_of_worker) for each worker, on the pool (numpy) or inline (other xp / 1 worker).
-    Items are dealt round-robin, so workers get blocks from all along the sequence (balanced causal work)."""
+    Workers pull the next item from one shared queue as they finish the previous one (dynamic scheduling): the
+    load balances itself when items differ in size (causal rows) or a core is shared with other processes. Give
+    the items heaviest first within each run of items that share data, so the last ones to finish are short."""
     n = workers() if xp is numpy else 1
     n = min(n, len(items))
     if n <= 1:
@@ -86,6 +107,7 @@ def run(xp, fn, items):
             return [fn(0, items)]
     if _state["pool"] is None:
         _state["pool"] = ThreadPoolExecutor(max_workers=max(workers(), 2), thread_name_prefix="oarlock-flashmask")
+    pull = _shared(items)
     with single_threaded_blas():
-        futures = [_state["pool"].submit(fn, w, items[w::n]) for w in range(n)]
+        futures = [_state["pool"].submit(fn, w, pull()) for w in range(n)]
         return [f.result() for f in futures]

@@ -384,6 +384,12 @@ def _split(nf, rows, block):
     return heads, max(block, SPAN_ELEMS // max(1, heads * rows) // block * block)
 
 
+def _heaviest_first(classes):
+    """The rows of `classes` with a non-skipped tile, by decreasing count of them (ties in order)."""
+    counts = (classes != SKIP).sum(axis=1)
+    return [int(i) for i in numpy.argsort(-counts, kind="stable") if counts[i]]
+
+
 def _view(flat, shape):
     """A contiguous array of `shape` on the front of the flat buffer `flat` (a reused scratch array)."""
     return flat[:math.prod(shape)].reshape(shape)
@@ -428,9 +434,10 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
         with _quiet(xp):
             for item in items:
                 _forward_rows(ctx, item, flat, ones, span)
-    # (head group, query block) items, head-group major: the workers share one group's K and V in the caches
-    _parallel.run(xp, blocks, [(f0, min(f0 + heads, nf), i) for f0 in range(0, nf, heads) for i in range(mask.nqb)
-                               if (classes[i] != SKIP).any()])
+    # (head group, query block) items, head-group major (the workers share one group's K and V in the caches),
+    # the blocks with the most tiles first
+    order = _heaviest_first(classes)
+    _parallel.run(xp, blocks, [(f0, min(f0 + heads, nf), i) for f0 in range(0, nf, heads) for i in order])
     out_b = _from_rows(xp, out.reshape(b, hk, sq * g, dv), b, sq, hq, query.dtype)
     lse_dtype = xp.float64 if ct == xp.float64 else xp.float32
     lse_b = _lse_out(xp, lse.reshape(b, hk, sq * g), b, hk, sq, g).astype(lse_dtype, copy=False)
@@ -572,9 +579,10 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
             _backward_cols(ctx, item, dq_w, bufs, span)
         if worker:
             dq_parts.append(dq_w)
-    # (head group, key block) items, head-group major; each worker sums its dQ share in its own array
-    _parallel.run(xp, blocks, [(f0, min(f0 + heads, nf), j) for f0 in range(0, nf, heads) for j in range(mask.nkb)
-                               if (classes[:, j] != SKIP).any()])
+    # (head group, key block) items, head-group major, the blocks with the most tiles first; each worker sums its
+    # dQ share in its own array
+    order = _heaviest_first(classes.T)
+    _parallel.run(xp, blocks, [(f0, min(f0 + heads, nf), j) for f0 in range(0, nf, heads) for j in order])
     for part in dq_parts:
         dq += part
     dq *= scale
