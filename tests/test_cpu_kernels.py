@@ -17,8 +17,16 @@ from oarlock_cpu.kernels import generic  # noqa: E402
 mp.mp.dps = 40
 SQRT2 = mp.sqrt(2)
 
-# float32 is computed in double and rounded once; float64 keeps a few ulps of the double-precision series
+# float64 keeps a few ulps of the double-precision series. float32 is computed in float arithmetic:
+# its bounds are the maxima measured over 4M inputs against the float64 kernels (erf 1.96, sigmoid 2.71,
+# silu 3.29, silu_grad 4.37, gelu 4.87, gelu_grad 5.15 ulps), rounded up: exp's and the erfc series'
+# roundings at float's ulp, and t = 2/(2 + z) in the erfc form, whose rounding the tail amplifies
 ULPS = {np.float32: 1.0, np.float64: 4.0}
+FLOAT32_ULPS = {"erf": 2.0, "sigmoid": 3.0, "silu": 3.5, "silu_grad": 4.5, "gelu": 5.0, "gelu_grad": 5.5}
+
+
+def bound(name, dtype):
+    return FLOAT32_ULPS[name] if dtype == np.float32 else ULPS[dtype]
 
 
 def _phi(x):
@@ -71,15 +79,15 @@ def test_random_inputs_within_ulps(name, dtype):
     scale = np.abs(reference(name.removesuffix("_grad"), x) * g) if g is not None else np.abs(ref)
     err = ulp_error(call(name, x, g), ref, dtype) * np.spacing(np.abs(ref).astype(dtype)) / np.spacing(
         np.maximum(np.abs(ref), scale).astype(dtype))
-    bound = ULPS[dtype] * (2 if g is not None else 1)
-    assert err.max() <= bound, (name, dtype.__name__, x[err.argmax()], err.max())
+    limit = bound(name, dtype) * (1 if dtype == np.float32 or g is None else 2)
+    assert err.max() <= limit, (name, dtype.__name__, x[err.argmax()], err.max())
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_erf_against_math_erf_on_a_dense_grid(dtype):
     x = np.concatenate([np.linspace(-7, 7, 20001), np.geomspace(1e-300, 1e-3, 500)]).astype(dtype)
     ref = np.array([math.erf(float(v)) for v in x])
-    assert ulp_error(kernels.erf(x), ref, dtype).max() <= ULPS[dtype] + 1  # math.erf's own error: under 1 ulp
+    assert ulp_error(kernels.erf(x), ref, dtype).max() <= bound("erf", dtype) + 1  # math.erf's own: under 1 ulp
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -88,7 +96,7 @@ def test_gelu_tail_keeps_relative_accuracy(dtype):
     lo = -13.0 if dtype == np.float32 else -37.0
     x = np.linspace(lo, -4.0, 300).astype(dtype)
     ref = reference("gelu", x)
-    assert (ulp_error(kernels.gelu(x), ref, dtype) <= ULPS[dtype]).all()
+    assert (ulp_error(kernels.gelu(x), ref, dtype) <= bound("gelu", dtype)).all()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -184,3 +192,16 @@ def test_registered_for_cpu_and_used_by_the_ops():
     # gelu's tanh form is not ours: the generic kernel answers it
     tanh_form = oarlock.nn.functional.gelu(x, approximate=True).numpy()
     np.testing.assert_allclose(tanh_form, generic("gelu")(np, x.numpy(), approximate=True))
+
+
+@pytest.mark.parametrize("name,lo,hi", [("sigmoid", -104.0, -80.0), ("silu", -110.0, -80.0),
+                                        ("silu_grad", -110.0, -80.0), ("gelu", -14.5, -12.0),
+                                        ("gelu_grad", -14.5, -12.0), ("erf", 8.5, 9.5)])
+def test_float32_underflowing_tails(name, lo, hi):
+    """Where float32 results (or exp's intermediate) leave the normal range: scaled by 2^64 and rounded once
+    into the subnormals at the end (within the bound, the subnormal spacing being absolute there)."""
+    x = np.linspace(lo, hi, 301).astype(np.float32)
+    g = np.full_like(x, 0.75) if name in BINARY else None
+    ref = reference(name, x, g)
+    err = ulp_error(call(name, x, g), ref, np.float32)
+    assert err.max() <= bound(name, np.float32), (name, x[err.argmax()], err.max())

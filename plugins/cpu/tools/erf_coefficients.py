@@ -1,7 +1,7 @@
 """Fit the polynomial coefficients of oarlock-cpu's erf / GELU kernels and write _kernels_coeffs.h.
 
 Run from plugins/cpu: `python tools/erf_coefficients.py > src/oarlock_cpu/_kernels_coeffs.h`
-(needs mpmath). The kernels compute in double precision, for float32 and float64 inputs alike, from:
+(needs mpmath). The kernels compute float64 in double precision and float32 in single precision, from:
 
     erf(z)  = z Q(z^2)                           for 0 <= z < ERF_SPLIT (z = |x|)
     erfc(z) = t exp(-z^2 + P(t)),  t = 2/(2+z)   for 0 <= z <= zmax      (Numerical Recipes' form)
@@ -11,8 +11,9 @@ in 30-digit arithmetic and written in the power basis for Horner's rule (the sum
 coefficients' magnitudes stays near 1, so Horner loses nothing to cancellation); the smallest degree
 whose approximation error, measured in mpmath on a dense grid, is under the target is taken
 (rounding the coefficients to doubles adds about 1e-16). P is an additive term in exp's argument,
-so its absolute error is erfc's relative error. float32 gets shorter series: its results are
-rounded to 24 bits at the end.
+so its absolute error is erfc's relative error. float32 gets shorter series, evaluated in float
+arithmetic, so its coefficients are written as floats and its targets sit a little under float's
+half ulp (rounding the coefficients to floats adds a few 1e-8, of the order of Horner's own rounding).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import mpmath as mp
 
 mp.mp.dps = 30
 ERF_SPLIT = 1.0
-# dtype -> (zmax: erfc is needed up to where x Phi(x) underflows, target error of P and Q)
-TARGETS = {"f64": (27.5, 1e-17), "f32": (10.5, 1e-10)}
+# dtype -> (zmax: erfc is needed up to where x Phi(x) underflows, target error of P and Q, C type)
+TARGETS = {"f64": (27.5, 1e-17, "double"), "f32": (10.5, 1e-8, "float")}
 
 
 def cheb_fit(f, n):
@@ -60,7 +61,7 @@ def fit(f, target):
 
 
 def series(dtype):
-    zmax, target = TARGETS[dtype]
+    zmax, target, _ = TARGETS[dtype]
     t0, t1 = 2 / (2 + mp.mpf(zmax)), mp.mpf(1)
 
     def p_of_u(u):  # u in [-1, 1] -> t in [t0, t1]
@@ -77,9 +78,10 @@ def series(dtype):
     return {"zmax": zmax, "t0": t0, "t1": t1, "p": p, "perr": perr, "q": q, "qerr": qerr}
 
 
-def c_array(name, values):
-    body = ",\n".join(f"    {float(v)!r}" for v in values)
-    return f"static const double {name}[{len(values)}] = {{\n{body}\n}};\n"
+def c_array(name, values, ctype):
+    suffix = "f" if ctype == "float" else ""
+    body = ",\n".join(f"    {float(v)!r}{suffix}" for v in values)
+    return f"static const {ctype} {name}[{len(values)}] = {{\n{body}\n}};\n"
 
 
 def main():
@@ -93,8 +95,9 @@ def main():
         # u = T_SCALE * t + T_SHIFT
         print(f"#define T_SCALE_{dtype.upper()} {float(2 / (s['t1'] - s['t0']))!r}")
         print(f"#define T_SHIFT_{dtype.upper()} {float(-(s['t1'] + s['t0']) / (s['t1'] - s['t0']))!r}")
-        print(c_array(f"ERFC_P_{dtype.upper()}", s["p"]))
-        print(c_array(f"ERF_Q_{dtype.upper()}", s["q"]))
+        ctype = TARGETS[dtype][2]
+        print(c_array(f"ERFC_P_{dtype.upper()}", s["p"], ctype))
+        print(c_array(f"ERF_Q_{dtype.upper()}", s["q"], ctype))
 
 
 if __name__ == "__main__":

@@ -3,9 +3,9 @@
  * or computes in many passes: erf, exact GELU (forward and backward), sigmoid, SiLU (forward and
  * backward), for float32 and float64.
  *
- * Every function computes in double precision, float32 inputs included, then rounds once: float32
- * results are within about half an ulp (correctly rounded almost everywhere), float64 results within
- * a few ulp (see tests/test_cpu_kernels.py for the measured bounds).  The math:
+ * float64 is computed in double precision, float32 natively in single precision (twice the SIMD
+ * lanes of double, and the shorter series float needs): float64 results are within a few ulp, float32
+ * ones within a few ulp too (see tests/test_cpu_kernels.py for the measured bounds).  The math:
  *
  *   erf(z)  = z Q(z^2)                             0 <= z < ERF_SPLIT
  *   erfc(z) = t exp(-z^2 + P(t)),  t = 2/(2+z)     0 <= z (Numerical Recipes' form; P smooth on (0, 1])
@@ -13,11 +13,13 @@
  *   gelu(x) = x Phi(x),  gelu'(x) = Phi(x) + x exp(-x^2/2)/sqrt(2 pi)
  *
  * Q and P are polynomials (Chebyshev interpolants in the power basis, for Horner's rule) fitted by
- * tools/erf_coefficients.py (-> _kernels_coeffs.h).  z^2 is
+ * tools/erf_coefficients.py (-> _kernels_coeffs.h), one set per precision.  z^2 is
  * carried as an exact head plus a tail (Dekker's split) into an exp written here, so the rounding of
  * x^2 does not cost erfc relative accuracy when x^2 is in the hundreds.  exp is Cody-Waite reduction
  * plus a Taylor polynomial, with the power of two built from the bits, so the whole loop body is
- * branch-free and gcc vectorises it.  Both branches of every piecewise formula are computed and one
+ * branch-free and gcc vectorises it.  The float32 functions mirror the double ones step for step, with
+ * float constants (a 9-bit ln2 head, 2^n from 8 exponent bits, a 12-bit split of x) and a degree-7
+ * exp polynomial.  Both branches of every piecewise formula are computed and one
  * is selected: wasted work, but no lane divergence.
  *
  * Special values, as libm: NaN in -> the same NaN out; erf(+-inf) = +-1; erf(-0.0) = -0.0; denormal
@@ -29,16 +31,16 @@
  * compiled several times for x86-64 (AVX-512, AVX2 + FMA, baseline) and picked at load time where
  * the compiler supports target_clones; elsewhere they are plain portable C.  The compiler may fuse
  * a*b + c into one FMA where the target has it (half the operations of a polynomial); every step
- * here stays exact or gets more accurate under that, and float32 results, rounded from double,
- * come out the same with or without FMA but for rare ties; float64 ones may differ in the last bit
- * between machines.
+ * here stays exact or gets more accurate under that; results may differ in the last bit between
+ * machines with and without FMA.
  *
  * Floating-point exception flags: the branch-free code raises "invalid" and "overflow" in lanes it
  * then discards (inf * 0, the other branch's polynomial), which numpy would report as warnings after
  * the loop; each loop clears the flags it leaves, as libm's functions raise none for these inputs.
  *
- * Ufunc loops take any strides: elements are gathered in blocks of BLOCK doubles, computed, and
- * scattered, so in-place calls (out=x) and non-contiguous views need no special case.
+ * Ufunc loops take any strides: contiguous operands go straight to the block kernels; others are
+ * gathered in blocks of BLOCK elements, computed, and scattered, so in-place calls (out=x) and
+ * non-contiguous views need no special case.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -143,7 +145,7 @@ INLINE void square_split(double x, double *hi, double *lo)
     *lo = (2.0 * xh) * xl + xl * xl;
 }
 
-/* Coefficient sets: float32 inputs need shorter series than float64 ones. */
+/* The double-precision coefficient set (float32 has its own functions below). */
 typedef struct {
     const double *p, *q;
     double zmax, t_scale, t_shift;
@@ -268,112 +270,298 @@ INLINE double silu_grad1(double x, double g, int terms)
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * the same functions in single precision, for float32 (the comments above apply; only the
+ * constants and the widths differ)
+ */
+
+INLINE uint32_t bits_of_f(float x) { uint32_t u; memcpy(&u, &x, sizeof u); return u; }
+INLINE float float_of(uint32_t u) { float x; memcpy(&x, &u, sizeof x); return x; }
+
+INLINE float horner_f(const float *c, int n, float u)
+{
+    float p = c[n - 1];
+    UNROLL
+    for (int k = n - 2; k >= 0; k--)
+        p = p * u + c[k];
+    return p;
+}
+
+#define LOG2E_F 1.44269504f
+#define LN2_HI_F 0.693359375f     /* 9 significant bits: n * LN2_HI_F is exact, and so is a - n * LN2_HI_F */
+#define LN2_LO_F -2.12194440e-4f
+#define ROUND_MAGIC_F 12582912.0f /* 1.5 * 2^23 */
+/* Below this argument exp underflows even when multiplied by HUGE_ARG_F (e^-125 * 1e8 < 2^-150): the
+ * clamp keeps n >= -181. */
+#define EXP_FLOOR_F -125.0f /* and with the +64 of tiny results, 2^n's exponent field stays positive */
+
+/* exp(a + b + c) * (tiny ? 2^64 : 1), as exp3 but with the caller choosing the scaling: a a multiple of
+ * 2^-23 or larger (so a - n ln2_hi is exact), b moderate, c tiny, the sum <= about 0 (every caller's
+ * argument is, but for P's rounding).  A caller sets `tiny` where the sum may be below -87 (where the
+ * result leaves float's normal range), and multiplies by 2^-64 (TINY_POST) last, after any other
+ * factors, so the result rounds once into the subnormals; one flag can then serve two exps of
+ * neighbouring arguments (gelu's backward).  Degree-7 Taylor polynomial (truncation under 1e-8 on
+ * |r| <= ln2/2). */
+#define TINY_ARG_F 80.0f
+#define TINY_POST 0x1p-64f
+INLINE float exp3_f(float a, float b, float c, int32_t tiny)
+{
+    float s = a + b;
+    a = s < EXP_FLOOR_F ? EXP_FLOOR_F : a; /* a NaN s keeps a: the result stays NaN */
+    b = s < EXP_FLOOR_F ? 0.0f : b;
+    c = s < EXP_FLOOR_F ? 0.0f : c; /* x^2's tail, not tiny when x is (float's split keeps only 12 bits) */
+    float k = (a + b) * LOG2E_F + ROUND_MAGIC_F;
+    float n = k - ROUND_MAGIC_F;
+    int32_t ni = (int32_t)(bits_of_f(k) - bits_of_f(ROUND_MAGIC_F));
+    float r = ((a - n * LN2_HI_F) + b) - n * LN2_LO_F + c;
+    static const float inv_fact[8] = {1.0f, 1.0f, 1.0f / 2, 1.0f / 6, 1.0f / 24, 1.0f / 120, 1.0f / 720,
+                                      1.0f / 5040};
+    float p = horner_f(inv_fact, 8, r);
+    int32_t m = tiny ? ni + 64 : ni;
+    return p * float_of((uint32_t)(m + 127) << 23);
+}
+
+/* x^2 = hi + lo, hi exact: xh keeps the top 12 bits of x's significand, so xh^2 fits in 24. */
+INLINE void square_split_f(float x, float *hi, float *lo)
+{
+    float xh = float_of(bits_of_f(x) & 0xFFFFF000u);
+    float xl = x - xh;
+    *hi = xh * xh;
+    *lo = (2.0f * xh) * xl + xl * xl;
+}
+
+#define ZMAX_F ((float)ZMAX_F32)
+#define T_SCALE_F ((float)T_SCALE_F32)
+#define T_SHIFT_F ((float)T_SHIFT_F32)
+#define ERF_SPLIT_F ((float)ERF_SPLIT)
+#define NP_F ((int)(sizeof ERFC_P_F32 / sizeof(float)))
+#define NQ_F ((int)(sizeof ERF_Q_F32 / sizeof(float)))
+#define HUGE_ARG_F 1e8f
+
+INLINE float erf_small_f(float z)
+{
+    float zc = z < ERF_SPLIT_F ? z : ERF_SPLIT_F;
+    float u = zc * zc * (2.0f / (ERF_SPLIT_F * ERF_SPLIT_F)) - 1.0f;
+    return zc * horner_f(ERF_Q_F32, NQ_F, u);
+}
+
+/* erfc(z) for 0 <= z, given z^2 = z2hi + z2lo; scaled by 2^64 where `tiny` (see exp3_f). */
+INLINE float erfc_big_f(float z, float z2hi, float z2lo, int32_t tiny)
+{
+    float zc = z < ZMAX_F ? z : ZMAX_F;
+    float t = 2.0f / (2.0f + zc);
+    float p = horner_f(ERFC_P_F32, NP_F, t * T_SCALE_F + T_SHIFT_F);
+    return t * exp3_f(-z2hi, p, -z2lo, tiny);
+}
+
+INLINE float erf1_f(float x)
+{
+    float a = fabsf(x);
+    a = a < HUGE_ARG_F ? a : HUGE_ARG_F;
+    float hi, lo;
+    square_split_f(a, &hi, &lo);
+    int32_t tiny = hi > TINY_ARG_F;
+    float c = erfc_big_f(a, hi, lo, tiny) * (tiny ? TINY_POST : 1.0f);
+    float r = a < ERF_SPLIT_F ? erf_small_f(a) : 1.0f - c;
+    r = copysignf(r, x);
+    return x != x ? x : r;
+}
+
+/* Below it Phi(-|x|) = 1/2 - erf(z)/2 loses under a bit to cancellation, less than the erfc form's
+ * rounding near z = 0 (where t's and P's roundings are of the order of the result's ulp). */
+#define LOWER_SPLIT_F 0.5f
+
+/* mul * Phi(x) (lower: x < 0; upper: x >= 0), and exp(-x^2/2) through *gauss when not NULL, both scaled
+ * by 2^64 where *tiny (x^2/2 > TINY_ARG_F) on the lower side (the upper side is never tiny). */
+INLINE float phi_cdf_f(float x, float *gauss, float mul, int32_t *tiny)
+{
+    float a = fabsf(x);
+    a = a < HUGE_ARG_F ? a : HUGE_ARG_F;
+    float z = a * 0.70710678118654752440f;
+    float hi, lo;
+    square_split_f(a, &hi, &lo);
+    hi *= 0.5f; /* exact */
+    lo *= 0.5f;
+    *tiny = hi > TINY_ARG_F;
+    float post = *tiny ? TINY_POST : 1.0f;
+    float c = erfc_big_f(z, hi, lo, *tiny);
+    float half_erf = 0.5f * erf_small_f(z);
+    float lower = z < LOWER_SPLIT_F ? mul * (0.5f - half_erf) : c * (0.5f * mul);
+    float upper = mul * (z < ERF_SPLIT_F ? 0.5f + half_erf : 1.0f - c * 0.5f * post);
+    if (gauss)
+        *gauss = exp3_f(-hi, 0.0f, -lo, *tiny);
+    return x < 0 ? lower : upper;
+}
+
+INLINE float gelu1_f(float x)
+{
+    int32_t tiny;
+    float r = phi_cdf_f(x, NULL, x, &tiny);
+    r = x < 0 && tiny ? r * TINY_POST : r;
+    r = x < -HUGE_ARG_F ? -0.0f : r;
+    return x != x ? x : r;
+}
+
+INLINE float gelu_grad1_f(float x, float g)
+{
+    float gauss;
+    int32_t tiny;
+    float phi = phi_cdf_f(x, &gauss, 1.0f, &tiny);
+    float post = tiny ? TINY_POST : 1.0f;
+    /* on the lower side Phi and the gauss term carry the same scale, removed after g's factor */
+    float slope = phi + x * (gauss * (float)INV_SQRT_2PI) * (x < 0 ? 1.0f : post);
+    slope = fabsf(x) > HUGE_ARG_F ? (x > 0 ? 1.0f : 0.0f) : slope;
+    float r = g * slope * (x < 0 ? post : 1.0f);
+    return x != x ? x : r;
+}
+
+/* exp(-|x|), scaled by 2^64 where *tiny */
+INLINE float exp_neg_abs_f(float x, int32_t *tiny)
+{
+    float a = fabsf(x);
+    *tiny = a > TINY_ARG_F;
+    return exp3_f(-a, 0.0f, 0.0f, *tiny);
+}
+
+INLINE float sigmoid1_f(float x)
+{
+    int32_t tiny;
+    float e = exp_neg_abs_f(x, &tiny);
+    float post = tiny ? TINY_POST : 1.0f;
+    float d = 1.0f / (1.0f + e * post);
+    float r = x < 0 ? e * d * post : d;
+    return x != x ? x : r;
+}
+
+INLINE float silu1_f(float x)
+{
+    int32_t tiny;
+    float e = exp_neg_abs_f(x, &tiny);
+    float post = tiny ? TINY_POST : 1.0f;
+    float d = 1.0f / (1.0f + e * post);
+    float r = x < 0 ? x * e * d * post : x * d;
+    r = x < -HUGE_ARG_F ? -0.0f : r;
+    return x != x ? x : r;
+}
+
+/* as silu_grad1; on the lower side the slope is s (1 + x d) with s = e d carrying e's scale */
+INLINE float silu_grad1_f(float x, float g)
+{
+    int32_t tiny;
+    float e = exp_neg_abs_f(x, &tiny);
+    float post = tiny ? TINY_POST : 1.0f;
+    float ep = e * post;
+    float d = 1.0f / (1.0f + ep);
+    float lower = e * d * (1.0f + x * d);         /* scaled */
+    float upper = d * (1.0f + x * (ep * d));
+    lower = x < -HUGE_ARG_F ? 0.0f : lower;
+    upper = x > HUGE_ARG_F ? 1.0f : upper;
+    float r = x < 0 ? g * lower * post : g * upper;
+    return x != x ? x : r;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * block kernels: n <= BLOCK doubles in, n doubles out (the vectorised loops)
  */
 
 static const erf_coeffs K64 = COEFFS(F64, 13);
-static const erf_coeffs K32 = COEFFS(F32, 8);
 
 /* Each vector of the loop runs a long dependent chain (the series, then exp), so WAYS independent
  * streams (i, i + n/WAYS, ...) are interleaved in one iteration to keep the FP units busy. */
 #define WAYS 2
-#define UNARY_BLOCK(NAME, EXPR)                                                     \
-    CLONES static void NAME(const double *RESTRICT xs, double *RESTRICT out, int n) \
+#define UNARY_BLOCK(NAME, T, EXPR)                                                  \
+    CLONES static void NAME(const T *RESTRICT xs, T *RESTRICT out, npy_intp n)      \
     {                                                                               \
-        int h = n / WAYS;                                                           \
-        for (int i = 0; i < h; i++) {                                               \
-            double x = xs[i];                                                       \
+        npy_intp h = n / WAYS;                                                      \
+        for (npy_intp i = 0; i < h; i++) {                                          \
+            T x = xs[i];                                                            \
             out[i] = EXPR;                                                          \
             x = xs[i + h];                                                          \
             out[i + h] = EXPR;                                                      \
         }                                                                           \
-        for (int i = WAYS * h; i < n; i++) {                                        \
-            double x = xs[i];                                                       \
+        for (npy_intp i = WAYS * h; i < n; i++) {                                   \
+            T x = xs[i];                                                            \
             out[i] = EXPR;                                                          \
         }                                                                           \
     }
-#define BINARY_BLOCK(NAME, EXPR)                                                                        \
-    CLONES static void NAME(const double *RESTRICT xs, const double *RESTRICT gs, double *RESTRICT out, int n) \
-    {                                                                                                   \
-        int h = n / WAYS;                                                                               \
-        for (int i = 0; i < h; i++) {                                                                   \
-            double x = xs[i], g = gs[i];                                                                \
-            out[i] = EXPR;                                                                              \
-            x = xs[i + h], g = gs[i + h];                                                               \
-            out[i + h] = EXPR;                                                                          \
-        }                                                                                               \
-        for (int i = WAYS * h; i < n; i++) {                                                            \
-            double x = xs[i], g = gs[i];                                                                \
-            out[i] = EXPR;                                                                              \
-        }                                                                                               \
+#define BINARY_BLOCK(NAME, T, EXPR)                                                                  \
+    CLONES static void NAME(const T *RESTRICT xs, const T *RESTRICT gs, T *RESTRICT out, npy_intp n) \
+    {                                                                                                \
+        npy_intp h = n / WAYS;                                                                       \
+        for (npy_intp i = 0; i < h; i++) {                                                           \
+            T x = xs[i], g = gs[i];                                                                  \
+            out[i] = EXPR;                                                                           \
+            x = xs[i + h], g = gs[i + h];                                                            \
+            out[i + h] = EXPR;                                                                       \
+        }                                                                                            \
+        for (npy_intp i = WAYS * h; i < n; i++) {                                                    \
+            T x = xs[i], g = gs[i];                                                                  \
+            out[i] = EXPR;                                                                           \
+        }                                                                                            \
     }
 
-UNARY_BLOCK(erf_block64, erf1(x, K64))
-UNARY_BLOCK(erf_block32, erf1(x, K32))
-UNARY_BLOCK(gelu_block64, gelu1(x, K64))
-UNARY_BLOCK(gelu_block32, gelu1(x, K32))
-BINARY_BLOCK(gelu_grad_block64, gelu_grad1(x, g, K64))
-BINARY_BLOCK(gelu_grad_block32, gelu_grad1(x, g, K32))
-UNARY_BLOCK(sigmoid_block64, sigmoid1(x, 13))
-UNARY_BLOCK(sigmoid_block32, sigmoid1(x, 8))
-UNARY_BLOCK(silu_block64, silu1(x, 13))
-UNARY_BLOCK(silu_block32, silu1(x, 8))
-BINARY_BLOCK(silu_grad_block64, silu_grad1(x, g, 13))
-BINARY_BLOCK(silu_grad_block32, silu_grad1(x, g, 8))
+UNARY_BLOCK(erf_block64, double, erf1(x, K64))
+UNARY_BLOCK(erf_block32, float, erf1_f(x))
+UNARY_BLOCK(gelu_block64, double, gelu1(x, K64))
+UNARY_BLOCK(gelu_block32, float, gelu1_f(x))
+BINARY_BLOCK(gelu_grad_block64, double, gelu_grad1(x, g, K64))
+BINARY_BLOCK(gelu_grad_block32, float, gelu_grad1_f(x, g))
+UNARY_BLOCK(sigmoid_block64, double, sigmoid1(x, 13))
+UNARY_BLOCK(sigmoid_block32, float, sigmoid1_f(x))
+UNARY_BLOCK(silu_block64, double, silu1(x, 13))
+UNARY_BLOCK(silu_block32, float, silu1_f(x))
+BINARY_BLOCK(silu_grad_block64, double, silu_grad1(x, g, 13))
+BINARY_BLOCK(silu_grad_block32, float, silu_grad1_f(x, g))
 
 /* ---------------------------------------------------------------------------------------------
- * ufunc loops: gather a block into doubles, run the block kernel, scatter the results
+ * ufunc loops: contiguous operands go to the block kernel whole (an in-place call, out == x, is
+ * safe: each output element depends on its own inputs only); others are gathered a block at a time
+ * into a buffer, computed, and scattered
  */
 
-typedef void (*unary_block)(const double *RESTRICT, double *RESTRICT, int);
-typedef void (*binary_block)(const double *RESTRICT, const double *RESTRICT, double *RESTRICT, int);
-
-#define GATHER(T, dst, src, step, m)                              \
-    do {                                                          \
-        if ((step) == (npy_intp)sizeof(T)) {                      \
-            const T *s_ = (const T *)(src);                       \
-            for (int j_ = 0; j_ < (m); j_++) (dst)[j_] = s_[j_];  \
-        } else {                                                  \
-            for (int j_ = 0; j_ < (m); j_++)                      \
-                (dst)[j_] = *(const T *)((src) + j_ * (step));    \
-        }                                                         \
+#define GATHER(T, dst, src, step, m)                                  \
+    do {                                                              \
+        for (int j_ = 0; j_ < (m); j_++)                              \
+            (dst)[j_] = *(const T *)((src) + j_ * (step));            \
     } while (0)
 #define SCATTER(T, dst, src, step, m)                                 \
     do {                                                              \
-        if ((step) == (npy_intp)sizeof(T)) {                          \
-            T *d_ = (T *)(dst);                                       \
-            for (int j_ = 0; j_ < (m); j_++) d_[j_] = (T)(src)[j_];   \
-        } else {                                                      \
-            for (int j_ = 0; j_ < (m); j_++)                          \
-                *(T *)((dst) + j_ * (step)) = (T)(src)[j_];           \
-        }                                                             \
+        for (int j_ = 0; j_ < (m); j_++)                              \
+            *(T *)((dst) + j_ * (step)) = (src)[j_];                  \
     } while (0)
 
 #define UNARY_LOOP(NAME, T, BLOCKFN)                                                                 \
     static void NAME(char **args, npy_intp const *dims, npy_intp const *steps, void *data)        \
     {                                                                                                \
-        double xb[BLOCK], ob[BLOCK];                                                                 \
         char *in = args[0], *out = args[1];                                                          \
         (void)data;                                                                                  \
-        for (npy_intp i = 0; i < dims[0]; i += BLOCK) {                                              \
-            int m = (int)(dims[0] - i < BLOCK ? dims[0] - i : BLOCK);                                \
-            GATHER(T, xb, in + i * steps[0], steps[0], m);                                           \
-            BLOCKFN(xb, ob, m);                                                                      \
-            SCATTER(T, out + i * steps[1], ob, steps[1], m);                                         \
+        if (steps[0] == sizeof(T) && steps[1] == sizeof(T)) {                                        \
+            BLOCKFN((const T *)in, (T *)out, dims[0]);                                               \
+        } else {                                                                                     \
+            T xb[BLOCK], ob[BLOCK];                                                                  \
+            for (npy_intp i = 0; i < dims[0]; i += BLOCK) {                                          \
+                int m = (int)(dims[0] - i < BLOCK ? dims[0] - i : BLOCK);                            \
+                GATHER(T, xb, in + i * steps[0], steps[0], m);                                       \
+                BLOCKFN(xb, ob, m);                                                                  \
+                SCATTER(T, out + i * steps[1], ob, steps[1], m);                                     \
+            }                                                                                        \
         }                                                                                            \
         feclearexcept(FE_ALL_EXCEPT);                                                                \
     }
 #define BINARY_LOOP(NAME, T, BLOCKFN)                                                                \
     static void NAME(char **args, npy_intp const *dims, npy_intp const *steps, void *data)        \
     {                                                                                                \
-        double xb[BLOCK], gb[BLOCK], ob[BLOCK];                                                      \
         (void)data;                                                                                  \
-        for (npy_intp i = 0; i < dims[0]; i += BLOCK) {                                              \
-            int m = (int)(dims[0] - i < BLOCK ? dims[0] - i : BLOCK);                                \
-            GATHER(T, xb, args[0] + i * steps[0], steps[0], m);                                      \
-            GATHER(T, gb, args[1] + i * steps[1], steps[1], m);                                      \
-            BLOCKFN(xb, gb, ob, m);                                                                  \
-            SCATTER(T, args[2] + i * steps[2], ob, steps[2], m);                                     \
+        if (steps[0] == sizeof(T) && steps[1] == sizeof(T) && steps[2] == sizeof(T)) {               \
+            BLOCKFN((const T *)args[0], (const T *)args[1], (T *)args[2], dims[0]);                  \
+        } else {                                                                                     \
+            T xb[BLOCK], gb[BLOCK], ob[BLOCK];                                                       \
+            for (npy_intp i = 0; i < dims[0]; i += BLOCK) {                                          \
+                int m = (int)(dims[0] - i < BLOCK ? dims[0] - i : BLOCK);                            \
+                GATHER(T, xb, args[0] + i * steps[0], steps[0], m);                                  \
+                GATHER(T, gb, args[1] + i * steps[1], steps[1], m);                                  \
+                BLOCKFN(xb, gb, ob, m);                                                              \
+                SCATTER(T, args[2] + i * steps[2], ob, steps[2], m);                                 \
+            }                                                                                        \
         }                                                                                            \
         feclearexcept(FE_ALL_EXCEPT);                                                                \
     }
