@@ -1,10 +1,11 @@
-"""Entry point of oarlock-cpu: registers the "cpu" device, its own C kernels (oarlock_cpu.kernels), its
+"""Entry point of oarlock-cpu: registers the "cpu" device, its own C kernels (oarlock_cpu.kernels, and the
+fused RMSNorm / LayerNorm rows of oarlock_cpu.rows), its
 matrix-product kernels that choose the BLAS thread count per call (oarlock_cpu.blas) and its fused Adam
 update (oarlock_cpu.optim_kernels)."""
 
 from oarlock import hookimpl
 
-from oarlock_cpu import blas, kernels, optim_kernels
+from oarlock_cpu import blas, kernels, optim_kernels, rows
 from oarlock_cpu.backend import CPUBackend
 
 
@@ -16,5 +17,6 @@ def oarlock_register_backends(backends):
 @hookimpl
 def oarlock_register_ops(ops):
     kernels.register(ops)
+    rows.register(ops)
     blas.register(ops)
     optim_kernels.register(ops)

@@ -1,0 +1,274 @@
+/*
+ * oarlock_cpu._rows: fused row kernels of RMSNorm and LayerNorm over the last axis, forward and
+ * backward, for C-contiguous float32 / float64 arrays of shape [rows, n].
+ *
+ * numpy needs a dozen whole-array passes for a normalisation (mean, centre, square, mean, rsqrt,
+ * scale, weight, bias; more for the backward), each streaming the whole array through memory.  Here
+ * each row is read once for its statistics and once more, from L1, to write the result: two passes
+ * over a row that stays in cache.  Sums are accumulated in double for both dtypes (as float32 values
+ * are products of two floats, their double products are exact), and each result is rounded once to
+ * the array's dtype, so float32 results are at least as accurate as the generic float32 kernels'.
+ * The weight and bias gradients (sums over rows) are accumulated in a double buffer of n.
+ *
+ * The formulas are the generic kernels' (oarlock_ops.norm): xhat = (x - mean) rstd (no mean for
+ * RMSNorm), rstd = 1/sqrt(mean((x - mean)^2) + eps); out = xhat w + b; backward with gh = g w:
+ * dx = rstd (gh - xhat mean(gh xhat) - mean(gh)), dw = sum_rows g xhat, db = sum_rows g.
+ *
+ * The Python side (oarlock_cpu/rows.py) checks shapes and allocates the outputs; the functions here
+ * check the dtypes, layouts and sizes they rely on (a mismatch raises, never reads out of bounds)
+ * and release the GIL.  Reductions are vectorised with `omp simd reduction` (-fopenmp-simd: no
+ * OpenMP runtime, and no -ffast-math, which would let the compiler reassociate everything else).
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#define NPY_NO_DEPRECATED_API NPY_1_22_API_VERSION
+#define NPY_TARGET_VERSION NPY_1_22_API_VERSION
+#include <numpy/arrayobject.h>
+
+#include <math.h>
+#include <stdlib.h>
+
+/* As in _kernels.c: the loops are compiled for AVX-512, AVX2 + FMA and baseline x86-64, picked at load. */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__) && \
+    ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11) || (defined(__clang__) && __clang_major__ >= 14))
+#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CLONES
+#endif
+
+#if defined(_MSC_VER)
+#define SIMD_SUM(a)
+#define SIMD_SUM2(a, b)
+#else
+#define PRAGMA(text) _Pragma(#text)
+#define SIMD_SUM(a) PRAGMA(omp simd reduction(+ : a))
+#define SIMD_SUM2(a, b) PRAGMA(omp simd reduction(+ : a, b))
+#endif
+
+/* The kernels, once per element type T.  w, b may be NULL (no weight: 1, no bias: 0). */
+#define ROW_KERNELS(T)                                                                                      \
+    CLONES static void rms_norm_##T(const T *x, const T *w, double eps, T *out, T *rstd, npy_intp rows,     \
+                                    npy_intp n)                                                             \
+    {                                                                                                       \
+        for (npy_intp r = 0; r < rows; r++) {                                                               \
+            const T *xr = x + r * n;                                                                        \
+            T *o = out + r * n;                                                                             \
+            double ss = 0.0;                                                                                \
+            SIMD_SUM(ss)                                                                                    \
+            for (npy_intp i = 0; i < n; i++) ss += (double)xr[i] * xr[i];                                   \
+            double rs = 1.0 / sqrt(ss / (double)n + eps);                                                   \
+            rstd[r] = (T)rs;                                                                                \
+            if (w)                                                                                          \
+                for (npy_intp i = 0; i < n; i++) o[i] = (T)(xr[i] * rs * w[i]);                             \
+            else                                                                                            \
+                for (npy_intp i = 0; i < n; i++) o[i] = (T)(xr[i] * rs);                                    \
+        }                                                                                                   \
+    }                                                                                                       \
+                                                                                                            \
+    CLONES static void layer_norm_##T(const T *x, const T *w, const T *b, double eps, T *out, T *mean,      \
+                                      T *rstd, npy_intp rows, npy_intp n)                                   \
+    {                                                                                                       \
+        for (npy_intp r = 0; r < rows; r++) {                                                               \
+            const T *xr = x + r * n;                                                                        \
+            T *o = out + r * n;                                                                             \
+            double s = 0.0, ss = 0.0;                                                                       \
+            SIMD_SUM(s)                                                                                     \
+            for (npy_intp i = 0; i < n; i++) s += xr[i];                                                    \
+            double mu = s / (double)n;                                                                      \
+            SIMD_SUM(ss) /* centred: no cancellation when |mean| >> std */                                 \
+            for (npy_intp i = 0; i < n; i++) ss += (xr[i] - mu) * (xr[i] - mu);                             \
+            double rs = 1.0 / sqrt(ss / (double)n + eps);                                                   \
+            mean[r] = (T)mu;                                                                                \
+            rstd[r] = (T)rs;                                                                                \
+            for (npy_intp i = 0; i < n; i++) {                                                              \
+                double v = (xr[i] - mu) * rs;                                                               \
+                v = w ? v * w[i] : v;                                                                       \
+                o[i] = (T)(b ? v + b[i] : v);                                                               \
+            }                                                                                               \
+        }                                                                                                   \
+    }                                                                                                       \
+                                                                                                            \
+    /* mean is NULL for RMSNorm; db NULL when no bias gradient is wanted; dw, db: double sums of n */       \
+    CLONES static void norm_grad_##T(const T *x, const T *w, const T *g, const T *mean, const T *rstd,      \
+                                     T *dx, double *dw, double *db, npy_intp rows, npy_intp n)              \
+    {                                                                                                       \
+        for (npy_intp r = 0; r < rows; r++) {                                                               \
+            const T *xr = x + r * n, *gr = g + r * n;                                                       \
+            T *d = dx + r * n;                                                                              \
+            double mu = mean ? (double)mean[r] : 0.0, rs = rstd[r];                                         \
+            double sgx = 0.0, sg = 0.0;                                                                     \
+            SIMD_SUM2(sgx, sg)                                                                              \
+            for (npy_intp i = 0; i < n; i++) {                                                              \
+                double gh = w ? (double)gr[i] * w[i] : (double)gr[i];                                       \
+                sgx += gh * ((xr[i] - mu) * rs);                                                            \
+                sg += gh;                                                                                   \
+            }                                                                                               \
+            double c1 = sgx / (double)n, c2 = mean ? sg / (double)n : 0.0;                                  \
+            for (npy_intp i = 0; i < n; i++) {                                                              \
+                double xhat = (xr[i] - mu) * rs;                                                            \
+                double gh = w ? (double)gr[i] * w[i] : (double)gr[i];                                       \
+                d[i] = (T)(rs * (gh - xhat * c1 - c2));                                                     \
+                dw[i] += (double)gr[i] * xhat;                                                              \
+            }                                                                                               \
+            if (db)                                                                                         \
+                for (npy_intp i = 0; i < n; i++) db[i] += gr[i];                                            \
+        }                                                                                                   \
+    }
+
+ROW_KERNELS(float)
+ROW_KERNELS(double)
+
+/* ---------------------------------------------------------------------------------------------
+ * argument checks: every array C-contiguous, of x's dtype, with the size the kernel reads or writes
+ */
+
+static void *data_of(PyObject *obj, const char *name, int type, npy_intp size, int optional)
+{
+    if (obj == Py_None) {
+        if (optional)
+            return NULL;
+        PyErr_Format(PyExc_TypeError, "_rows: %s must be an array, got None", name);
+        return (void *)-1;
+    }
+    if (!PyArray_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "_rows: %s must be a numpy array", name);
+        return (void *)-1;
+    }
+    PyArrayObject *a = (PyArrayObject *)obj;
+    if (PyArray_TYPE(a) != type || !PyArray_IS_C_CONTIGUOUS(a) || PyArray_SIZE(a) != size) {
+        PyErr_Format(PyExc_ValueError, "_rows: %s must be a C-contiguous array of x's dtype with %zd elements",
+                     name, (Py_ssize_t)size);
+        return (void *)-1;
+    }
+    return PyArray_DATA(a);
+}
+
+#define BAD ((void *)-1)
+
+/* x's type, rows and n; x must be a 2-D C-contiguous float32 or float64 array */
+static int x_shape(PyObject *obj, int *type, npy_intp *rows, npy_intp *n)
+{
+    if (!PyArray_Check(obj) || PyArray_NDIM((PyArrayObject *)obj) != 2) {
+        PyErr_SetString(PyExc_TypeError, "_rows: x must be a 2-D numpy array");
+        return -1;
+    }
+    PyArrayObject *a = (PyArrayObject *)obj;
+    *type = PyArray_TYPE(a);
+    if ((*type != NPY_FLOAT && *type != NPY_DOUBLE) || !PyArray_IS_C_CONTIGUOUS(a)) {
+        PyErr_SetString(PyExc_TypeError, "_rows: x must be C-contiguous float32 or float64");
+        return -1;
+    }
+    *rows = PyArray_DIM(a, 0);
+    *n = PyArray_DIM(a, 1);
+    return 0;
+}
+
+static PyObject *py_rms_norm(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *wo, *oo, *ro;
+    double eps;
+    int type;
+    npy_intp rows, n;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOdOO", &xo, &wo, &eps, &oo, &ro) || x_shape(xo, &type, &rows, &n) < 0)
+        return NULL;
+    void *w = data_of(wo, "weight", type, n, 1), *out = data_of(oo, "out", type, rows * n, 0);
+    void *rstd = data_of(ro, "rstd", type, rows, 0);
+    if (w == BAD || out == BAD || rstd == BAD)
+        return NULL;
+    void *x = PyArray_DATA((PyArrayObject *)xo);
+    Py_BEGIN_ALLOW_THREADS
+    if (type == NPY_FLOAT)
+        rms_norm_float(x, w, eps, out, rstd, rows, n);
+    else
+        rms_norm_double(x, w, eps, out, rstd, rows, n);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_layer_norm(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *wo, *bo, *oo, *mo, *ro;
+    double eps;
+    int type;
+    npy_intp rows, n;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOdOOO", &xo, &wo, &bo, &eps, &oo, &mo, &ro) ||
+        x_shape(xo, &type, &rows, &n) < 0)
+        return NULL;
+    void *w = data_of(wo, "weight", type, n, 1), *b = data_of(bo, "bias", type, n, 1);
+    void *out = data_of(oo, "out", type, rows * n, 0), *mean = data_of(mo, "mean", type, rows, 0);
+    void *rstd = data_of(ro, "rstd", type, rows, 0);
+    if (w == BAD || b == BAD || out == BAD || mean == BAD || rstd == BAD)
+        return NULL;
+    void *x = PyArray_DATA((PyArrayObject *)xo);
+    Py_BEGIN_ALLOW_THREADS
+    if (type == NPY_FLOAT)
+        layer_norm_float(x, w, b, eps, out, mean, rstd, rows, n);
+    else
+        layer_norm_double(x, w, b, eps, out, mean, rstd, rows, n);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* norm_grad(x, weight|None, g, mean|None, rstd, dx, dw, db|None) */
+static PyObject *py_norm_grad(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *wo, *go, *mo, *ro, *dxo, *dwo, *dbo;
+    int type;
+    npy_intp rows, n;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &xo, &wo, &go, &mo, &ro, &dxo, &dwo, &dbo) ||
+        x_shape(xo, &type, &rows, &n) < 0)
+        return NULL;
+    void *w = data_of(wo, "weight", type, n, 1), *g = data_of(go, "g", type, rows * n, 0);
+    void *mean = data_of(mo, "mean", type, rows, 1), *rstd = data_of(ro, "rstd", type, rows, 0);
+    void *dx = data_of(dxo, "dx", type, rows * n, 0), *dwt = data_of(dwo, "dweight", type, n, 0);
+    void *dbt = data_of(dbo, "dbias", type, n, 1);
+    if (w == BAD || g == BAD || mean == BAD || rstd == BAD || dx == BAD || dwt == BAD || dbt == BAD)
+        return NULL;
+    double *acc = calloc((size_t)(2 * n > 0 ? 2 * n : 1), sizeof(double));
+    if (acc == NULL)
+        return PyErr_NoMemory();
+    double *dw = acc, *db = dbt ? acc + n : NULL;
+    void *x = PyArray_DATA((PyArrayObject *)xo);
+    Py_BEGIN_ALLOW_THREADS
+    if (type == NPY_FLOAT) {
+        norm_grad_float(x, w, g, mean, rstd, dx, dw, db, rows, n);
+        for (npy_intp i = 0; i < n; i++) ((float *)dwt)[i] = (float)dw[i];
+        if (db)
+            for (npy_intp i = 0; i < n; i++) ((float *)dbt)[i] = (float)db[i];
+    } else {
+        norm_grad_double(x, w, g, mean, rstd, dx, dw, db, rows, n);
+        for (npy_intp i = 0; i < n; i++) ((double *)dwt)[i] = dw[i];
+        if (db)
+            for (npy_intp i = 0; i < n; i++) ((double *)dbt)[i] = db[i];
+    }
+    Py_END_ALLOW_THREADS
+    free(acc);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef METHODS[] = {
+    {"rms_norm", py_rms_norm, METH_VARARGS,
+     "rms_norm(x, weight|None, eps, out, rstd): RMSNorm of each row of 2-D x into out, 1/rms into rstd."},
+    {"layer_norm", py_layer_norm, METH_VARARGS,
+     "layer_norm(x, weight|None, bias|None, eps, out, mean, rstd): LayerNorm of each row of 2-D x."},
+    {"norm_grad", py_norm_grad, METH_VARARGS,
+     "norm_grad(x, weight|None, g, mean|None, rstd, dx, dweight, dbias|None): the backward of both "
+     "(mean None: RMSNorm), into the given arrays."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_rows", "Fused RMSNorm / LayerNorm row kernels (see _rows.c).", -1, METHODS,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__rows(void)
+{
+    import_array();
+    return PyModule_Create(&moduledef);
+}
