@@ -1,12 +1,17 @@
 """Time per element of oarlock-cpu's C kernels against the generic numpy kernels they replace and PyTorch.
 
     python bench/kernels.py [--sizes 4096 262144 4194304] [--repeat 15]
+    python bench/kernels.py --norms [--rows 2048 512] [--repeat 15]
 
 For erf, exact GELU forward and backward, sigmoid, SiLU and its backward, in float32 and float64, at each
 size: the best of --repeat timings (each call writes a fresh output array, as an op does) of
 oarlock_cpu._kernels, of the generic kernel from oarlock-ops (what the "cpu" device ran before), and of
 torch (one thread: torch.erf, F.gelu and its backward, torch.sigmoid, F.silu and its backward); ratios
 are generic / C and torch / C (above 1: the C kernel is faster). All three run interleaved in one process.
+
+--norms: per-call times of rms_norm and layer_norm, forward and backward (the `_normalize_grad` op, from the
+saved statistics), on [rows, 128] float32 (2048 rows: the GPT of `oarlock train`, 512: bench's tfm):
+oarlock_cpu.rows against the generic kernels and torch (its backward timed alone, retain_graph=True).
 """
 
 from __future__ import annotations
@@ -59,16 +64,72 @@ def cases(torch):
     ]
 
 
+def norm_cases(torch, rows, width=128, dtype=np.float32):
+    """(name, ours, generic, torch) per-call closures for the norms on one [rows, width] input."""
+    import oarlock  # noqa: F401  (loads the plugins)
+    from oarlock_cpu import rows as fused
+    from oarlock_cpu.kernels import generic
+
+    rng = np.random.default_rng(0)
+    x, g = (rng.standard_normal((rows, width)).astype(dtype) for _ in range(2))
+    w, b = (rng.standard_normal(width).astype(dtype) for _ in range(2))
+    _, mean, rstd = fused.layer_norm(np, x, w, b, normalized_shape=(width,), epsilon=1e-5)
+    _, rrstd = fused.rms_norm(np, x, w, normalized_shape=(width,), eps=1e-6)
+    plan = dict(view=(rows, width), stats=(1,), affine=(1, width))
+    out = [
+        ("rms_norm", lambda k: k(np, x, w, normalized_shape=(width,), eps=1e-6), "rms_norm"),
+        ("rms_norm_grad", lambda k: k(np, x, w, g, None, rrstd, **plan, bias=False), "_normalize_grad"),
+        ("layer_norm", lambda k: k(np, x, w, b, normalized_shape=(width,), epsilon=1e-5), "layer_norm"),
+        ("layer_norm_grad", lambda k: k(np, x, w, g, mean, rstd, **plan, bias=True), "_normalize_grad"),
+    ]
+    F = torch.nn.functional if torch is not None else None
+    cases = []
+    for name, call, op in out:
+        ours, theirs = fused.KERNELS[op], generic(op)
+        torch_fn = None
+        if torch is not None:
+            tx, tw, tb, tg = (torch.from_numpy(a).requires_grad_() for a in (x, w, b, g))
+            if name.startswith("rms"):
+                fwd = lambda tx=tx, tw=tw: F.rms_norm(tx, (width,), tw, 1e-6)  # noqa: E731
+                grad_of = (tx, tw)
+            else:
+                fwd = lambda tx=tx, tw=tw, tb=tb: F.layer_norm(tx, (width,), tw, tb, 1e-5)  # noqa: E731
+                grad_of = (tx, tw, tb)
+            if name.endswith("_grad"):
+                y = fwd()
+                torch_fn = lambda y=y, grad_of=grad_of, tg=tg: torch.autograd.grad(  # noqa: E731
+                    y, grad_of, tg.detach(), retain_graph=True)
+            else:
+                torch_fn = torch.no_grad()(fwd)
+        cases.append((name, lambda call=call, k=ours: call(k), lambda call=call, k=theirs: call(k), torch_fn))
+    return cases
+
+
+def norms(torch, row_counts, repeat):
+    for rows in row_counts:
+        for name, ours, theirs, torch_fn in norm_cases(torch, rows):
+            t_c, t_gen = best(ours, repeat), best(theirs, repeat)
+            t_torch = best(torch_fn, repeat) if torch_fn else None
+            torch_part = f"torch {t_torch * 1e6:8.1f} us  torch/C {t_torch / t_c:5.2f}x" if t_torch else "(no torch)"
+            print(f"{name:16s} [{rows}, 128] float32  C {t_c * 1e6:8.1f} us  generic {t_gen * 1e6:8.1f} us  "
+                  f"generic/C {t_gen / t_c:5.2f}x  {torch_part}", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 262144, 4194304])
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--norms", action="store_true", help="time the RMSNorm / LayerNorm row kernels instead")
+    parser.add_argument("--rows", type=int, nargs="+", default=[2048, 512], help="row counts for --norms")
     args = parser.parse_args()
     try:
         import torch
         torch.set_num_threads(1)
     except ImportError:
         torch = None
+    if args.norms:
+        norms(torch, args.rows, args.repeat)
+        return
     rows = []
     for name, ours, theirs, torch_fn, binary in cases(torch):
         for dtype in (np.float32, np.float64):
