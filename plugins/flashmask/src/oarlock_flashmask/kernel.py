@@ -291,60 +291,51 @@ def _seed(xp, seed_offset, p, generator):
 
 # -- layout helpers -----------------------------------------------------------------------------------
 
-def _rows_layout(xp, x, hk, ct, scale=None, extra=0):
-    """[B, S, H, D] -> a new contiguous [B, Hk, S * G, D + extra] (row s * G + g is query head hk * G + g), times
-    `scale`; the `extra` trailing columns are zero. Keys and values use it with H = Hk (G = 1)."""
-    b, s, h, d = x.shape
-    out = xp.empty((b, hk, s, h // hk, d + extra), dtype=ct)
-    src = x.reshape(b, s, hk, h // hk, d).transpose(0, 2, 1, 3, 4)
+# The kernels work per flattened (batch, key head) f = b * Hk + h ("head" below): head f's query rows are
+# [Sq * G, D] (row s * G + g is query head h * G + g at position s), its keys [Sk, D]. The layouts are made per
+# head on the workers (numpy releases the GIL in copies), so they do not run on one core while the other waits.
+
+def _per_head(xp, nf, fn):
+    """fn(f) for every head f = 0 .. nf - 1, on the workers."""
+    def work(_worker, fs):
+        for f in fs:
+            fn(f)
+    _parallel.run(xp, work, list(range(nf)))
+
+
+def _rows_into(dst, x, f, hk, g, scale=None):
+    """dst [Sq * G, D + extra] <- head f of x [B, Sq, Hq, D] (times `scale`); the extra columns are left alone."""
+    b, h = divmod(f, hk)
+    src = x[b, :, h * g:(h + 1) * g]
+    view = dst.reshape(x.shape[1], g, dst.shape[-1])[..., :x.shape[3]]
     if scale is None:
-        out[..., :d] = src
+        view[...] = src
+    elif isinstance(view, numpy.ndarray):
+        numpy.multiply(src, scale, out=view)  # one pass (a lower-precision input is cast on the fly)
     else:
-        xp.multiply(src, scale, out=out[..., :d])  # one pass (numpy casts a lower-precision input on the fly)
-    if extra:
-        out[..., d:] = 0
-    return out.reshape(b, hk, s * (h // hk), d + extra)
+        view[...] = src * scale
 
 
-def _from_rows(xp, x, b, s, h, dtype):
-    """[B, Hk, S * G, D] -> [B, S, H, D] of `dtype`."""
-    hk, d = x.shape[1], x.shape[3]
-    y = x.reshape(b, hk, s, h // hk, d).transpose(0, 2, 1, 3, 4).reshape(b, s, h, d)
-    return xp.ascontiguousarray(y).astype(dtype, copy=False)
+def _rows_from(dst, x, f, hk, g):
+    """Head f of dst [B, Sq, Hq, D] <- x [Sq * G, D] (cast to dst's dtype)."""
+    b, h = divmod(f, hk)
+    dst[b, :, h * g:(h + 1) * g] = x.reshape(dst.shape[1], g, x.shape[-1])
 
 
-def _keys(xp, k, ct):
-    """[B, S, Hk, D] -> contiguous [B, Hk, S, D]."""
-    return _rows_layout(xp, k, k.shape[2], ct)
+def _keys_t_into(xp, dst, k, f, hk):
+    """dst [D + 1, Sk] <- K^T of head f of k [B, Sk, Hk, D], with a last row of ones. The score matmuls read K^T:
+    BLAS is about 10% faster on this layout than on a transposed view of [Sk, D + 1]. A contiguous copy of the
+    head first, then a 2-D transpose (twice as fast as one strided transpose)."""
+    b, h = divmod(f, hk)
+    d = k.shape[3]
+    dst[:d] = xp.ascontiguousarray(k[b, :, h]).T
+    dst[d] = 1
 
 
-def _keys_t(xp, k, ct):
-    """[B, S, Hk, D] -> contiguous [B * Hk, D + 1, S] with a last row of ones. The score matmuls read K^T; BLAS is
-    about 10% faster on this layout than on a transposed view of [S, D + 1]. Per head: a contiguous copy first,
-    then a 2-D transpose (twice as fast as one strided 4-D transpose)."""
-    b, s, hk, d = k.shape
-    out = xp.empty((b * hk, d + 1, s), dtype=ct)
-    for f in range(b * hk):
-        out[f, :d] = xp.ascontiguousarray(k[f // hk, :, f % hk, :]).T
-    out[:, d] = 1
-    return out
-
-
-def _from_keys(xp, x, dtype):
-    """[B, Hk, S, D] -> [B, S, Hk, D] of `dtype`."""
-    return xp.ascontiguousarray(x.transpose(0, 2, 1, 3)).astype(dtype, copy=False)
-
-
-def _lse_out(xp, lse, b, hk, sq, g):
-    """[B, Hk, Sq * G] -> [B, Hq, Sq]."""
-    return xp.ascontiguousarray(lse.reshape(b, hk, sq, g).transpose(0, 1, 3, 2).reshape(b, hk * g, sq))
-
-
-def _lse_rows(xp, lse, hk, ct):
-    """[B, Hq, Sq] -> [B, Hk, Sq * G, 1]."""
-    b, hq, sq = lse.shape
-    g = hq // hk
-    return xp.ascontiguousarray(lse.reshape(b, hk, g, sq).transpose(0, 1, 3, 2)).astype(ct).reshape(b, hk, sq * g, 1)
+def _lse_from(dst, lse, f, hk, g):
+    """Head f of dst [B, Hq, Sq] <- lse [Sq * G]."""
+    b, h = divmod(f, hk)
+    dst[b, h * g:(h + 1) * g] = lse.reshape(dst.shape[2], g).T
 
 
 def _scale(softmax_scale, d):
@@ -418,15 +409,23 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     mask = _Mask(xp, startend_row_indices, causal, window_left, window_right, b, sq, sk, hk, g, bq, bk)
     # Scores in base 2 (exp2 is cheaper than exp): Q carries scale * log2(e). Q's extra last column holds -m (the
     # row's running reference) against K^T's row of ones, so each score product comes out already shifted.
-    q = _rows_layout(xp, query, hk, ct, scale * LOG2E, extra=1).reshape(nf, sq * g, d + 1)
-    kt = _keys_t(xp, key, ct)
-    v = _keys(xp, value, ct).reshape(nf, sk, dv)
-    out = xp.zeros((nf, sq * g, dv), dtype=ct)
-    lse = xp.full((nf, sq * g, 1), -xp.inf, dtype=ct)
+    q = xp.empty((nf, sq * g, d + 1), dtype=ct)
+    kt = xp.empty((nf, d + 1, sk), dtype=ct)
+    v = xp.empty((nf, sk, dv), dtype=ct)
+
+    def prepare(f):
+        _rows_into(q[f], query, f, hk, g, scale * LOG2E)
+        q[f, :, d] = 0
+        _keys_t_into(xp, kt[f], key, f, hk)
+        _rows_into(v[f], value, f, hk, 1)
+    _per_head(xp, nf, prepare)
+    # blocks write their rows straight into the results; rows no block covers saw no key
+    out = xp.zeros((b, sq, hq, dv), dtype=query.dtype)
+    lse = xp.full((b, hq, sq), -xp.inf, dtype=xp.float64 if ct == xp.float64 else xp.float32)
     classes = numpy.asarray(mask.classes) if xp is not numpy else mask.classes
     heads, span = _split(nf, bq * g, bk)
     runs = [_spans(classes[i], bk, sk, span) for i in range(mask.nqb)]
-    ctx = (xp, runs, mask, q, kt, v, out, lse, ct, dropout, seed, offset, g, sq, sk, d, dv)
+    ctx = (xp, runs, mask, q, kt, v, out, lse, ct, dropout, seed, offset, hk, g, sq, sk, d, dv)
 
     def blocks(_worker, items):
         flat = xp.empty(heads * bq * g * span, dtype=ct)
@@ -438,12 +437,9 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     # the blocks with the most tiles first
     order = _heaviest_first(classes)
     _parallel.run(xp, blocks, [(f0, min(f0 + heads, nf), i) for f0 in range(0, nf, heads) for i in order])
-    out_b = _from_rows(xp, out.reshape(b, hk, sq * g, dv), b, sq, hq, query.dtype)
-    lse_dtype = xp.float64 if ct == xp.float64 else xp.float32
-    lse_b = _lse_out(xp, lse.reshape(b, hk, sq * g), b, hk, sq, g).astype(lse_dtype, copy=False)
     so = xp.asarray([seed if seed < 2 ** 63 else seed - 2 ** 64, offset if offset < 2 ** 63 else offset - 2 ** 64],
                     dtype=xp.int64)
-    return out_b, lse_b, so
+    return out, lse, so
 
 
 def _forward_rows(ctx, item, flat, ones, span, exact=False):
@@ -460,7 +456,7 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
     - exact (the standard online softmax, every step when `exact`): the run's row max, a shift max(0, max) (the
       max itself while a row has seen nothing), s -= shift, exp2, total and acc rescaled by 2^-shift.
     """
-    xp, runs, mask, q, kt, v, out, lse, ct, dropout, seed, offset, g, sq, sk, d, dv = ctx
+    xp, runs, mask, q, kt, v, out, lse, ct, dropout, seed, offset, hk, g, sq, sk, d, dv = ctx
     f0, f1, i = item
     nf, bq = f1 - f0, mask.bq
     r0, r1 = i * bq, min((i + 1) * bq, sq)
@@ -522,8 +518,12 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
         return _forward_rows(ctx, item, flat, ones, span, exact=True)
     empty = total == 0
     safe = xp.where(empty, xp.ones((), ct), total)
-    xp.divide(acc, safe, out=out[f0:f1, rs])
-    lse[f0:f1, rs] = xp.where(empty, xp.asarray(-xp.inf, dtype=ct), (m + xp.log2(safe)) * LN2)
+    acc /= safe
+    lse_rows = xp.where(empty, xp.asarray(-xp.inf, dtype=ct), (m + xp.log2(safe)) * LN2)
+    for f in range(f0, f1):
+        b, h = divmod(f, hk)
+        out[b, r0:r1, h * g:(h + 1) * g] = acc[f - f0].reshape(r1 - r0, g, dv)
+        lse[b, h * g:(h + 1) * g, r0:r1] = lse_rows[f - f0].reshape(r1 - r0, g).T
     return None
 
 
@@ -547,21 +547,30 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     # against V^T's ones, so dO V^T gives dP - D (with dropout, dP is scaled by the keep mask before D is
     # subtracted, so there the column is 0 and D is subtracted per tile). dK and dV are built as [Sk, D]
     # (dS^T Q, P^T dO: BLAS reads the transposes as views).
-    q = _rows_layout(xp, query, hk, ct, scale * LOG2E, extra=1).reshape(nf, sq * g, d + 1)
-    do = _rows_layout(xp, grad, hk, ct, extra=1).reshape(nf, sq * g, dv + 1)
-    o = _rows_layout(xp, out, hk, ct).reshape(nf, sq * g, dv)
-    delta = (do[..., :dv] * o).sum(axis=-1, keepdims=True)          # [F, Sq*G, 1]
-    del o
-    if grad_lse is not None:
-        delta -= _lse_rows(xp, grad_lse, hk, ct).reshape(nf, sq * g, 1)
-    if dropout <= 0:
-        do[..., dv:] = -delta
-    lse_r = _lse_rows(xp, lse, hk, ct).reshape(nf, sq * g, 1)
-    # rows that saw no key (lse -inf) get a huge finite -lse, so P = 0 there without inf arithmetic in the matmul
-    q[..., d:] = xp.where(xp.isfinite(lse_r), lse_r * -LOG2E, xp.asarray(-_HUGE, dtype=ct))
-    del lse_r
-    k = _keys(xp, key, ct).reshape(nf, sk, d)
-    kt, vt = _keys_t(xp, key, ct), _keys_t(xp, value, ct)
+    q = xp.empty((nf, sq * g, d + 1), dtype=ct)
+    do = xp.empty((nf, sq * g, dv + 1), dtype=ct)
+    delta = xp.empty((nf, sq * g, 1), dtype=ct)
+    k = xp.empty((nf, sk, d), dtype=ct)
+    kt = xp.empty((nf, d + 1, sk), dtype=ct)
+    vt = xp.empty((nf, dv + 1, sk), dtype=ct)
+
+    def prepare(f):
+        b_, h = divmod(f, hk)
+        _rows_into(q[f], query, f, hk, g, scale * LOG2E)
+        _rows_into(do[f], grad, f, hk, g)
+        o = xp.empty((sq * g, dv), dtype=ct)
+        _rows_into(o, out, f, hk, g)
+        xp.sum(do[f, :, :dv] * o, axis=-1, keepdims=True, out=delta[f])  # D = rowsum(dO * O)
+        if grad_lse is not None:
+            delta[f, :, 0] -= grad_lse[b_, h * g:(h + 1) * g].T.reshape(-1)
+        do[f, :, dv] = 0 if dropout > 0 else -delta[f, :, 0]
+        lse_f = lse[b_, h * g:(h + 1) * g].T.reshape(-1).astype(ct)
+        # rows that saw no key (lse -inf) get a huge finite -lse: P = 0 there without inf arithmetic in the matmul
+        q[f, :, d] = xp.where(xp.isfinite(lse_f), lse_f * -LOG2E, xp.asarray(-_HUGE, dtype=ct))
+        _rows_into(k[f], key, f, hk, 1)
+        _keys_t_into(xp, kt[f], key, f, hk)
+        _keys_t_into(xp, vt[f], value, f, hk)
+    _per_head(xp, nf, prepare)
     dq = xp.zeros((nf, sq * g, d), dtype=ct)
     dk = xp.zeros((nf, sk, d), dtype=ct)
     dv_ = xp.zeros((nf, sk, dv), dtype=ct)
@@ -583,13 +592,20 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     # dQ share in its own array
     order = _heaviest_first(classes.T)
     _parallel.run(xp, blocks, [(f0, min(f0 + heads, nf), j) for f0 in range(0, nf, heads) for j in order])
-    for part in dq_parts:
-        dq += part
-    dq *= scale
-    dk *= LN2  # dS^T (Q scale log2 e) ln 2 = scale dS^T Q
-    return (_from_rows(xp, dq.reshape(b, hk, sq * g, d), b, sq, hq, query.dtype),
-            _from_keys(xp, dk.reshape(b, hk, sk, d), key.dtype),
-            _from_keys(xp, dv_.reshape(b, hk, sk, dv), value.dtype))
+    dq_b = xp.empty(query.shape, dtype=query.dtype)
+    dk_b = xp.empty(key.shape, dtype=key.dtype)
+    dv_b = xp.empty(value.shape, dtype=value.dtype)
+
+    def finish(f):
+        for part in dq_parts:
+            dq[f] += part[f]
+        dq[f] *= scale
+        dk[f] *= LN2  # dS^T (Q scale log2 e) ln 2 = scale dS^T Q
+        _rows_from(dq_b, dq[f], f, hk, g)
+        _rows_from(dk_b, dk[f], f, hk, 1)
+        _rows_from(dv_b, dv_[f], f, hk, 1)
+    _per_head(xp, nf, finish)
+    return dq_b, dk_b, dv_b
 
 
 def _backward_cols(ctx, item, dq, bufs, span):
