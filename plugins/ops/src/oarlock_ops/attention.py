@@ -89,21 +89,18 @@ def _heads_view(x, heads_k):
     return x.reshape(b, s, heads_k, h // heads_k, d).transpose(0, 2, 3, 1, 4)
 
 
-def _rows(x):
-    """[B, Hk, G, S, D] -> [B, Hk, G * S, D]: a product over these rows sums over the group (a copy for G > 1)."""
-    b, hk, g, s, d = x.shape
-    return x.reshape(b, hk, g * s, d)
-
-
 def _transposed_keys(xp, k, dtype, scale=None):
     """[B, S, Hk, D] -> a new contiguous [B, Hk, 1, D, S] (times `scale`): the right operand of Q K^T. numpy's
-    matmul is several times slower on a transposed view of a [S, D] operand than on this copy."""
-    kt = k.transpose(0, 2, 3, 1)
-    out = xp.empty(kt.shape, dtype=dtype)
+    matmul is twice as slow on a transposed view (OpenBLAS's transposed-operand path) as on this copy. The copy
+    goes through [B, Hk, S, D]: numpy's one-step transposing copy reads with a stride of Hk * D floats in its
+    inner loop and costs 3-4x the two steps at head_dim 64 or more."""
+    heads = xp.empty((k.shape[0], k.shape[2], k.shape[1], k.shape[3]), dtype=dtype)
     if scale is None:
-        out[...] = kt
+        heads[...] = k.transpose(0, 2, 1, 3)
     else:
-        xp.multiply(kt, scale, out=out)
+        xp.multiply(k.transpose(0, 2, 1, 3), scale, out=heads)
+    out = xp.empty(heads.shape[:2] + heads.shape[:1:-1], dtype=dtype)
+    out[...] = heads.swapaxes(-1, -2)
     return out[:, :, None]
 
 
@@ -135,20 +132,17 @@ def _mask_bias(xp, mask, q_shape, k_shape, dtype):
     return bias.reshape(grouped + shape[2:])
 
 
-def _causal_bias(xp, sq, sk, dtype):
-    """-inf above the main diagonal of [Sq, Sk] (top-left aligned: query i sees keys 0..i)."""
-    return xp.triu(xp.full((sq, sk), -xp.inf, dtype=dtype), 1)
-
-
 def _row_sums(xp, x):
-    """x.sum(axis=-1, keepdims=True) as one matrix-vector product: several times faster in numpy for short rows."""
-    n = x.shape[-1]
-    rows = math.prod(x.shape[:-1])
-    return xp.matmul(x.reshape(rows, n), xp.ones((n, 1), dtype=x.dtype)).reshape(*x.shape[:-1], 1)
+    """x.sum(axis=-1, keepdims=True) through einsum's sum-of-products loop: for rows of a few hundred floats it
+    is several times faster than numpy's reduction (which runs one short inner loop per row), and unlike a
+    matrix-vector product it never enters BLAS, whose threads (set by whatever matmul ran last) cost
+    milliseconds to wake when another process is busy."""
+    return xp.einsum("...k->...", x)[..., None]
 
 
-def _softmax_(xp, s, masked):
-    """Softmax over the last axis in place. With a mask, rows whose scores are all -inf give zeros."""
+def _softmax_into(xp, s, p, masked):
+    """p = softmax(s) over the last axis; s is overwritten. With a mask, rows whose scores are all -inf give
+    zeros."""
     m = s.max(axis=-1, keepdims=True)
     if masked:
         m = xp.where(xp.isfinite(m), m, xp.zeros((), s.dtype))
@@ -157,12 +151,105 @@ def _softmax_(xp, s, masked):
     total = _row_sums(xp, s)
     if masked:
         total = xp.where(total == 0, xp.ones((), s.dtype), total)
-    s /= total
-    return s
+    xp.divide(s, total, out=p)
 
 
 def _dropout_scale(p):
     return 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
+
+
+# -- query blocks -------------------------------------------------------------------------------------
+#
+# Both kernels walk the queries in blocks of BLOCK rows: a block's scores [batch, heads, BLOCK, seq_k] stay in
+# the cache through the softmax (or dS) passes instead of streaming the whole [seq_q, seq_k] matrix from memory
+# once per pass. With is_causal, query block [r0, r1) sees only keys [0, r1) (top-left aligned), so its
+# products, exp and row passes run over those columns: the fully masked upper-right blocks are never computed
+# (about half the work at long sequences), and only the diagonal block adds the -inf triangle. The backward's
+# key-side products (dK, dV) walk key blocks with the same boundaries: key block [c0, c1) is seen by queries
+# [c0, seq_q) only, and every (query, key) pair those products read was computed by the query pass.
+
+BLOCK = 32  # query rows per block: small enough for the causal saving, big enough for full-speed products
+DENSE_BLOCK = 64  # without is_causal blocks only keep the passes in the cache
+
+
+def _blocks(sq, sk, causal):
+    """[(r0, r1, kend)]: query rows [r0, r1) and the keys [0, kend) they may see."""
+    block = BLOCK if causal else DENSE_BLOCK
+    return [(r0, min(r0 + block, sq), min(r0 + block, sq, sk) if causal else sk) for r0 in range(0, sq, block)]
+
+
+class _Scratch:
+    """One buffer for every block's [batch, heads_k, group, rows, cols] scores, reshaped (contiguous) per
+    block, so a block's matmul writes into memory that is already mapped and in the cache."""
+
+    def __init__(self, xp, lead, rows, cols, dtype):
+        self.lead = tuple(lead)
+        self.flat = xp.empty(math.prod(self.lead) * rows * cols, dtype=dtype)
+
+    def __call__(self, rows, cols):
+        return self.flat[:math.prod(self.lead) * rows * cols].reshape(*self.lead, rows, cols)
+
+
+def _bias_block(bias, r0, r1, kend):
+    """Rows [r0, r1) and columns [0, kend) of a mask bias that may broadcast (size 1) along either."""
+    rows = slice(r0, r1) if bias.shape[-2] != 1 else slice(None)
+    cols = slice(0, kend) if bias.shape[-1] != 1 else slice(None)
+    return bias[..., rows, cols]
+
+
+def _add_causal_(xp, s, r0, kend, tri):
+    """Mask key j > query i in a block of rows starting at r0: only columns [r0 + 1, kend) can hold such keys."""
+    if kend > r0 + 1:
+        s[..., r0:kend] += tri[:s.shape[-2], :kend - r0]
+
+
+def _causal_triangle(xp, n, dtype):
+    """-inf above the main diagonal of [n, n]."""
+    return xp.triu(xp.full((n, n), -xp.inf, dtype=dtype), 1)
+
+
+def _sum_groups_into(xp, a, b, out):
+    """out = sum over the group axis (2) of a @ b; out is a [B, Hk, 1, rows, cols] view."""
+    if a.shape[2] == 1:
+        xp.matmul(a, b, out=out)
+    else:
+        out[...] = xp.matmul(a, b).sum(axis=2, keepdims=True)
+
+
+def _row_bounds(xp, q, k, scale, bias, causal):
+    """An upper bound of each query row's scores (over the keys it sees), [B, Hk, G, Sq, 1], from Cauchy-Schwarz:
+    |scale q.k| <= |scale| |q| max |k| (plus the row's largest mask value). The softmax shifts by it instead of
+    by the row's exact max, which saves numpy's slowest pass (a max over short rows costs twice a subtraction):
+    exp never overflows, and every term stays a normal float unless the row's total falls below tiny / eps,
+    which the caller checks (the block is then redone with the exact max). The shift moves the rounding of
+    the exponent from eps * (max - s) to eps * (bound - s): a few ulps for the norms attention sees."""
+    b, sq, hq, _ = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    q_norm = xp.sqrt(xp.einsum("bshd,bshd->bhs", q, q)).reshape(b, hk, hq // hk, sq, 1)
+    if sk == 0:  # no keys: no block computes scores
+        return q_norm
+    k_norm = xp.sqrt(xp.einsum("bshd,bshd->bhs", k, k))  # [B, Hk, Sk]
+    if causal:  # query i sees keys 0..i: the largest key norm up to there
+        prefix = xp.maximum.accumulate(k_norm, axis=-1)
+        k_cap = prefix[..., xp.minimum(xp.arange(sq), sk - 1)][:, :, None, :, None]
+    else:
+        k_cap = k_norm.max(axis=-1)[:, :, None, None, None]
+    bound = q_norm * k_cap
+    bound *= abs(scale)
+    if bias is not None:
+        top = bias.max(axis=-1, keepdims=True)
+        bound = bound + xp.where(top > -xp.inf, top, xp.zeros((), top.dtype))  # a fully masked row: no shift
+    return bound
+
+
+def _block_scores(xp, q5, kt, bias, causal, tri, r0, kend, out):
+    """The masked scores of the query rows [r0, r0 + rows) against keys [0, kend), written into out."""
+    xp.matmul(q5[..., r0:r0 + out.shape[-2], :], kt[..., :kend], out=out)
+    if bias is not None:
+        out += _bias_block(bias, r0, r0 + out.shape[-2], kend)
+    if causal:
+        _add_causal_(xp, out, r0, kend, tri)
+    return out
 
 
 # -- kernels ------------------------------------------------------------------------------------------
@@ -177,32 +264,53 @@ def _sdpa(xp, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     q, k, v = (x.astype(ct, copy=False) for x in _batched((query, key, value)))
     b, sq, _, d = q.shape
     sk, dv = k.shape[1], v.shape[3]
-    s = xp.matmul(_heads_view(q, hk), _transposed_keys(xp, k, ct, _scale(scale, d)))  # [B, Hk, G, Sq, Sk]
+    groups = hq // hk
     bias = None if attn_mask is None else _mask_bias(xp, attn_mask, q.shape, k.shape, ct)
-    if is_causal:
-        causal = _causal_bias(xp, sq, sk, ct)
-        bias = causal if bias is None else bias + causal
-    if bias is not None:
-        s += bias
-    p = _softmax_(xp, s, bias is not None) if s.size else s
-    if rate:
+    q5, v5 = _heads_view(q, hk), _heads_view(v, hk)
+    kt = _transposed_keys(xp, k, ct, _scale(scale, d))  # [B, Hk, 1, D, Sk]
+    # the skipped (masked) blocks of a causal product are never written: they start as zeros
+    p = (xp.zeros if is_causal else xp.empty)((b, hk, groups, sq, sk), dtype=ct)
+    if rate:  # drawn in one call over the whole shape, so a seed gives the same mask whatever the blocking
         keep = generator.random(p.shape, dtype=xp.float32) >= rate
-        weights = p * keep
-        weights *= _dropout_scale(rate)
     else:
         keep = xp.ones((), dtype=bool)  # placeholder: backward reads it only when dropout was applied
-        weights = p
-    out, view = _output_buffer(xp, (b, sq, hq, dv), hk, ct)
-    xp.matmul(weights, _heads_view(v, hk), out=view)
+    out, out5 = _output_buffer(xp, (b, sq, hq, dv), hk, ct)
+    blocks = _blocks(sq, sk, is_causal)
+    rows = max((r1 - r0 for r0, r1, _ in blocks), default=0)
+    scratch = _Scratch(xp, (b, hk, groups), rows, sk, ct)
+    tri = _causal_triangle(xp, rows, ct) if is_causal else None
+    bound = _row_bounds(xp, q, k, _scale(scale, d), bias, is_causal)
+    tiny = xp.finfo(ct).tiny / xp.finfo(ct).eps
+    for r0, r1, kend in blocks:
+        if kend == 0:  # no keys at all
+            out5[..., r0:r1, :] = 0
+            continue
+        s = _block_scores(xp, q5, kt, bias, is_causal, tri, r0, kend, scratch(r1 - r0, kend))
+        pb = p[..., r0:r1, :kend]
+        s -= bound[..., r0:r1, :]
+        xp.exp(s, out=s)
+        total = _row_sums(xp, s)
+        if (total < tiny).any():  # the bound was too loose for some row (or a row is fully masked): exact max
+            s = _block_scores(xp, q5, kt, bias, is_causal, tri, r0, kend, s)
+            _softmax_into(xp, s, pb, True)
+        else:
+            xp.divide(s, total, out=pb)
+        if rate:
+            weights = xp.multiply(pb, keep[..., r0:r1, :kend], out=s)
+            weights *= _dropout_scale(rate)
+        else:
+            weights = pb
+        xp.matmul(weights, v5[..., :kend, :], out=out5[..., r0:r1, :])
     out = out.astype(query.dtype, copy=False)
     return (out[0] if unbatched else out), p, keep
 
 
-def _sdpa_backward(xp, grad, query, key, value, out, probs, keep, dropout_p=0.0, scale=None):
+def _sdpa_backward(xp, grad, query, key, value, out, probs, keep, dropout_p=0.0, scale=None, is_causal=False):
     """(d query, d key, d value). With dS the gradient of the scores, dP = dO V^T (times the dropout mask and
     scale), dS = P * (dP - rowsum(dP * P)); rowsum(dP * P) equals rowsum(dO * O) over head_dim, which is much
     smaller. dQ = scale * dS K, dK = scale * dS^T Q, dV = dropout(P)^T dO; the group axis of grouped-query
-    attention is folded into the rows of dK and dV's products, which sums over it."""
+    attention is summed after dK and dV's products. The scale is folded into dO before dP (so into dS).
+    is_causal=True promises that probs are zero for key j > query i: those blocks are skipped."""
     hq, hk = _check_inputs(query, key, value)
     unbatched = query.ndim == 3
     ct = compute_dtype(xp, query.dtype)
@@ -215,26 +323,53 @@ def _sdpa_backward(xp, grad, query, key, value, out, probs, keep, dropout_p=0.0,
         raise ValueError(f"probs must have shape [batch, heads_k, heads_q // heads_k, seq_q, seq_k] = "
                          f"{[b, hk, groups, sq, sk]}, got {list(probs.shape)}")
     p = probs.astype(ct, copy=False)
+    keep = keep if dropout_p else None
     g5 = _heads_view(g, hk)
-    if dropout_p:
-        weights = p * keep
-        weights *= _dropout_scale(dropout_p)
+    gs = xp.multiply(g, scale, dtype=ct)
+    gs5 = _heads_view(gs, hk)
+    # rowsum(scale * dO * O): [B, H, Sq] -> [B, Hk, G, Sq, 1]
+    delta = xp.einsum("bshd,bshd->bhs", gs, o).reshape(b, hk, groups, sq, 1)
+    vt = _transposed_keys(xp, v, ct)  # [B, Hk, 1, Dv, Sk]
+    k5, q5 = _heads_view(k, hk), _heads_view(q, hk)
+    # every entry the key pass reads is written by the query pass (see _blocks), so no zero fill
+    ds = xp.empty(p.shape, dtype=ct)
+    weights = xp.empty(p.shape, dtype=ct) if keep is not None else p
+    dq_buf, dq5 = _output_buffer(xp, (b, sq, hq, d), hk, ct)
+    blocks = _blocks(sq, sk, is_causal)
+    rows = max((r1 - r0 for r0, r1, _ in blocks), default=0)
+    scratch = _Scratch(xp, (b, hk, groups), rows, sk, ct)
+    for r0, r1, kend in blocks:
+        if kend == 0:
+            dq5[..., r0:r1, :] = 0
+            continue
+        dp = scratch(r1 - r0, kend)
+        xp.matmul(gs5[..., r0:r1, :], vt[..., :kend], out=dp)
+        pb = p[..., r0:r1, :kend]
+        if keep is not None:
+            kb = keep[..., r0:r1, :kend]
+            dp *= kb
+            dp *= _dropout_scale(dropout_p)
+            wb = xp.multiply(pb, kb, out=weights[..., r0:r1, :kend])
+            wb *= _dropout_scale(dropout_p)
+        dp -= delta[..., r0:r1, :]
+        dsb = xp.multiply(dp, pb, out=ds[..., r0:r1, :kend])
+        xp.matmul(dsb, k5[..., :kend, :], out=dq5[..., r0:r1, :])
+    dk_buf, dk5 = _output_buffer(xp, (b, sk, hk, d), hk, ct)
+    dv_buf, dv5 = _output_buffer(xp, (b, sk, hk, dv), hk, ct)
+    if is_causal:  # key j is seen by queries [j, sq): keys from sq on by none
+        seen = min(sq, sk)
+        key_blocks = [(c0, min(c0 + BLOCK, seen)) for c0 in range(0, seen, BLOCK)]
+        dk5[..., seen:, :] = 0
+        dv5[..., seen:, :] = 0
     else:
-        weights = p
-    dv_buf, dv_view = _output_buffer(xp, (b, sk, hk, dv), hk, ct)
-    xp.matmul(_rows(weights).swapaxes(-1, -2), _rows(g5), out=dv_view[:, :, 0])
-    ds = xp.matmul(g5, _transposed_keys(xp, v, ct))  # dP: [B, Hk, G, Sq, Sk]
-    if dropout_p:
-        ds *= keep
-        ds *= _dropout_scale(dropout_p)
-    ds -= _heads_view(_row_sums(xp, g * o), hk)  # rowsum(dO * O): [B, Hk, G, Sq, 1]
-    ds *= p
-    dq_buf, dq_view = _output_buffer(xp, (b, sq, hq, d), hk, ct)
-    xp.matmul(ds, _heads_view(k, hk), out=dq_view)
-    dq_buf *= scale
-    dk_buf, dk_view = _output_buffer(xp, (b, sk, hk, d), hk, ct)
-    xp.matmul(_rows(ds).swapaxes(-1, -2), _rows(_heads_view(q, hk)), out=dk_view[:, :, 0])
-    dk_buf *= scale
+        key_blocks = [(0, sk)] if sq else []
+        if not sq:
+            dk_buf[...] = 0
+            dv_buf[...] = 0
+    for c0, c1 in key_blocks:
+        first = c0 if is_causal else 0  # the first query that sees these keys
+        _sum_groups_into(xp, weights[..., first:, c0:c1].swapaxes(-1, -2), g5[..., first:, :], dv5[..., c0:c1, :])
+        _sum_groups_into(xp, ds[..., first:, c0:c1].swapaxes(-1, -2), q5[..., first:, :], dk5[..., c0:c1, :])
     grads = [x.astype(query.dtype, copy=False) for x in (dq_buf, dk_buf, dv_buf)]
     return tuple(x[0] for x in grads) if unbatched else tuple(grads)
 
@@ -288,7 +423,8 @@ def _sdpa_grad(ctx, g, g_probs, _g_keep):
     if g_probs is None and not oarlock.is_grad_enabled():
         a = ctx.attrs
         dq, dk, dv = _scaled_dot_product_attention_grad(g, q, k, v, out, p, keep,
-                                                         _dropout_rate(a["dropout_p"], a["training"]), a["scale"])
+                                                         _dropout_rate(a["dropout_p"], a["training"]), a["scale"],
+                                                         a["is_causal"])
     else:
         dq, dk, dv = _composite_grad(ctx, g, g_probs)
     return dq, dk, dv, None
@@ -311,8 +447,10 @@ def register(ops):
     global _scaled_dot_product_attention_grad
     _scaled_dot_product_attention_grad = ops.define(
         f"_{_FN}_grad(grad: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor, probs: Tensor, "
-        "keep: Tensor, dropout_p: float = 0.0, scale: float|None = None) -> tuple[Tensor, Tensor, Tensor]",
+        "keep: Tensor, dropout_p: float = 0.0, scale: float|None = None, is_causal: bool = False) "
+        "-> tuple[Tensor, Tensor, Tensor]",
         internal=True, promote=("grad", "query", "key", "value", "out"), dtypes=floats,
         doc="The fused backward of scaled_dot_product_attention: (d query, d key, d value) from the output "
-            "gradient, the inputs, the output and the saved probabilities.")
+            "gradient, the inputs, the output and the saved probabilities; is_causal=True skips the blocks "
+            "above the diagonal, whose probabilities must be zero.")
     ops.kernel(f"_{_FN}_grad")(_sdpa_backward)
