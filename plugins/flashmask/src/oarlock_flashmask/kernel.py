@@ -43,7 +43,7 @@ import math
 
 import numpy
 
-from oarlock_flashmask import _parallel
+from oarlock_flashmask import _parallel, _scratch
 
 _FN = "flashmask_attention"
 BLOCK_Q = 128
@@ -409,9 +409,9 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     mask = _Mask(xp, startend_row_indices, causal, window_left, window_right, b, sq, sk, hk, g, bq, bk)
     # Scores in base 2 (exp2 is cheaper than exp): Q carries scale * log2(e). Q's extra last column holds -m (the
     # row's running reference) against K^T's row of ones, so each score product comes out already shifted.
-    q = xp.empty((nf, sq * g, d + 1), dtype=ct)
-    kt = xp.empty((nf, d + 1, sk), dtype=ct)
-    v = xp.empty((nf, sk, dv), dtype=ct)
+    q = _scratch.take(xp, (nf, sq * g, d + 1), ct)
+    kt = _scratch.take(xp, (nf, d + 1, sk), ct)
+    v = _scratch.take(xp, (nf, sk, dv), ct)
 
     def prepare(f):
         _rows_into(q[f], query, f, hk, g, scale * LOG2E)
@@ -428,15 +428,17 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     ctx = (xp, runs, mask, q, kt, v, out, lse, ct, dropout, seed, offset, hk, g, sq, sk, d, dv)
 
     def blocks(_worker, items):
-        flat = xp.empty(heads * bq * g * span, dtype=ct)
+        flat = _scratch.take(xp, (heads * bq * g * span,), ct)
         ones = xp.ones((span, 1), dtype=ct)
         with _quiet(xp):
             for item in items:
                 _forward_rows(ctx, item, flat, ones, span)
+        _scratch.give(flat)
     # (head group, query block) items, head-group major (the workers share one group's K and V in the caches),
     # the blocks with the most tiles first
     order = _heaviest_first(classes)
     _parallel.run(xp, blocks, [(f0, min(f0 + heads, nf), i) for f0 in range(0, nf, heads) for i in order])
+    _scratch.give(q, kt, v)
     so = xp.asarray([seed if seed < 2 ** 63 else seed - 2 ** 64, offset if offset < 2 ** 63 else offset - 2 ** 64],
                     dtype=xp.int64)
     return out, lse, so
@@ -547,20 +549,23 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     # against V^T's ones, so dO V^T gives dP - D (with dropout, dP is scaled by the keep mask before D is
     # subtracted, so there the column is 0 and D is subtracted per tile). dK and dV are built as [Sk, D]
     # (dS^T Q, P^T dO: BLAS reads the transposes as views).
-    q = xp.empty((nf, sq * g, d + 1), dtype=ct)
-    do = xp.empty((nf, sq * g, dv + 1), dtype=ct)
-    delta = xp.empty((nf, sq * g, 1), dtype=ct)
-    k = xp.empty((nf, sk, d), dtype=ct)
-    kt = xp.empty((nf, d + 1, sk), dtype=ct)
-    vt = xp.empty((nf, dv + 1, sk), dtype=ct)
+    q = _scratch.take(xp, (nf, sq * g, d + 1), ct)
+    do = _scratch.take(xp, (nf, sq * g, dv + 1), ct)
+    delta = _scratch.take(xp, (nf, sq * g, 1), ct)
+    k = _scratch.take(xp, (nf, sk, d), ct)
+    kt = _scratch.take(xp, (nf, d + 1, sk), ct)
+    vt = _scratch.take(xp, (nf, dv + 1, sk), ct)
+    dq, dk, dv_ = (_scratch.take(xp, shape, ct) for shape in ((nf, sq * g, d), (nf, sk, d), (nf, sk, dv)))
 
     def prepare(f):
         b_, h = divmod(f, hk)
         _rows_into(q[f], query, f, hk, g, scale * LOG2E)
         _rows_into(do[f], grad, f, hk, g)
-        o = xp.empty((sq * g, dv), dtype=ct)
+        o = _scratch.take(xp, (sq * g, dv), ct)
         _rows_into(o, out, f, hk, g)
-        xp.sum(do[f, :, :dv] * o, axis=-1, keepdims=True, out=delta[f])  # D = rowsum(dO * O)
+        o *= do[f, :, :dv]
+        xp.sum(o, axis=-1, keepdims=True, out=delta[f])  # D = rowsum(dO * O)
+        _scratch.give(o)
         if grad_lse is not None:
             delta[f, :, 0] -= grad_lse[b_, h * g:(h + 1) * g].T.reshape(-1)
         do[f, :, dv] = 0 if dropout > 0 else -delta[f, :, 0]
@@ -570,10 +575,9 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
         _rows_into(k[f], key, f, hk, 1)
         _keys_t_into(xp, kt[f], key, f, hk)
         _keys_t_into(xp, vt[f], value, f, hk)
+        for acc in (dq[f], dk[f], dv_[f]):
+            acc[...] = 0
     _per_head(xp, nf, prepare)
-    dq = xp.zeros((nf, sq * g, d), dtype=ct)
-    dk = xp.zeros((nf, sk, d), dtype=ct)
-    dv_ = xp.zeros((nf, sk, dv), dtype=ct)
     classes = numpy.asarray(mask.classes) if xp is not numpy else mask.classes
     heads, span = _split(nf, bk * g, bq)
     runs = [_spans(classes[:, j], bq, sq, span) for j in range(mask.nkb)]
@@ -581,11 +585,16 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     dq_parts = []
 
     def blocks(worker, items):
-        dq_w = dq if worker == 0 else xp.zeros_like(dq)
+        if worker:
+            dq_w = _scratch.take(xp, dq.shape, ct)
+            dq_w[...] = 0
+        else:
+            dq_w = dq
         size = heads * span * g * bk
-        bufs = (xp.empty(size, dtype=ct), xp.empty(size, dtype=ct), xp.empty(heads * span * g * d, dtype=ct))
+        bufs = tuple(_scratch.take(xp, (n,), ct) for n in (size, size, heads * span * g * d))
         for item in items:
             _backward_cols(ctx, item, dq_w, bufs, span)
+        _scratch.give(*bufs)
         if worker:
             dq_parts.append(dq_w)
     # (head group, key block) items, head-group major, the blocks with the most tiles first; each worker sums its
@@ -605,6 +614,7 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
         _rows_from(dk_b, dk[f], f, hk, 1)
         _rows_from(dv_b, dv_[f], f, hk, 1)
     _per_head(xp, nf, finish)
+    _scratch.give(q, do, delta, k, kt, vt, dq, dk, dv_, *dq_parts)
     return dq_b, dk_b, dv_b
 
 
