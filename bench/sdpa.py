@@ -1,6 +1,6 @@
 """scaled_dot_product_attention on the CPU: oarlock's kernels against PyTorch's, forward and forward+backward.
 
-    python bench/sdpa.py [--old REV] [--threads 1] [--repeat 15] [--only gpt,gqa]
+    python bench/sdpa.py [--old REV] [--threads 1] [--repeat 30] [--only gpt,gqa]
 
 For each case (Paddle's [batch, seq, heads, head_dim] layout; the GPT of `oarlock train` first), the best of
 --repeat timings of: oarlock's forward kernel and forward + fused backward kernel (called directly with numpy, as
@@ -120,7 +120,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--old", help="git revision whose attention kernels to time too")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--only", help="comma-separated case names")
     args = parser.parse_args()
 
@@ -159,10 +159,10 @@ def main():
         if old:
             runners["old"] = oarlock_runner(old, q, k, v, g, mask, kw)
         times = {key: [float("inf"), float("inf")] for key in runners}
-        for _ in range(3):  # rounds, so a burst of load does not land on one contender only
+        for _ in range(max(1, args.repeat // 3)):  # short rounds, so a burst of load hits every contender
             for key, fns in runners.items():
                 for i, fn in enumerate(fns):
-                    times[key][i] = min(times[key][i], best(fn, max(1, args.repeat // 3), clock))
+                    times[key][i] = min(times[key][i], best(fn, 3, clock))
         ms = {key: [t * 1e3 for t in ts] for key, ts in times.items()}
         line = f"{name:18} {f'{b},{s},{hq},{hk},{d}':18} {ms['new'][0]:8.2f} {ms['new'][1]:8.2f}"
         if torch:

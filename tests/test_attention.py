@@ -77,6 +77,13 @@ TORCH_CASES = {
     "grouped_query_mask": (2, 5, 6, 4, 2, 8, 8, {}, _mask_with_full_row((2, 4, 5, 6))),
     "scale": (2, 5, 6, 2, 2, 8, 8, {"scale": 0.3}, None),
     "gpt_sized": (4, 32, 32, 4, 4, 16, 16, {"is_causal": True}, None),
+    # several query blocks (the kernels walk 32 causal / 64 dense rows at a time), sizes not multiples of them
+    "causal_blocks_odd": (2, 75, 75, 2, 2, 8, 6, {"is_causal": True}, None),
+    "causal_blocks_short_query": (1, 40, 97, 2, 2, 8, 8, {"is_causal": True}, None),
+    "causal_blocks_long_query": (1, 97, 40, 2, 2, 8, 8, {"is_causal": True}, None),
+    "grouped_query_blocks": (1, 70, 70, 6, 2, 8, 8, {"is_causal": True}, None),
+    "dense_blocks_mask": (1, 130, 67, 2, 2, 8, 8, {}, _mask_with_full_row((1, 2, 130, 67))),
+    "dense_blocks_float_mask": (2, 100, 70, 4, 2, 8, 8, {}, _float_mask((2, 4, 100, 70))),
 }
 
 
@@ -103,6 +110,25 @@ def test_sdpa_mask_and_causal_combine(torch):
     q, k, v, g = _randn(2, 6, 2, 8), _randn(2, 6, 2, 8), _randn(2, 6, 2, 8), _randn(2, 6, 2, 8)
     combined = mask & np.tril(np.ones((6, 6), dtype=bool))
     for got, want in zip(_ours(q, k, v, g, mask, is_causal=True), _torch_sdpa(torch, q, k, v, g, combined)):
+        _close(got, want)
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_sdpa_mask_and_causal_combine_over_blocks(torch, kind):
+    """Causal blocks with an extra mask: a fully masked row inside a block, -inf and large values in a float
+    mask (whose row maxima enter the softmax's shift)."""
+    q, k, v, g = _randn(2, 70, 2, 8), _randn(2, 70, 2, 8), _randn(2, 70, 2, 8), _randn(2, 70, 2, 8)
+    causal = np.tril(np.ones((70, 70), dtype=bool))
+    if kind == "bool":
+        mask = _mask_with_full_row((2, 1, 70, 70))
+        mask[..., 40, :] = False
+        combined = mask & causal
+    else:
+        mask = _float_mask((1, 2, 70, 70))
+        mask[..., 50, 3] = 60.0
+        combined = np.where(causal, mask, -np.inf)
+    for got, want in zip(_ours(q, k, v, g, mask, is_causal=True), _torch_sdpa(torch, q, k, v, g, combined)):
+        assert np.isfinite(got).all()
         _close(got, want)
 
 
@@ -143,6 +169,23 @@ def test_fully_masked_row_gives_zeros_not_nan():
         np.testing.assert_array_equal(out[:, 1], 0.0)
         np.testing.assert_array_equal(dq[:, 1], 0.0)
         _close(out, sdpa_ref(q, k, v, m), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_loose_score_bound_falls_back_to_the_exact_max(dtype, is_causal):
+    """Queries orthogonal to long keys: every score is small but the row bound |q| max |k| is 300, so exp of
+    the shifted scores underflows in float32 and the kernel redoes those blocks with the exact row max."""
+    q, k, v, g = (_randn(1, 40, 2, 4, dtype=dtype) for _ in range(4))
+    q[..., 0] = 0.0
+    q[:, 5:, 0, 1] = 30.0  # large query norms on head 0 from row 5 on
+    k[..., 1] = 0.0
+    k[:, 2, :, 0] = 20.0  # one long key
+    out, dq, dk, dv = _ours(q, k, v, g, is_causal=is_causal, scale=0.5)
+    assert np.isfinite(out).all() and np.isfinite(dq).all()
+    rtol = 1e-5 if dtype == np.float32 else 1e-12
+    _close(out, sdpa_ref(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), is_causal=is_causal,
+                         scale=0.5), rtol=rtol)
 
 
 def test_create_graph_first_order_equals_fused():

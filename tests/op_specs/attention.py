@@ -55,10 +55,11 @@ def sdpa_ref(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, training=T
     return np.einsum("bhqk,bkhd->bqhd", p, v)
 
 
-def sdpa_grad_ref(g, q, k, v, out, probs, keep, dropout_p=0.0, scale=None):
+def sdpa_grad_ref(g, q, k, v, out, probs, keep, dropout_p=0.0, scale=None, is_causal=False):
     """The fused backward's formula, written with numpy on the same 5-D layout (probs [B, Hk, G, Sq, Sk]):
     dS = P * (dP - rowsum(dO * O)). The formula itself is checked by the finite differences of
-    scaled_dot_product_attention, whose backward runs this op."""
+    scaled_dot_product_attention, whose backward runs this op. is_causal only tells the kernel that probs are
+    zero above the diagonal (it skips those blocks): the formula is the same."""
     if q.ndim == 3:
         return [x[0] for x in sdpa_grad_ref(g[None], q[None], k[None], v[None], out[None], probs, keep, dropout_p,
                                             scale)]
@@ -113,6 +114,11 @@ SDPA_CASES = [
     Case([In((1, 3, 2, 4), domain=(-6.0, 6.0)), In((1, 4, 2, 4), domain=(-6.0, 6.0)), In((1, 4, 2, 4))],
          name="large_scores"),
     Case([In((1, 2, 1, 3)), In((1, 0, 1, 3)), In((1, 0, 1, 3))], name="no_keys", grad=False),
+    # several query blocks of the kernels (32 rows causal, 64 dense), sizes not multiples of them
+    Case(qkv(1, 37, 37, 2, d=2), {"is_causal": True}, name="causal_two_blocks"),
+    Case(qkv(1, 33, 45, 2, hk=1, d=2), {"is_causal": True}, name="causal_blocks_grouped_short_query"),
+    Case(qkv(1, 45, 33, 1, d=2), {"is_causal": True}, name="causal_blocks_long_query"),
+    Case([*qkv(1, 70, 5, 1, d=2), bool_mask(np.arange(70 * 5).reshape(70, 5) % 7 != 0)], name="dense_blocks_mask"),
 ]
 
 
@@ -130,6 +136,10 @@ GRAD_CASES = [
     _grad_case(2, 3, 3, 2, 1, 2, 2, {"dropout_p": 0.25}, "dropout", dropout=True),
     Case([In((3, 2, 2)), In((3, 2, 4)), In((5, 2, 4)), In((5, 2, 2)), In((3, 2, 2)),
           In((1, 2, 1, 3, 5), domain=(0.0, 1.0)), bool_mask(True)], name="unbatched"),
+    # is_causal: probabilities zero above the diagonal (top-left aligned), several blocks, seq_q < seq_k
+    Case([In((1, 40, 2, 3)), In((1, 40, 2, 4)), In((1, 45, 1, 4)), In((1, 45, 1, 3)), In((1, 40, 2, 3)),
+          In((1, 1, 2, 40, 45), values=np.tril(np.random.default_rng(5).random((1, 1, 2, 40, 45))), grad=False),
+          bool_mask(True)], {"is_causal": True}, name="causal_blocks"),
 ]
 
 SPECS = [

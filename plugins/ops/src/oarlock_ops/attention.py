@@ -208,12 +208,27 @@ def _causal_triangle(xp, n, dtype):
     return xp.triu(xp.full((n, n), -xp.inf, dtype=dtype), 1)
 
 
-def _sum_groups_into(xp, a, b, out):
-    """out = sum over the group axis (2) of a @ b; out is a [B, Hk, 1, rows, cols] view."""
-    if a.shape[2] == 1:
-        xp.matmul(a, b, out=out)
-    else:
-        out[...] = xp.matmul(a, b).sum(axis=2, keepdims=True)
+def _accumulate_keys(xp, grad5, left, right, filled, kend, partial):
+    """grad5[..., :kend, :] += (left^T right summed over the group axis), for one query block: left [B, Hk, G,
+    rows, kend], right [B, Hk, G, rows, D], grad5 a [B, Hk, 1, Sk, D] view. Rows [0, filled) already hold a
+    sum and get the product added; rows [filled, kend) are seen for the first time and are written directly
+    (the product goes straight into them when there is no group to sum)."""
+    cols = right.shape[-1]
+    for lo, hi, add in ((0, min(filled, kend), True), (filled, kend, False)):
+        if hi <= lo:
+            continue
+        product = left[..., lo:hi].swapaxes(-1, -2)
+        if not add and left.shape[2] == 1:
+            xp.matmul(product, right, out=grad5[..., lo:hi, :])
+            continue
+        term = partial[:math.prod(left.shape[:3]) * (hi - lo) * cols].reshape(*left.shape[:3], hi - lo, cols)
+        xp.matmul(product, right, out=term)
+        if left.shape[2] > 1:
+            term = term.sum(axis=2, keepdims=True)
+        if add:
+            grad5[..., lo:hi, :] += term
+        else:
+            grad5[..., lo:hi, :] = term
 
 
 def _row_bounds(xp, q, k, scale, bias, causal):
@@ -309,7 +324,8 @@ def _sdpa_backward(xp, grad, query, key, value, out, probs, keep, dropout_p=0.0,
     """(d query, d key, d value). With dS the gradient of the scores, dP = dO V^T (times the dropout mask and
     scale), dS = P * (dP - rowsum(dP * P)); rowsum(dP * P) equals rowsum(dO * O) over head_dim, which is much
     smaller. dQ = scale * dS K, dK = scale * dS^T Q, dV = dropout(P)^T dO; the group axis of grouped-query
-    attention is summed after dK and dV's products. The scale is folded into dO before dP (so into dS).
+    attention is summed after dK and dV's products. The scale is folded into the copy of V^T (so into dP and
+    dS).
     is_causal=True promises that probs are zero for key j > query i: those blocks are skipped."""
     hq, hk = _check_inputs(query, key, value)
     unbatched = query.ndim == 3
@@ -325,51 +341,43 @@ def _sdpa_backward(xp, grad, query, key, value, out, probs, keep, dropout_p=0.0,
     p = probs.astype(ct, copy=False)
     keep = keep if dropout_p else None
     g5 = _heads_view(g, hk)
-    gs = xp.multiply(g, scale, dtype=ct)
-    gs5 = _heads_view(gs, hk)
     # rowsum(scale * dO * O): [B, H, Sq] -> [B, Hk, G, Sq, 1]
-    delta = xp.einsum("bshd,bshd->bhs", gs, o).reshape(b, hk, groups, sq, 1)
-    vt = _transposed_keys(xp, v, ct)  # [B, Hk, 1, Dv, Sk]
+    delta = xp.einsum("bshd,bshd->bhs", g, o).reshape(b, hk, groups, sq, 1)
+    delta *= scale
+    vt = _transposed_keys(xp, v, ct, scale)  # scale * V^T [B, Hk, 1, Dv, Sk]: dO (scale V^T) = scale dP
     k5, q5 = _heads_view(k, hk), _heads_view(q, hk)
-    # every entry the key pass reads is written by the query pass (see _blocks), so no zero fill
-    ds = xp.empty(p.shape, dtype=ct)
-    weights = xp.empty(p.shape, dtype=ct) if keep is not None else p
     dq_buf, dq5 = _output_buffer(xp, (b, sq, hq, d), hk, ct)
+    dk_buf, dk5 = _output_buffer(xp, (b, sk, hk, d), hk, ct)
+    dv_buf, dv5 = _output_buffer(xp, (b, sk, hk, dv), hk, ct)
     blocks = _blocks(sq, sk, is_causal)
     rows = max((r1 - r0 for r0, r1, _ in blocks), default=0)
     scratch = _Scratch(xp, (b, hk, groups), rows, sk, ct)
+    weights = _Scratch(xp, (b, hk, groups), rows, sk, ct) if keep is not None else None
+    partial = xp.empty(b * hk * groups * sk * max(d, dv), dtype=ct)  # the dK, dV terms of a block's seen keys
+    filled = 0  # dK and dV rows [0, filled) hold a sum already; later rows are written by their first block
     for r0, r1, kend in blocks:
         if kend == 0:
             dq5[..., r0:r1, :] = 0
             continue
-        dp = scratch(r1 - r0, kend)
-        xp.matmul(gs5[..., r0:r1, :], vt[..., :kend], out=dp)
+        ds = scratch(r1 - r0, kend)
+        xp.matmul(g5[..., r0:r1, :], vt[..., :kend], out=ds)  # scale * dP
         pb = p[..., r0:r1, :kend]
         if keep is not None:
             kb = keep[..., r0:r1, :kend]
-            dp *= kb
-            dp *= _dropout_scale(dropout_p)
-            wb = xp.multiply(pb, kb, out=weights[..., r0:r1, :kend])
+            ds *= kb
+            ds *= _dropout_scale(dropout_p)
+            wb = xp.multiply(pb, kb, out=weights(r1 - r0, kend))
             wb *= _dropout_scale(dropout_p)
-        dp -= delta[..., r0:r1, :]
-        dsb = xp.multiply(dp, pb, out=ds[..., r0:r1, :kend])
-        xp.matmul(dsb, k5[..., :kend, :], out=dq5[..., r0:r1, :])
-    dk_buf, dk5 = _output_buffer(xp, (b, sk, hk, d), hk, ct)
-    dv_buf, dv5 = _output_buffer(xp, (b, sk, hk, dv), hk, ct)
-    if is_causal:  # key j is seen by queries [j, sq): keys from sq on by none
-        seen = min(sq, sk)
-        key_blocks = [(c0, min(c0 + BLOCK, seen)) for c0 in range(0, seen, BLOCK)]
-        dk5[..., seen:, :] = 0
-        dv5[..., seen:, :] = 0
-    else:
-        key_blocks = [(0, sk)] if sq else []
-        if not sq:
-            dk_buf[...] = 0
-            dv_buf[...] = 0
-    for c0, c1 in key_blocks:
-        first = c0 if is_causal else 0  # the first query that sees these keys
-        _sum_groups_into(xp, weights[..., first:, c0:c1].swapaxes(-1, -2), g5[..., first:, :], dv5[..., c0:c1, :])
-        _sum_groups_into(xp, ds[..., first:, c0:c1].swapaxes(-1, -2), q5[..., first:, :], dk5[..., c0:c1, :])
+        else:
+            wb = pb
+        ds -= delta[..., r0:r1, :]
+        ds *= pb
+        xp.matmul(ds, k5[..., :kend, :], out=dq5[..., r0:r1, :])
+        for grad5, left, right in ((dv5, wb, g5), (dk5, ds, q5)):
+            _accumulate_keys(xp, grad5, left, right[..., r0:r1, :], filled, kend, partial)
+        filled = max(filled, kend)
+    dk5[..., filled:, :] = 0  # keys no query sees
+    dv5[..., filled:, :] = 0
     grads = [x.astype(query.dtype, copy=False) for x in (dq_buf, dk_buf, dv_buf)]
     return tuple(x[0] for x in grads) if unbatched else tuple(grads)
 
