@@ -332,6 +332,13 @@ def _keys_t_into(xp, dst, k, f, hk):
     dst[d] = 1
 
 
+def _take_t(xp, nf, rows, s, ct):
+    """A scratch [nf, rows, s] for K^T or V^T (a view; `.base` goes back to _scratch). Its rows are padded to
+    16 elements past a multiple of 16: with a row stride of a large power of two (S = 2048, 4096, ...) the
+    rows of a panel BLAS packs all fall into the same cache sets, and the score matmul runs 5-7% slower."""
+    return _scratch.take(xp, (nf, rows, -(-s // 16) * 16 + 16), ct)[..., :s]
+
+
 def _lse_from(dst, lse, f, hk, g):
     """Head f of dst [B, Hq, Sq] <- lse [Sq * G]."""
     b, h = divmod(f, hk)
@@ -410,7 +417,7 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     # Scores in base 2 (exp2 is cheaper than exp): Q carries scale * log2(e). Q's extra last column holds -m (the
     # row's running reference) against K^T's row of ones, so each score product comes out already shifted.
     q = _scratch.take(xp, (nf, sq * g, d + 1), ct)
-    kt = _scratch.take(xp, (nf, d + 1, sk), ct)
+    kt = _take_t(xp, nf, d + 1, sk, ct)
     v = _scratch.take(xp, (nf, sk, dv), ct)
 
     def prepare(f):
@@ -438,7 +445,7 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     # the blocks with the most tiles first
     order = _heaviest_first(classes)
     _parallel.run(xp, blocks, [(f0, min(f0 + heads, nf), i) for f0 in range(0, nf, heads) for i in order])
-    _scratch.give(q, kt, v)
+    _scratch.give(q, kt.base, v)
     so = xp.asarray([seed if seed < 2 ** 63 else seed - 2 ** 64, offset if offset < 2 ** 63 else offset - 2 ** 64],
                     dtype=xp.int64)
     return out, lse, so
@@ -553,8 +560,7 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     do = _scratch.take(xp, (nf, sq * g, dv + 1), ct)
     delta = _scratch.take(xp, (nf, sq * g, 1), ct)
     k = _scratch.take(xp, (nf, sk, d), ct)
-    kt = _scratch.take(xp, (nf, d + 1, sk), ct)
-    vt = _scratch.take(xp, (nf, dv + 1, sk), ct)
+    kt, vt = _take_t(xp, nf, d + 1, sk, ct), _take_t(xp, nf, dv + 1, sk, ct)
     dq, dk, dv_ = (_scratch.take(xp, shape, ct) for shape in ((nf, sq * g, d), (nf, sk, d), (nf, sk, dv)))
 
     def prepare(f):
@@ -614,7 +620,7 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
         _rows_from(dk_b, dk[f], f, hk, 1)
         _rows_from(dv_b, dv_[f], f, hk, 1)
     _per_head(xp, nf, finish)
-    _scratch.give(q, do, delta, k, kt, vt, dq, dk, dv_, *dq_parts)
+    _scratch.give(q, do, delta, k, kt.base, vt.base, dq, dk, dv_, *dq_parts)
     return dq_b, dk_b, dv_b
 
 
