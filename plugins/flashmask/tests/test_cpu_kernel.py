@@ -148,3 +148,33 @@ def test_dropout_independent_of_tiling(monkeypatch):
             monkeypatch.setattr(kernel, name, value)
         for got, want in zip(run(), ref):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_scratch_reuse_and_limit(monkeypatch):
+    """Given-back scratch arrays are handed out again for the same shape and dtype, within LIMIT bytes."""
+    from oarlock_flashmask import _scratch
+    _scratch.clear()
+    a = _scratch.take(np, (4, 5), np.float32)
+    _scratch.give(a)
+    assert _scratch.take(np, (4, 5), np.float64) is not a
+    assert _scratch.take(np, (4, 5), np.float32) is a
+    assert _scratch.take(np, (4, 5), np.float32) is not a  # taken: not handed out twice
+    monkeypatch.setattr(_scratch, "LIMIT", 100 * 4)
+    x, y = np.empty(60, np.float32), np.empty(60, np.float32)
+    _scratch.give(x, y, x[:10])                           # views are not kept; y pushes x out (over LIMIT)
+    assert _scratch.take(np, (60,), np.float32) is y
+    assert _scratch.take(np, (60,), np.float32) is not x
+    _scratch.give(y)
+    _scratch.clear()
+    assert _scratch.take(np, (60,), np.float32) is not y
+
+
+def test_reused_scratch_carries_nothing_over():
+    """A call after another of the same shapes (reusing its scratch arrays) gives the same results as before."""
+    rng = np.random.default_rng(12)
+    a = [rng.standard_normal((1, 150, 2, 16)) for _ in range(4)]
+    b = [100 * rng.standard_normal((1, 150, 2, 16)) for _ in range(4)]  # large scores: exact steps, re-centring
+    first = _attend(*a[:3], causal=True, g_out=a[3])
+    _attend(*b[:3], causal=True, g_out=b[3])
+    for x, y in zip(first, _attend(*a[:3], causal=True, g_out=a[3])):
+        np.testing.assert_array_equal(x, y)
