@@ -95,11 +95,13 @@ def _shared(items):
     return pull
 
 
-def run(xp, fn, items):
+def run(xp, fn, items, dynamic=True):
     """fn(worker_index, items_of_worker) for each worker, on the pool (numpy) or inline (other xp / 1 worker).
-    Workers pull the next item from one shared queue as they finish the previous one (dynamic scheduling): the
-    load balances itself when items differ in size (causal rows) or a core is shared with other processes. Give
-    the items heaviest first within each run of items that share data, so the last ones to finish are short."""
+    dynamic: workers pull the next item from one shared queue as they finish the previous one, so the load
+    balances itself when items differ in size (causal rows) or a core is shared with other processes; give the
+    items heaviest first within each run of items that share data, so the last ones to finish are short. Use it
+    where the result does not depend on which worker ran an item. Otherwise (dynamic=False) items are dealt
+    round-robin: the same items go to the same worker every call (deterministic sums per worker)."""
     n = workers() if xp is numpy else 1
     n = min(n, len(items))
     if n <= 1:
@@ -107,7 +109,7 @@ def run(xp, fn, items):
             return [fn(0, items)]
     if _state["pool"] is None:
         _state["pool"] = ThreadPoolExecutor(max_workers=max(workers(), 2), thread_name_prefix="oarlock-flashmask")
-    pull = _shared(items)
+    pull = _shared(items) if dynamic else None
     with single_threaded_blas():
-        futures = [_state["pool"].submit(fn, w, pull()) for w in range(n)]
+        futures = [_state["pool"].submit(fn, w, pull() if dynamic else items[w::n]) for w in range(n)]
         return [f.result() for f in futures]

@@ -588,7 +588,7 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     heads, span = _split(nf, bk * g, bq)
     runs = [_spans(classes[:, j], bq, sq, span) for j in range(mask.nkb)]
     ctx = (xp, runs, mask, q, do, delta, k, kt, vt, dk, dv_, ct, dropout, seed, offset, g, sq, sk, d, dv)
-    dq_parts = []
+    dq_parts = {}  # worker -> its dQ share (summed in worker order: reproducible)
 
     def blocks(worker, items):
         if worker:
@@ -602,17 +602,18 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
             _backward_cols(ctx, item, dq_w, bufs, span)
         _scratch.give(*bufs)
         if worker:
-            dq_parts.append(dq_w)
-    # (head group, key block) items, head-group major, the blocks with the most tiles first; each worker sums its
-    # dQ share in its own array
+            dq_parts[worker] = dq_w
+    # (head group, key block) items, head-group major, the blocks with the most tiles first, dealt round-robin:
+    # each worker sums its dQ share in its own array, the same items every call (bitwise reproducible dQ)
     order = _heaviest_first(classes.T)
-    _parallel.run(xp, blocks, [(f0, min(f0 + heads, nf), j) for f0 in range(0, nf, heads) for j in order])
+    _parallel.run(xp, blocks, [(f0, min(f0 + heads, nf), j) for f0 in range(0, nf, heads) for j in order],
+                  dynamic=False)
     dq_b = xp.empty(query.shape, dtype=query.dtype)
     dk_b = xp.empty(key.shape, dtype=key.dtype)
     dv_b = xp.empty(value.shape, dtype=value.dtype)
 
     def finish(f):
-        for part in dq_parts:
+        for part in (dq_parts[w] for w in sorted(dq_parts)):
             dq[f] += part[f]
         dq[f] *= scale
         dk[f] *= LN2  # dS^T (Q scale log2 e) ln 2 = scale dS^T Q
@@ -620,7 +621,7 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
         _rows_from(dk_b, dk[f], f, hk, 1)
         _rows_from(dv_b, dv_[f], f, hk, 1)
     _per_head(xp, nf, finish)
-    _scratch.give(q, do, delta, k, kt.base, vt.base, dq, dk, dv_, *dq_parts)
+    _scratch.give(q, do, delta, k, kt.base, vt.base, dq, dk, dv_, *dq_parts.values())
     return dq_b, dk_b, dv_b
 
 
