@@ -2,15 +2,16 @@
 
     python bench/sdpa.py [--old REV] [--threads 1] [--repeat 30] [--only gpt,gqa]
 
-For each case (Paddle's [batch, seq, heads, head_dim] layout; the GPT of `oarlock train` first), the best of
---repeat timings of: oarlock's forward kernel and forward + fused backward kernel (called directly with numpy, as
-the cpu device runs them: no dispatcher, no graph), torch's F.scaled_dot_product_attention forward and forward +
-autograd backward on [batch, heads, seq, head_dim] tensors, and with --old REV the kernels of
-plugins/ops/src/oarlock_ops/attention.py at that git revision. Everything runs interleaved in one process, case by
-case, so load from other processes hits all of them alike. Ratios: torch / new and old / new (above 1: the new
-kernel is faster). Both libraries get --threads threads (OpenBLAS's count through oarlock-cpu, torch's intra-op
-pool): on a shared 2-core machine one thread is the fair and the stable comparison, timed by the thread's
-CPU time (the wall clock with more threads).
+For each case (Paddle's [batch, seq, heads, head_dim] layout; the GPT of `oarlock train` first): oarlock's
+forward kernel and forward + fused backward kernel (called directly with numpy, as the cpu device runs them: no
+dispatcher, no graph), torch's F.scaled_dot_product_attention forward and forward + autograd backward on
+[batch, heads, seq, head_dim] tensors, and with --old REV the kernels of plugins/ops/src/oarlock_ops/attention.py
+at that git revision. Everything runs interleaved in one process, in --repeat rounds that time every contender
+once, back to back, so load from other processes hits all of them alike. Times are the best of the rounds;
+ratios (torch / new and old / new, above 1: the new kernel is faster) are the medians over rounds of the same
+round's ratio, which cancels the load's slow swings. Both libraries get --threads threads (OpenBLAS's count
+through oarlock-cpu, torch's intra-op pool): on a shared 2-core machine one thread is the fair and the stable
+comparison, timed by the thread's CPU time (the wall clock with more threads).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import inspect
+import statistics
 import subprocess
 import sys
 import time
@@ -43,15 +45,25 @@ CASES = {
 }
 
 
-def best(fn, repeat, clock):
-    """Best single-call time of `repeat` runs, after one warm-up."""
-    fn()
-    times = []
+def paired(runners, repeat, clock):
+    """{name: [forward samples, forward+backward samples]}: `repeat` rounds, each timing every contender's
+    calls once, back to back, so the per-round ratios compare calls made under the same load."""
+    for fns in runners.values():  # warm-up
+        for fn in fns:
+            fn()
+    samples = {key: [[], []] for key in runners}
     for _ in range(repeat):
-        start = clock()
-        fn()
-        times.append(clock() - start)
-    return min(times)
+        for key, fns in runners.items():
+            for i, fn in enumerate(fns):
+                start = clock()
+                fn()
+                samples[key][i].append(clock() - start)
+    return samples
+
+
+def ratio(samples, key, base, i):
+    """The median over rounds of samples[key] / samples[base] (the same round's calls)."""
+    return statistics.median(a / b for a, b in zip(samples[key][i], samples[base][i]))
 
 
 def load_old(rev):
@@ -158,18 +170,14 @@ def main():
             runners["torch"] = torch_runner(torch, q, k, v, g, mask, kw)
         if old:
             runners["old"] = oarlock_runner(old, q, k, v, g, mask, kw)
-        times = {key: [float("inf"), float("inf")] for key in runners}
-        for _ in range(max(1, args.repeat // 3)):  # short rounds, so a burst of load hits every contender
-            for key, fns in runners.items():
-                for i, fn in enumerate(fns):
-                    times[key][i] = min(times[key][i], best(fn, 3, clock))
-        ms = {key: [t * 1e3 for t in ts] for key, ts in times.items()}
+        samples = paired(runners, args.repeat, clock)
+        ms = {key: [min(s) * 1e3 for s in pair] for key, pair in samples.items()}
         line = f"{name:18} {f'{b},{s},{hq},{hk},{d}':18} {ms['new'][0]:8.2f} {ms['new'][1]:8.2f}"
         if torch:
-            line += (f" {ms['torch'][0]:9.2f} {ms['torch'][1]:9.2f} {ms['torch'][0] / ms['new'][0]:7.2f}"
-                     f" {ms['torch'][1] / ms['new'][1]:7.2f}")
+            line += (f" {ms['torch'][0]:9.2f} {ms['torch'][1]:9.2f} {ratio(samples, 'torch', 'new', 0):7.2f}"
+                     f" {ratio(samples, 'torch', 'new', 1):7.2f}")
         if old:
-            line += f" {ms['old'][0]:8.2f} {ms['old'][1]:8.2f} {ms['old'][1] / ms['new'][1]:7.2f}"
+            line += f" {ms['old'][0]:8.2f} {ms['old'][1]:8.2f} {ratio(samples, 'old', 'new', 1):7.2f}"
         print(line, flush=True)
 
 

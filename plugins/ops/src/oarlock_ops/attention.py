@@ -89,18 +89,20 @@ def _heads_view(x, heads_k):
     return x.reshape(b, s, heads_k, h // heads_k, d).transpose(0, 2, 3, 1, 4)
 
 
-def _transposed_keys(xp, k, dtype, scale=None):
+def _transposed_keys(xp, k, dtype, scale=None, work=None):
     """[B, S, Hk, D] -> a new contiguous [B, Hk, 1, D, S] (times `scale`): the right operand of Q K^T. numpy's
     matmul is twice as slow on a transposed view (OpenBLAS's transposed-operand path) as on this copy. The copy
-    goes through [B, Hk, S, D]: numpy's one-step transposing copy reads with a stride of Hk * D floats in its
-    inner loop and costs 3-4x the two steps at head_dim 64 or more."""
-    heads = xp.empty((k.shape[0], k.shape[2], k.shape[1], k.shape[3]), dtype=dtype)
+    goes through [B, Hk, S, D] (in `work`, a flat buffer of at least k.size elements, when given): numpy's
+    one-step transposing copy reads with a stride of Hk * D floats in its inner loop and costs 3-4x the two
+    steps at head_dim 64 or more."""
+    b, s, hk, d = k.shape
+    staged = (work[:k.size] if work is not None else xp.empty(k.size, dtype=dtype)).reshape(b, hk, s, d)
     if scale is None:
-        heads[...] = k.transpose(0, 2, 1, 3)
+        staged[...] = k.transpose(0, 2, 1, 3)
     else:
-        xp.multiply(k.transpose(0, 2, 1, 3), scale, out=heads)
-    out = xp.empty(heads.shape[:2] + heads.shape[:1:-1], dtype=dtype)
-    out[...] = heads.swapaxes(-1, -2)
+        xp.multiply(k.transpose(0, 2, 1, 3), scale, out=staged)
+    out = xp.empty((b, hk, d, s), dtype=dtype)
+    out[...] = staged.swapaxes(-1, -2)
     return out[:, :, None]
 
 
@@ -180,11 +182,13 @@ def _blocks(sq, sk, causal):
 
 class _Scratch:
     """One buffer for every block's [batch, heads_k, group, rows, cols] scores, reshaped (contiguous) per
-    block, so a block's matmul writes into memory that is already mapped and in the cache."""
+    block, so a block's matmul writes into memory that is already mapped and in the cache. It is at least
+    `least` elements, so it can hold the staging copy of K^T (or V^T) before the blocks need it: one fresh
+    buffer fewer to fault in."""
 
-    def __init__(self, xp, lead, rows, cols, dtype):
+    def __init__(self, xp, lead, rows, cols, dtype, least=0):
         self.lead = tuple(lead)
-        self.flat = xp.empty(math.prod(self.lead) * rows * cols, dtype=dtype)
+        self.flat = xp.empty(max(math.prod(self.lead) * rows * cols, least), dtype=dtype)
 
     def __call__(self, rows, cols):
         return self.flat[:math.prod(self.lead) * rows * cols].reshape(*self.lead, rows, cols)
@@ -282,7 +286,6 @@ def _sdpa(xp, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     groups = hq // hk
     bias = None if attn_mask is None else _mask_bias(xp, attn_mask, q.shape, k.shape, ct)
     q5, v5 = _heads_view(q, hk), _heads_view(v, hk)
-    kt = _transposed_keys(xp, k, ct, _scale(scale, d))  # [B, Hk, 1, D, Sk]
     # the skipped (masked) blocks of a causal product are never written: they start as zeros
     p = (xp.zeros if is_causal else xp.empty)((b, hk, groups, sq, sk), dtype=ct)
     if rate:  # drawn in one call over the whole shape, so a seed gives the same mask whatever the blocking
@@ -292,7 +295,8 @@ def _sdpa(xp, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     out, out5 = _output_buffer(xp, (b, sq, hq, dv), hk, ct)
     blocks = _blocks(sq, sk, is_causal)
     rows = max((r1 - r0 for r0, r1, _ in blocks), default=0)
-    scratch = _Scratch(xp, (b, hk, groups), rows, sk, ct)
+    scratch = _Scratch(xp, (b, hk, groups), rows, sk, ct, least=k.size)
+    kt = _transposed_keys(xp, k, ct, _scale(scale, d), scratch.flat)  # [B, Hk, 1, D, Sk]
     tri = _causal_triangle(xp, rows, ct) if is_causal else None
     bound = _row_bounds(xp, q, k, _scale(scale, d), bias, is_causal)
     tiny = xp.finfo(ct).tiny / xp.finfo(ct).eps
@@ -344,14 +348,14 @@ def _sdpa_backward(xp, grad, query, key, value, out, probs, keep, dropout_p=0.0,
     # rowsum(scale * dO * O): [B, H, Sq] -> [B, Hk, G, Sq, 1]
     delta = xp.einsum("bshd,bshd->bhs", g, o).reshape(b, hk, groups, sq, 1)
     delta *= scale
-    vt = _transposed_keys(xp, v, ct, scale)  # scale * V^T [B, Hk, 1, Dv, Sk]: dO (scale V^T) = scale dP
     k5, q5 = _heads_view(k, hk), _heads_view(q, hk)
     dq_buf, dq5 = _output_buffer(xp, (b, sq, hq, d), hk, ct)
     dk_buf, dk5 = _output_buffer(xp, (b, sk, hk, d), hk, ct)
     dv_buf, dv5 = _output_buffer(xp, (b, sk, hk, dv), hk, ct)
     blocks = _blocks(sq, sk, is_causal)
     rows = max((r1 - r0 for r0, r1, _ in blocks), default=0)
-    scratch = _Scratch(xp, (b, hk, groups), rows, sk, ct)
+    scratch = _Scratch(xp, (b, hk, groups), rows, sk, ct, least=v.size)
+    vt = _transposed_keys(xp, v, ct, scale, scratch.flat)  # scale * V^T [B, Hk, 1, Dv, Sk]: dO (scale V^T) = scale dP
     weights = _Scratch(xp, (b, hk, groups), rows, sk, ct) if keep is not None else None
     partial = xp.empty(b * hk * groups * sk * max(d, dv), dtype=ct)  # the dK, dV terms of a block's seen keys
     filled = 0  # dK and dV rows [0, filled) hold a sum already; later rows are written by their first block
