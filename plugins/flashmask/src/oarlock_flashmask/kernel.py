@@ -156,6 +156,7 @@ class _Mask:
         self.classes = self._classify()
         # the kernels flatten (batch, key head) into one axis f = b * Hk + h; tiles take the vectors per f
         self.flat = [(con[0],) + tuple(self._per_f(vec, b, hk) for vec in con[1:]) for con in self.cons]
+        self._shapes = {}  # causal / window only: tile masks by (r0 - c0, rows, cols), the same for every head
 
     def _per_f(self, vec, b, hk):
         """[B, h, 1, g', Sk] -> [B * Hk, 1, g', Sk], or [1, 1, g', Sk] when the same for every (batch, head)."""
@@ -214,6 +215,15 @@ class _Mask:
     def tile(self, f0, f1, r0, r1, c0, c1):
         """The boolean mask (True = masked) of a tile of the flattened (batch, key head) range [f0, f1), rows
         [r0, r1) and columns [c0, c1), broadcastable to [f1 - f0, r1 - r0, G, c1 - c0]."""
+        if not self.flat:
+            key = (r0 - c0, r1 - r0, c1 - c0)
+            m = self._shapes.get(key)
+            if m is None:
+                m = self._shapes[key] = self._tile(f0, f1, r0, r1, c0, c1)
+            return m
+        return self._tile(f0, f1, r0, r1, c0, c1)
+
+    def _tile(self, f0, f1, r0, r1, c0, c1):
         xp = self.xp
         rows = xp.arange(r0, r1, dtype=xp.int32)[:, None, None]
         cols = xp.arange(c0, c1, dtype=xp.int32)
