@@ -1,6 +1,6 @@
 """scaled_dot_product_attention on the CPU: oarlock's kernels against PyTorch's, forward and forward+backward.
 
-    python bench/sdpa.py [--old REV] [--threads 1] [--repeat 30] [--only gpt,gqa]
+    python bench/sdpa.py [--old REV] [--threads 1] [--repeat 30] [--only gpt,gqa,rotary]
 
 For each case (Paddle's [batch, seq, heads, head_dim] layout; the GPT of `oarlock train` first): oarlock's
 forward kernel and forward + fused backward kernel (called directly with numpy, as the cpu device runs them: no
@@ -11,7 +11,8 @@ once, back to back, so load from other processes hits all of them alike. Times a
 ratios (torch / new and old / new, above 1: the new kernel is faster) are the medians over rounds of the same
 round's ratio, which cancels the load's slow swings. Both libraries get --threads threads (OpenBLAS's count
 through oarlock-cpu, torch's intra-op pool): on a shared 2-core machine one thread is the fair and the stable
-comparison, timed by the thread's CPU time (the wall clock with more threads).
+comparison, timed by the thread's CPU time (the wall clock with more threads). Last, the same for the kernel of
+fused_rotary_embedding (case "rotary").
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = "plugins/ops/src/oarlock_ops/attention.py"
+ROTARY = "plugins/ops/src/oarlock_ops/rotary.py"
 
 # name: (batch, seq, heads_q, heads_k, head_dim, keywords); mask and dropout cases add their inputs below
 CASES = {
@@ -66,14 +68,48 @@ def ratio(samples, key, base, i):
     return statistics.median(a / b for a, b in zip(samples[key][i], samples[base][i]))
 
 
-def load_old(rev):
-    """The attention module of revision `rev`, imported under another name."""
-    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{KERNEL}"], check=True, capture_output=True,
+def load_old(rev, path=KERNEL):
+    """The module at `path` in revision `rev`, imported under another name."""
+    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"], check=True, capture_output=True,
                           text=True).stdout
-    spec = importlib.util.spec_from_loader("_sdpa_old", loader=None)
+    spec = importlib.util.spec_from_loader("_old_" + Path(path).stem, loader=None)
     module = importlib.util.module_from_spec(spec)
-    exec(compile(text, f"{rev}:{KERNEL}", "exec"), module.__dict__)
+    exec(compile(text, f"{rev}:{path}", "exec"), module.__dict__)
     return module
+
+
+def rotary_table(torch, old_rev, repeat, clock):
+    """fused_rotary_embedding's kernel (rotation and transpose) on the GPT's [16, 128, 8, 32] with [1, 128, 1,
+    32] tables, against torch's x * cos + rotate_half(x) * sin and the kernel of --old."""
+    from oarlock_ops import rotary as new
+    old = load_old(old_rev, ROTARY) if old_rev else None
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((16, 128, 8, 32)).astype(np.float32)
+    angles = rng.random((1, 128, 1, 16)).astype(np.float32)
+    cos = np.concatenate([np.cos(angles)] * 2, axis=-1)
+    sin = np.concatenate([-np.sin(angles), np.sin(angles)], axis=-1)
+    print(f"\nfused_rotary_embedding, x {list(x.shape)}, tables {list(cos.shape)}")
+    print(f"{'case':18} {'new':>8} {'torch':>8} {'t/n':>7} {'old':>8} {'o/n':>7}")
+    tx, tcos, tsin = (torch.tensor(a) for a in (x, cos, sin)) if torch else (None,) * 3
+
+    def torch_rotary(transpose):
+        def half(t):
+            return torch.cat([t[..., 16:], t[..., :16]], dim=-1)
+        return lambda: tx * tcos + (half(tx * tsin) if transpose else half(tx) * tsin)
+
+    for transpose in (False, True):
+        runners = {"new": [lambda t=transpose: new._rotary(np, x, cos, sin, transpose=t)]}
+        if torch:
+            runners["torch"] = [torch_rotary(transpose)]
+        if old:
+            runners["old"] = [lambda t=transpose: old._rotary(np, x, cos, sin, transpose=t)]
+        samples = paired(runners, repeat, clock)
+        ms = {key: min(pair[0]) * 1e3 for key, pair in samples.items()}
+        line = f"{'transpose' if transpose else 'rotate':18} {ms['new']:8.3f}"
+        line += f" {ms['torch']:8.3f} {ratio(samples, 'torch', 'new', 0):7.2f}" if torch else f" {'':8} {'':7}"
+        if old:
+            line += f" {ms['old']:8.3f} {ratio(samples, 'old', 'new', 0):7.2f}"
+        print(line, flush=True)
 
 
 def make_inputs(rng, b, s, hq, hk, d, kw):
@@ -154,16 +190,16 @@ def main():
     clock = time.thread_time if args.threads == 1 else time.perf_counter
 
     print(f"threads {args.threads}, best of {args.repeat}; times in ms; ratios above 1: the new kernel is faster")
+    cases = {name: case for name, case in CASES.items() if not args.only or name in args.only.split(",")}
     head = f"{'case':18} {'shape b,s,hq,hk,d':18} {'new fwd':>8} {'new f+b':>8}"
     if torch:
         head += f" {'torch fwd':>9} {'torch f+b':>9} {'t/n fwd':>7} {'t/n f+b':>7}"
     if old:
         head += f" {'old fwd':>8} {'old f+b':>8} {'o/n f+b':>7}"
-    print(head)
+    if cases:
+        print(head)
     rng = np.random.default_rng(0)
-    for name, (b, s, hq, hk, d, kw) in CASES.items():
-        if args.only and name not in args.only.split(","):
-            continue
+    for name, (b, s, hq, hk, d, kw) in cases.items():
         q, k, v, g, mask = make_inputs(rng, b, s, hq, hk, d, kw)
         runners = {"new": oarlock_runner(new, q, k, v, g, mask, kw)}
         if torch:
@@ -179,6 +215,8 @@ def main():
         if old:
             line += f" {ms['old'][0]:8.2f} {ms['old'][1]:8.2f} {ratio(samples, 'old', 'new', 1):7.2f}"
         print(line, flush=True)
+    if not args.only or "rotary" in args.only.split(","):
+        rotary_table(torch, args.old, args.repeat, clock)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ SPECS = [
         Case([In((3, 6)), In((3, 6)), In((3, 6))], name="same_shape"),
         Case([In((2, 3, 4)), In((4,)), In((3, 1))], name="mixed_broadcast"),
         Case([In((2,)), In((2,)), In((2,))], name="one_pair"),
+        Case([In((2, 3, 2, 8)), In((2, 3, 2, 8)), In((1, 3, 2, 8))], name="full_tables"),
+        Case([In((2, 5, 3, 6)), In((5, 1, 6)), In((5, 1, 6))], {"transpose": True}, name="tables_without_batch"),
         Case([In((0, 4)), In((4,)), In((4,))], name="empty"),
     ], ref=rotary_ref, call=F.fused_rotary_embedding),
 ]

@@ -52,9 +52,22 @@ def check_rotary(x_shape, cos_shape, sin_shape):
                              f"shape {list(shape)}")
 
 
-def _swap_xp(xp, a):
-    half = a.shape[-1] // 2
-    return xp.concatenate([a[..., half:], a[..., :half]], axis=-1)
+def _halves(a):
+    """[..., D] -> a [..., 2, D/2] view (a copy if `a` is not contiguous): [..., ::-1, :] of it is
+    rotate_half's swap, with no concatenate."""
+    return a.reshape(*a.shape[:-1], 2, a.shape[-1] // 2)
+
+
+def _table(xp, t, x_shape):
+    """cos or sin made contiguous over x's trailing axes from its first non-1 axis on ([1, T, 1, D] for x
+    [B, T, H, D] becomes [1, T, H, D]): x * table then runs one long inner loop per leading index instead of
+    one per D values. The copy is at most one leading slice of x."""
+    t = t.reshape((1,) * (len(x_shape) - t.ndim) + tuple(t.shape))
+    lead = next((i for i, n in enumerate(t.shape) if n != 1), t.ndim)
+    target = (1,) * lead + tuple(x_shape[lead:])
+    if t.shape == target:
+        return t
+    return xp.ascontiguousarray(xp.broadcast_to(t, target))
 
 
 def _rotary(xp, x, cos, sin, *, transpose=False):
@@ -62,12 +75,15 @@ def _rotary(xp, x, cos, sin, *, transpose=False):
     ct = compute_dtype(xp, x.dtype)
     if ct != x.dtype:
         x, cos, sin = (a.astype(ct) for a in (x, cos, sin))
+    cos, sin = _table(xp, cos, x.shape), _table(xp, sin, x.shape)
+    out = xp.empty(x.shape, dtype=ct)  # contiguous, so _halves(out) is a view
+    xp.multiply(x, cos, out=out)
     if transpose:                 # x * cos + rotate_half(x * sin)
-        out = x * cos
-        out += _swap_xp(xp, x * sin)
+        turned = _halves(xp.multiply(x, sin))[..., ::-1, :]
     else:                         # x * cos + rotate_half(x) * sin
-        out = x * cos
-        out += _swap_xp(xp, x) * sin
+        turned = xp.multiply(_halves(x)[..., ::-1, :], _halves(sin))
+    halves = _halves(out)
+    xp.add(halves, turned, out=halves)
     return out
 
 
