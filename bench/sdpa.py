@@ -89,7 +89,7 @@ def rotary_table(torch, old_rev, repeat, clock):
     cos = np.concatenate([np.cos(angles)] * 2, axis=-1)
     sin = np.concatenate([-np.sin(angles), np.sin(angles)], axis=-1)
     print(f"\nfused_rotary_embedding, x {list(x.shape)}, tables {list(cos.shape)}")
-    print(f"{'case':18} {'new':>8} {'torch':>8} {'t/n':>7} {'old':>8} {'o/n':>7}")
+    print(f"{'case':18} {'new':>8} {'torch':>8} {'t/n':>7}" + (f" {'old':>8} {'o/n':>7}" if old else ""))
     tx, tcos, tsin = (torch.tensor(a) for a in (x, cos, sin)) if torch else (None,) * 3
 
     def torch_rotary(transpose):
