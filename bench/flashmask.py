@@ -9,7 +9,8 @@ Frameworks/rows:
                     (int32, LTS column) with causal=True; plain causal uses startend_row_indices=None
   sdpa-dense        torch scaled_dot_product_attention with the mask as a dense boolean [S, S]
                     (the reference every ratio is taken against)
-  sdpa-is_causal    torch SDPA with is_causal=True (causal mask only: the extra reference row)
+  sdpa-is_causal    torch SDPA with is_causal=True (causal mask only: the extra reference row; the goals
+                    list oarlock's plain causal time over it, fwd and fwd+bwd, per S)
   flex              torch FlexAttention, eager, with a BlockMask from create_block_mask(mask_mod)
                     (forward only: PyTorch raises for FlexAttention backward on CPU)
 
@@ -318,6 +319,13 @@ def goals(results: dict) -> list[tuple[str, bool | None, str]]:
     """(goal, met or None when not measurable, figures)."""
     out = []
     get = lambda s, m, fw, key: ((results.get(s) or {}).get(m) or {}).get(fw, {}).get(key)
+    # plain causal against PyTorch's dedicated is_causal path, measured in the same run
+    for sv in sorted(results):
+        for key, what in (("fwd_ms", "fwd"), ("fwdbwd_ms", "fwd+bwd")):
+            o, t = get(sv, "causal", "oarlock", key), get(sv, "causal", "sdpa-is_causal", key)
+            name = f"oarlock causal {what} no slower than SDPA is_causal at S={sv}"
+            if o and t:
+                out.append((name, o <= t, f"{o:.1f} ms vs {t:.1f} ms ({o / t:.2f}x)"))
     big = max(results) if results else None
     s = 8192 if 8192 in results else big
     c, w = get(s, "causal", "oarlock", "fwd_ms"), get(s, "window", "oarlock", "fwd_ms")
