@@ -240,25 +240,24 @@ def _accumulate_keys(xp, grad5, left, right, filled, kend, partial):
             grad5[..., lo:hi, :] = term
 
 
-def _row_bounds(xp, q, k, scale, float_bias, causal):
+def _row_bounds(xp, q, k, scale, float_bias, blocks):
     """An upper bound of each query row's scores (over the keys it sees), [B, Hk, G, Sq, 1], from Cauchy-Schwarz:
     |scale q.k| <= |scale| |q| max |k|, plus the row's largest value of a float mask. The softmax shifts by it
     instead of by the row's exact max, which saves numpy's slowest pass (a max over short rows costs twice a
     subtraction): exp never overflows, and every term stays a normal float unless the row's total falls below
     tiny / eps, which the caller checks (the block is then redone with the exact max). The shift moves the
-    rounding of the exponent from eps * (max - s) to eps * (bound - s): a few ulps for the norms attention sees."""
+    rounding of the exponent from eps * (max - s) to eps * (bound - s): a few ulps for the norms attention sees.
+    The key norm is the largest over the keys each query block sees (`blocks`, from _blocks)."""
     b, sq, hq, _ = q.shape
     sk, hk = k.shape[1], k.shape[2]
     q_norm = xp.sqrt(xp.einsum("bshd,bshd->bhs", q, q)).reshape(b, hk, hq // hk, sq, 1)
     if sk == 0:  # no keys: no block computes scores
         return q_norm
     k_norm = xp.sqrt(xp.einsum("bshd,bshd->bhs", k, k))  # [B, Hk, Sk]
-    if causal:  # query i sees keys 0..i: the largest key norm up to there
-        prefix = xp.maximum.accumulate(k_norm, axis=-1)
-        k_cap = prefix[..., xp.minimum(xp.arange(sq), sk - 1)][:, :, None, :, None]
-    else:
-        k_cap = k_norm.max(axis=-1)[:, :, None, None, None]
-    bound = q_norm * k_cap
+    bound = xp.empty(q_norm.shape, dtype=q_norm.dtype)
+    for r0, r1, kend in blocks:  # kend > 0: there are keys
+        top_k = k_norm[..., :kend].max(axis=-1)[:, :, None, None, None]
+        xp.multiply(q_norm[..., r0:r1, :], top_k, out=bound[..., r0:r1, :])
     bound *= abs(scale)
     if float_bias is not None:
         top = float_bias.max(axis=-1, keepdims=True)
@@ -305,7 +304,7 @@ def _sdpa(xp, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     tri = _causal_triangle(xp, rows, ct) if is_causal else None
     # a bool mask adds 0 or -inf: it never raises a row's largest score, so only a float mask enters the bound
     bound = _row_bounds(xp, q, k, _scale(scale, d), None if bias is None or attn_mask.dtype.kind == "b" else bias,
-                        is_causal)
+                        blocks)
     tiny = xp.finfo(ct).tiny / xp.finfo(ct).eps
     for r0, r1, kend in blocks:
         if kend == 0:  # no keys at all
