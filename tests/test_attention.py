@@ -201,6 +201,22 @@ def test_create_graph_first_order_equals_fused():
         _close(a.numpy(), b.numpy(), rtol=1e-12)
 
 
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_fused_backward_over_blocks_equals_composed_with_dropout(is_causal):
+    """Several query blocks, grouped heads, a padding mask and dropout: the fused backward (block by block, dK and
+    dV summed over the blocks) against the composition of public ops on the saved probabilities and mask."""
+    q, k, v, g = (_randn(2, 70, 4, 5, dtype=np.float64), _randn(2, 70, 2, 5, dtype=np.float64),
+                  _randn(2, 70, 2, 3, dtype=np.float64), _randn(2, 70, 4, 3, dtype=np.float64))
+    mask = oarlock.to_tensor(RNG.random((2, 1, 70, 70)) < 0.8)
+    ts = [oarlock.to_tensor(x, stop_gradient=False) for x in (q, k, v)]
+    oarlock.seed(5)
+    out = F.scaled_dot_product_attention(*ts, attn_mask=mask, dropout_p=0.2, is_causal=is_causal)
+    fused = oarlock.grad([out], ts, [oarlock.to_tensor(g)], retain_graph=True)
+    composed = oarlock.grad([out], ts, [oarlock.to_tensor(g)], create_graph=True)
+    for a, b in zip(fused, composed):
+        _close(a.numpy(), b.numpy(), rtol=1e-12)
+
+
 def test_second_order_matches_finite_differences():
     """d/dx of sum(w * dL/dv) by central differences of the (fused) first-order gradient."""
     q, k, v = _randn(1, 3, 2, 3, dtype=np.float64), _randn(1, 4, 2, 3, dtype=np.float64), \
@@ -247,6 +263,17 @@ def test_dropout_matches_reference_and_is_seeded():
     np.testing.assert_array_equal(run(3, training=False), F.scaled_dot_product_attention(*ts, is_causal=True).numpy())
     oarlock.seed(0)
     np.testing.assert_array_equal(F.scaled_dot_product_attention(*ts, dropout_p=1.0).numpy(), 0.0)
+
+
+def test_dropout_over_blocks_matches_reference():
+    """The dropout mask is drawn over the whole [B, Hk, G, Sq, Sk] shape in one call whatever the blocking, so
+    the seeded reference holds over several causal blocks with grouped heads too."""
+    q, k, v = _randn(2, 70, 4, 3, dtype=np.float64), _randn(2, 70, 2, 3, dtype=np.float64), \
+        _randn(2, 70, 2, 3, dtype=np.float64)
+    oarlock.seed(8)
+    got = F.scaled_dot_product_attention(*(oarlock.to_tensor(x) for x in (q, k, v)), dropout_p=0.3,
+                                         is_causal=True).numpy()
+    _close(got, _dropout_reference(q, k, v, 0.3, 8, is_causal=True), rtol=1e-12)
 
 
 def test_dropout_gradient_matches_finite_differences():
