@@ -60,6 +60,8 @@ def start(job, what: str, fork: bool) -> None:
 
     def run():
         try:
+            if not fork:
+                _yield_to_training()
             body()
         except BaseException as exc:   # kept for the next wait, which raises it in the caller's thread
             with _lock:
@@ -69,6 +71,21 @@ def start(job, what: str, fork: bool) -> None:
     with _lock:
         _pending.update(thread=thread, error=None, what=what)
     thread.start()
+
+
+def _yield_to_training() -> None:
+    """Make the calling (writer) thread run only on a core the training loop leaves idle: Linux's
+    SCHED_IDLE for this thread (threads it starts inherit it), so the step is not slowed by the write;
+    the save still finishes in the gaps, and at the latest when something waits for it.
+    OARLOCK_ASYNC_SAVE_PRIORITY=normal keeps the ordinary priority."""
+    setting = os.environ.get("OARLOCK_ASYNC_SAVE_PRIORITY", "idle")
+    if setting not in ("idle", "normal"):
+        raise ValueError(f"save_state_dict(): OARLOCK_ASYNC_SAVE_PRIORITY must be 'idle' or 'normal', got {setting!r}")
+    if setting == "idle" and hasattr(os, "SCHED_IDLE"):
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))   # 0: this thread (Linux)
+        except OSError:
+            pass   # not allowed here (a container's policy): the thread keeps its priority
 
 
 def _forked(job):
