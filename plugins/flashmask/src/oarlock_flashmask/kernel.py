@@ -384,11 +384,17 @@ def _spans(line, block, length, max_len):
     return out
 
 
-def _split(nf, rows, block):
-    """(heads per group, run length) for F = `nf` flattened (batch, key head) pairs, tiles of `rows` x `block`:
-    groups of heads and runs (a multiple of `block`) whose score array of about SPAN_ELEMS elements stays in
-    a core's L2 cache, with runs of up to SPAN indices (few calls, efficient BLAS) first."""
-    heads = max(1, min(nf, SPAN_ELEMS // max(1, rows * SPAN)))
+def _split(nf, rows, block, lines):
+    """(heads per group, run length) for F = `nf` flattened (batch, key head) pairs, tiles of `rows` x `block`
+    and the tile classes `lines` (one line per work item): groups of heads and runs (a multiple of `block`)
+    whose score array of about SPAN_ELEMS elements stays in a core's L2 cache. Runs of up to SPAN indices first
+    (few calls, efficient BLAS), as long as the lines' non-skipped tiles reach that far on average; where they
+    are short (sliding windows, documents) more heads go into a group instead, so an item still carries enough
+    work to amortise its fixed Python cost."""
+    counts = (lines != SKIP).sum(axis=1)
+    used = counts[counts > 0]
+    width = min(SPAN, block * max(1, -(-int(used.sum()) // used.size) if used.size else 1))  # mean, rounded up
+    heads = max(1, min(nf, SPAN_ELEMS // max(1, rows * width)))
     return heads, max(block, SPAN_ELEMS // max(1, heads * rows) // block * block)
 
 
@@ -440,7 +446,7 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     out = xp.zeros((b, sq, hq, dv), dtype=query.dtype)
     lse = xp.full((b, hq, sq), -xp.inf, dtype=xp.float64 if ct == xp.float64 else xp.float32)
     classes = numpy.asarray(mask.classes) if xp is not numpy else mask.classes
-    heads, span = _split(nf, bq * g, bk)
+    heads, span = _split(nf, bq * g, bk, classes)
     runs = [_spans(classes[i], bk, sk, span) for i in range(mask.nqb)]
     ctx = (xp, runs, mask, q, kt, v, out, lse, ct, dropout, seed, offset, hk, g, sq, sk, d, dv)
 
@@ -595,7 +601,7 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
             acc[...] = 0
     _per_head(xp, nf, prepare)
     classes = numpy.asarray(mask.classes) if xp is not numpy else mask.classes
-    heads, span = _split(nf, bk * g, bq)
+    heads, span = _split(nf, bk * g, bq, classes.T)
     runs = [_spans(classes[:, j], bq, sq, span) for j in range(mask.nkb)]
     ctx = (xp, runs, mask, q, do, delta, k, kt, vt, dk, dv_, ct, dropout, seed, offset, g, sq, sk, d, dv)
     dq_parts = {}  # worker -> its dQ share (summed in worker order: reproducible)
