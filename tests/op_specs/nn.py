@@ -188,6 +188,12 @@ SPECS = [
            out_dtype=_out_dtype, call=F.log_softmax),
     OpSpec("cross_entropy", CROSS_ENTROPY_CASES, ref=cross_entropy_ref, dtypes=FLOATS, call=F.cross_entropy,
            rtol={"bfloat16": (5e-2, 5e-2)}),
+    OpSpec("softmax_grad", [
+        Case([In((3, 4), domain=(0.0, 1.0)), In((3, 4))], {"axis": -1}, name="last"),
+        Case([In((3, 4, 5), domain=(0.0, 1.0)), In((3, 4, 5))], {"axis": 1}, name="middle"),
+        Case([In((2, 0), domain=(0.0, 1.0)), In((2, 0))], {"axis": -1}, name="empty"),
+    ], ref=lambda y, g, axis: y * (g - (g * y).sum(axis=axis, keepdims=True)), dtypes=FLOATS, grad=False,
+           call=library_op("softmax_grad"), rtol={"bfloat16": (5e-2, 5e-2)}),
     OpSpec("cross_entropy_hard_label_grad", [
         Case([In((4, 5)), label((4,), 5), In(())], name="mean"),
         Case([In((4, 5)), label((4,), 5), In(())], {"reduction": "sum"}, name="sum"),
