@@ -178,3 +178,26 @@ def test_reused_scratch_carries_nothing_over():
     _attend(*b[:3], causal=True, g_out=b[3])
     for x, y in zip(first, _attend(*a[:3], causal=True, g_out=a[3])):
         np.testing.assert_array_equal(x, y)
+
+
+def test_tile_mask_cache_bounded(monkeypatch):
+    """Tile masks shared by all heads are built once per call, within _TILE_CACHE bytes (a mask with partial
+    tiles everywhere must not keep S^2 bytes); per-head masks are not kept. Results stay exact either way."""
+    monkeypatch.setattr(kernel, "_TILE_CACHE", 3 * 16 * 8)  # three 16 x 8 boolean tiles
+    rng = np.random.default_rng(13)
+    s = 64
+    sri = random_sri(rng, 1, 1, s, s, "c1")
+    m = kernel._Mask(np, sri, True, -1, -1, 1, s, s, 2, 1, 16, 8)
+    tiles = [(i * 16, (i + 1) * 16, j * 8, (j + 1) * 8) for i in range(m.nqb) for j in range(m.nkb)]
+    first = [m.tile(0, 2, *t) for t in tiles]
+    again = [m.tile(0, 1, *t) for t in tiles]
+    assert all(a is b for a, b in zip(first[:3], again[:3]))
+    assert not any(a is b for a, b in zip(first[3:], again[3:]))
+    assert m._tile_bytes == 3 * 16 * 8
+    per_head = kernel._Mask(np, random_sri(rng, 1, 2, s, s, "c1"), True, -1, -1, 1, s, s, 2, 1, 16, 8)
+    per_head.tile(0, 2, 0, 16, 0, 8)
+    assert per_head._tile_bytes == 0
+    monkeypatch.setattr(kernel, "BLOCK_Q", 16)
+    monkeypatch.setattr(kernel, "BLOCK_K", 8)
+    q, k, v = (rng.standard_normal((1, s, 2, 8)) for _ in range(3))
+    _check(q, k, v, sri, causal=True)

@@ -14,21 +14,31 @@ Causal (and window) constraints align the bottom-right corner when Sq != Sk: wit
 from query i when j > i + off. A window (wl, wr) lets query i see keys [i + off - wl, i + off + wr] (a causal
 window w is (w, 0) plus causality). A fully masked query row gives out 0 and lse -inf.
 
-Algorithm. Internally the query heads of a key/value group are folded into the rows: Q is [B, Hk, Sq * G, D] with
-row r * G + g (a copy of the input, pre-multiplied by the softmax scale), so one batched matmul per tile covers all
-batches and heads and grouped heads never repeat K/V. Keys are kept as K^T [B, Hk, D, Sk] and V [B, Hk, Sk, Dv];
-a tile's operands are column/row slices of these (BLAS-compatible strided views, no copies).
+Algorithm. Batch and key heads are flattened into one axis f = b * Hk + h ("heads"), and the query heads of a
+key/value group are folded into the rows: head f's query rows are [Sq * G, D] with row s * G + g, so grouped heads
+never repeat K/V. The working layouts are made per head on the workers: Q (pre-multiplied by scale * log2(e):
+scores are in base 2, exp2 being cheaper than exp) with one extra column, K^T and V^T with one extra row of ones
+(the score matmuls read K^T; their rows padded off power-of-two strides), K and V. They and the other O(S) working
+arrays are reused across calls (_scratch), as fresh multi-MiB arrays pay a page fault per page every call.
 Before the loops, for every key block (BLOCK_K columns) and every mask vector the min and max over the block's
 columns (and over batch and mask heads) are computed; with them each (query block, key block) tile is classified
 in one vectorised step as
 - SKIP: fully masked for every batch and head (no loads, no matmul),
 - FULL: no element masked (no mask work),
 - PARTIAL: the tile's boolean mask is built from the vectors (rows >= LTS etc.) by broadcasting [bq] row indices
-  against the [B, Hm, bk] column vectors, together with the causal / window constraints, and applied as -inf.
-Forward: for each query block, online softmax (running max m, running sum l, accumulator) in float32 over the
-non-skipped key blocks. Backward (FlashAttention-2): for each key block, over its non-skipped query blocks,
-recompute P = exp(S - lse) from the saved lse, dV^T += dO^T P, dP = dO V^T, dS = P (dP - D) with
-D = rowsum(dO * O) - dlse, dQ += dS K, dK^T += Q^T dS. Extra memory is O(S) plus a few tiles; no S x S array.
+  against the [B, Hm, bk] column vectors, together with the causal / window constraints (cached by offset when
+  there are no vectors), and applied as -inf.
+Consecutive non-skipped tiles of a tile row (or column) form runs, cut into pieces of up to SPAN; one matmul covers
+a piece for a group of heads (the piece's score array of about SPAN_ELEMS elements stays in L2), and only its
+PARTIAL tiles get mask work. Work items are (head group, block), head-group major; the numpy kernels run them on a
+thread pool (_parallel).
+Forward: for each query block, online softmax in base 2 over its runs. A row's reference m enters the score
+matmul through Q's extra column against K^T's ones, so scores arrive shifted; starting at m = 0, the usual step is
+exp2 and the two matmuls only (no max or subtraction pass), with overflow detected from the row sums and redone
+exactly, and underflowed blocks redone with the standard online softmax (see _forward_rows). Backward
+(FlashAttention-2): for each key block, over its runs of query blocks, P = exp2(S - lse) with -lse in Q's extra
+column, dP - D straight from dO V^T with -D in dO's extra column (D = rowsum(dO * O) - dlse), dV += P^T dO,
+dS = P (dP - D), dQ += dS K, dK += dS^T Q. Extra memory is O(S) plus a few tiles; no S x S array.
 
 Dropout (training, p > 0) drops attention probabilities (kept ones scaled by 1 / (1 - p)). The keep decision of
 element (b, hq, i, j) is a counter-based hash (splitmix64) of (seed, offset, b, hq, i, j), so backward regenerates
@@ -63,6 +73,7 @@ _RENORM = 2.0 ** 64  # the forward's fast step re-centres a row's reference once
 # A row whose sum of 2^(s - m) ends below this may have lost precision to underflow (terms under 2^-126 each, up
 # to 2^20 of them, must stay below float32's 2^-24 of the sum): its block is redone with exact steps.
 _TINY = 2.0 ** -80
+_TILE_CACHE = 16 << 20
 
 
 def _err(arg, got, accepted, cls=ValueError):
@@ -156,7 +167,11 @@ class _Mask:
         self.classes = self._classify()
         # the kernels flatten (batch, key head) into one axis f = b * Hk + h; tiles take the vectors per f
         self.flat = [(con[0],) + tuple(self._per_f(vec, b, hk) for vec in con[1:]) for con in self.cons]
-        self._shapes = {}  # causal / window only: tile masks by (r0 - c0, rows, cols), the same for every head
+        # Tile masks the same for every head are kept: causal / window only by (r0 - c0, rows, cols) (the same
+        # for every block on a diagonal), else by the tile (built once, not once per head group), up to
+        # _TILE_CACHE bytes (masks with partial tiles everywhere would otherwise keep S^2 bytes)
+        self._shared = all(x.shape[0] == 1 for con in self.flat for x in con[1:])
+        self._tiles, self._tile_bytes = {}, 0
 
     def _per_f(self, vec, b, hk):
         """[B, h, 1, g', Sk] -> [B * Hk, 1, g', Sk], or [1, 1, g', Sk] when the same for every (batch, head)."""
@@ -215,13 +230,16 @@ class _Mask:
     def tile(self, f0, f1, r0, r1, c0, c1):
         """The boolean mask (True = masked) of a tile of the flattened (batch, key head) range [f0, f1), rows
         [r0, r1) and columns [c0, c1), broadcastable to [f1 - f0, r1 - r0, G, c1 - c0]."""
-        if not self.flat:
-            key = (r0 - c0, r1 - r0, c1 - c0)
-            m = self._shapes.get(key)
-            if m is None:
-                m = self._shapes[key] = self._tile(f0, f1, r0, r1, c0, c1)
-            return m
-        return self._tile(f0, f1, r0, r1, c0, c1)
+        if not self._shared:
+            return self._tile(f0, f1, r0, r1, c0, c1)
+        key = (r0 - c0, r1 - r0, c1 - c0) if not self.flat else (r0, r1, c0, c1)
+        m = self._tiles.get(key)
+        if m is None:
+            m = self._tile(f0, f1, r0, r1, c0, c1)
+            if self._tile_bytes + m.nbytes <= _TILE_CACHE:
+                self._tiles[key] = m
+                self._tile_bytes += m.nbytes
+        return m
 
     def _tile(self, f0, f1, r0, r1, c0, c1):
         xp = self.xp
@@ -347,12 +365,6 @@ def _take_t(xp, nf, rows, s, ct):
     16 elements past a multiple of 16: with a row stride of a large power of two (S = 2048, 4096, ...) the
     rows of a panel BLAS packs all fall into the same cache sets, and the score matmul runs 5-7% slower."""
     return _scratch.take(xp, (nf, rows, -(-s // 16) * 16 + 16), ct)[..., :s]
-
-
-def _lse_from(dst, lse, f, hk, g):
-    """Head f of dst [B, Hq, Sq] <- lse [Sq * G]."""
-    b, h = divmod(f, hk)
-    dst[b, h * g:(h + 1) * g] = lse.reshape(dst.shape[2], g).T
 
 
 def _scale(softmax_scale, d):
