@@ -48,9 +48,8 @@ def test_size_thresholds():
     policy, _ = make(cores=4)
     assert policy.threads_for(512, 512, 512) == 4
     assert policy.threads_for(32, 32, 32) == 1                 # small: under SMALL_FLOPS
-    assert policy.threads_for(4096, 512, 8) == 1               # skinny n
-    assert policy.threads_for(8, 4096, 4096) == 1              # skinny m
-    assert policy.threads_for(4096, 4, 4096) == 1              # skinny k
+    assert policy.threads_for(4096, 512, 8) == 4               # skinny, but 33 MFLOP: threads still pay
+    assert policy.threads_for(4, 256, 256) == 1                # skinny and small
     assert policy.threads_for(64, 64, 64, batch=64) == 4       # small matrices, but a big batch
     side = round((blas.SMALL_FLOPS / 2) ** (1 / 3))
     assert policy.threads_for(side - 2, side - 2, side - 2) == 1
