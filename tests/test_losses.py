@@ -402,3 +402,35 @@ def test_errors_name_the_function_and_what_it_got():
     _error(lambda: oarlock.nn.BCELoss(reduction="avg"), "BCELoss", "reduction", "'avg'")
     _error(lambda: oarlock.nn.KLDivLoss("max"), "KLDivLoss", "'batchmean'", "'max'")
     _error(lambda: oarlock.nn.CrossEntropyLoss(reduction="avg"), "CrossEntropyLoss", "reduction")
+
+
+def test_cross_entropy_first_order_backward_is_the_fused_op():
+    """Class-index labels on the last axis: backward() runs the one fused op cross_entropy_hard_label_grad
+    (not a dozen composite ops), and its gradient is softmax - onehot over the batch."""
+    import oarlock.nn.functional as F
+    from oarlock.plugin_api import set_observer
+
+    rng = np.random.default_rng(0)
+    logits = oarlock.to_tensor(rng.standard_normal((6, 5)).astype(np.float32), stop_gradient=False)
+    label = oarlock.to_tensor(rng.integers(0, 5, 6))
+    loss = F.cross_entropy(logits, label)
+    seen = []
+
+    class Names:
+        def begin(self, event, inputs):
+            seen.append(getattr(event, "name", None))
+
+        def end(self, token):
+            pass
+
+    previous = set_observer(Names())
+    try:
+        loss.backward()
+    finally:
+        set_observer(previous)
+    assert "cross_entropy_hard_label_grad" in seen and "softmax" not in seen, seen
+    x = logits.numpy().astype(np.float64)
+    p = np.exp(x - x.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    p[np.arange(6), label.numpy()] -= 1
+    np.testing.assert_allclose(logits.grad.numpy(), p / 6, rtol=1e-5, atol=1e-7)

@@ -225,7 +225,7 @@ def _is_plain_hard_label(shape, label, weight, soft_label, axis, use_softmax, la
     """The common case, computed by the row kernels below: class indices along the last axis, softmax,
     no class weights, no smoothing, at least one element."""
     return (not soft_label and weight is None and not label_smoothing and use_softmax and 0 not in shape
-            and axis % len(shape) == len(shape) - 1 and label.dtype.kind in "iu"
+            and axis % len(shape) == len(shape) - 1 and label.dtype.kind in ("i", "u", "int")  # array or Tensor
             and (label.ndim == len(shape) - 1 or (label.ndim == len(shape) and label.shape[-1] == 1)))
 
 
