@@ -155,8 +155,9 @@ def _validate_cross_entropy(xp, x, label, weight, ignore_index, reduction, soft_
         if list(label.shape) not in (without, with_one):
             raise ValueError(f"label shape {list(label.shape)} does not fit input shape {shape} with class axis "
                              f"{axis}: a hard label must have shape {without} or {with_one}")
-        bad = (label != ignore_index) & ((label < 0) | (label >= classes))
-        if label.size and bool(xp.any(bad)):
+        # two reductions for the common case (every label a class); the element test only when one is not
+        if label.size and (int(label.min()) < 0 or int(label.max()) >= classes) and bool(xp.any(
+                bad := (label != ignore_index) & ((label < 0) | (label >= classes)))):
             value = int(label[bad].reshape(-1)[0])
             raise IndexError(f"label value {value} is out of range for {classes} classes (valid: 0 to "
                              f"{classes - 1}, or ignore_index={ignore_index})")
