@@ -25,19 +25,21 @@ setup(
         Extension(
             "oarlock_cpu._kernels",
             sources=["src/oarlock_cpu/_kernels.c"],
-            depends=["src/oarlock_cpu/_kernels_coeffs.h"],
+            depends=["src/oarlock_cpu/_kernels_coeffs.h", "src/oarlock_cpu/_clones.h"],
             include_dirs=[numpy.get_include()],
             extra_compile_args=kernel_compile_args,
         ),
         Extension(   # fused RMSNorm / LayerNorm rows: -fopenmp-simd vectorises their sums (no OpenMP runtime)
             "oarlock_cpu._rows",
             sources=["src/oarlock_cpu/_rows.c"],
+            depends=["src/oarlock_cpu/_clones.h"],
             include_dirs=[numpy.get_include()],
             extra_compile_args=kernel_compile_args + ([] if os.name == "nt" else ["-fopenmp-simd"]),
         ),
         Extension(   # the fused Adam update: no FMA contraction, so it rounds as the generic kernel does
             "oarlock_cpu._optim",
             sources=["src/oarlock_cpu/_optim.c"],
+            depends=["src/oarlock_cpu/_clones.h"],
             include_dirs=[numpy.get_include()],
             extra_compile_args=kernel_compile_args + ([] if os.name == "nt" else ["-ffp-contract=off"]),
         ),

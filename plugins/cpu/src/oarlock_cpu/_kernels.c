@@ -73,14 +73,7 @@
 #define RESTRICT __restrict__
 #endif
 
-/* Function multiversioning: needs an ELF target with ifunc (glibc) and a compiler that knows the
- * x86-64 micro-architecture levels (gcc 11, clang 14). */
-#if defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__) && \
-    ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11) || (defined(__clang__) && __clang_major__ >= 14))
-#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define CLONES
-#endif
+#include "_clones.h"   /* CLONES: AVX-512 / AVX2 / baseline versions picked at load */
 
 #define BLOCK 512
 

@@ -31,15 +31,8 @@
 #include <numpy/arrayobject.h>
 #include <numpy/ufuncobject.h>
 
-/* The loops are compiled for x86-64-v4 (AVX-512), v3 (AVX2) and the baseline, picked at load time
- * (gcc >= 11 or clang >= 14 on x86-64 glibc, which name those levels); elsewhere plain C.  No FMA
- * contraction (-ffp-contract=off), so every clone rounds alike. */
-#if defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__) && \
-    ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11) || (defined(__clang__) && __clang_major__ >= 14))
-#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define CLONES
-#endif
+/* No FMA contraction (-ffp-contract=off), so every clone rounds alike. */
+#include "_clones.h"   /* CLONES: AVX-512 / AVX2 / baseline versions picked at load */
 
 #define ADAM_BODY(T, SQRT, P, G, M1, M2, V, AMSGRAD)                                  \
     do {                                                                             \

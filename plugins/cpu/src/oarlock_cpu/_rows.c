@@ -30,13 +30,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* As in _kernels.c: the loops are compiled for AVX-512, AVX2 + FMA and baseline x86-64, picked at load. */
-#if defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__) && \
-    ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11) || (defined(__clang__) && __clang_major__ >= 14))
-#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define CLONES
-#endif
+#include "_clones.h"   /* CLONES: AVX-512 / AVX2 / baseline versions picked at load */
 
 #if defined(_MSC_VER)
 #define SIMD_SUM(a)
