@@ -366,6 +366,8 @@ def test_an_async_failure_is_raised_at_the_next_wait(tmp_path, monkeypatch, asyn
 def test_exit_waits_for_an_async_save(tmp_path, ending, async_mode):
     script = textwrap.dedent(f"""
         import os, signal, numpy as np, oarlock, oarlock.distributed as dist
+        signal.signal(signal.SIGINT, signal.default_int_handler)   # as a terminal's Ctrl-C finds it, whatever
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])   # the test runner's process left behind
         dist.save_state_dict({{"w": oarlock.to_tensor(np.arange(1 << 22, dtype=np.float32))}}, {str(tmp_path)!r},
                              async_save=True)
         {ending}
