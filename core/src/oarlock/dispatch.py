@@ -412,10 +412,9 @@ def define_frontend(op: OpDef, apply_fn):
     source = header + "\n".join(body) + "\n"
     # while an observer is installed (set_observer) the frontend runs this code instead, which reports the
     # whole call around the plain body: swapping __code__ leaves the unobserved call without any test
-    observed = f"    if _obs is not None: return _observe(_op, _plain, {_forward(op, varargs_at)})\n"
+    observed = f"    return _observe(_op, _plain, {_forward(op, varargs_at)})\n"
     namespace = {"_UNSET": _UNSET, "_op": op, "_apply": apply_fn, "_T": Tensor, "_wrap": Tensor._wrap,
-                 "_obs": OBSERVER.current, "_observe": _observe, "_plain": None, "_observed_code": None,
-                 "_observed_source": header + observed + "\n".join(body) + "\n",
+                 "_observe": _observe, "_plain": None, "_observed_code": None, "_observed_source": header + observed,
                  "_GM": GRAD_MODE, "_fast": op.fast, "_record": record, "_link_view": _link_view,
                  "_take_alias": _take_alias,
                  "_unexpected": _unexpected, "_missing": _missing, "_convert_attr": _convert_attr,
@@ -470,7 +469,7 @@ def _swap_code(namespace, observed: bool):
 
 def _observe(op, plain, args, kwargs):
     observer = OBSERVER.current
-    if observer is None:  # removed by another thread between the test and here
+    if observer is None:  # removed by another thread while this call was starting
         return plain(*args, **kwargs)
     token = observer.begin(op, args)
     try:
@@ -491,9 +490,8 @@ def set_observer(observer):
         raise TypeError(f"set_observer(): observer must have begin(event, inputs) and end(token) methods, "
                         f"got {type(observer).__name__}")
     previous = OBSERVER.current
-    for namespace in _FRONTENDS:
-        namespace["_obs"] = observer
-        if (observer is None) != (previous is None):
+    if (observer is None) != (previous is None):
+        for namespace in _FRONTENDS:
             _swap_code(namespace, observed=observer is not None)
     OBSERVER.current = observer
     return previous

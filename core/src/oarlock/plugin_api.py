@@ -13,7 +13,8 @@ never from a private `oarlock._*` module; import-linter holds that as a contract
   `amp.decorate`. It counts as an in-place modification (the version counter moves).
 - Observation: `set_observer(observer)` reports every op call (through its frontend, the generated fast
   path included) and every node the autograd engine runs as observer.begin(event, inputs) -> token and
-  observer.end(token); a profiler installs one. None (the default) costs one test per op call.
+  observer.end(token); a profiler installs one. None (the default) costs op calls nothing (their observed
+  code is swapped in only while an observer is installed) and the autograd engine one test per node.
 - The Backend interface (`Backend`, `DeviceProperties`, `HostStream`, `HostEvent`), the op registrar
   types, autocast state, and the hook markers.
 """

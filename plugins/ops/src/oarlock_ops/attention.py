@@ -36,6 +36,7 @@ import math
 
 import oarlock
 from oarlock_ops.linalg import compute_dtype
+from oarlock_ops.softmax import row_sums
 
 _FN = "scaled_dot_product_attention"
 
@@ -139,14 +140,6 @@ def _mask_bias(xp, mask, q_shape, k_shape, dtype):
     return bias.reshape(grouped + shape[2:])
 
 
-def _row_sums(xp, x):
-    """x.sum(axis=-1, keepdims=True) through einsum's sum-of-products loop: for rows of a few hundred floats it
-    is several times faster than numpy's reduction (which runs one short inner loop per row), and unlike a
-    matrix-vector product it never enters BLAS, whose threads (set by whatever matmul ran last) cost
-    milliseconds to wake when another process is busy."""
-    return xp.einsum("...k->...", x)[..., None]
-
-
 def _softmax_into(xp, s, p, masked):
     """p = softmax(s) over the last axis; s is overwritten. With a mask, rows whose scores are all -inf give
     zeros."""
@@ -155,7 +148,7 @@ def _softmax_into(xp, s, p, masked):
         m = xp.where(xp.isfinite(m), m, xp.zeros((), s.dtype))
     s -= m
     xp.exp(s, out=s)
-    total = _row_sums(xp, s)
+    total = row_sums(xp, s)
     if masked:
         total = xp.where(total == 0, xp.ones((), s.dtype), total)
     xp.divide(s, total, out=p)
@@ -317,7 +310,7 @@ def _sdpa(xp, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
         pb = p[..., r0:r1, :kend]
         s -= bound[..., r0:r1, :]
         xp.exp(s, out=s)
-        total = _row_sums(xp, s)
+        total = row_sums(xp, s)
         if (total < tiny).any():  # the bound was too loose for some row (or a row is fully masked): exact max
             s = _block_scores(xp, q5, kt, bias, is_causal, tri, r0, kend, s)
             _softmax_into(xp, s, pb, True)
