@@ -30,7 +30,7 @@ import math
 import os
 import time
 
-from oarlock_cpu.kernels import DEVICE, generic
+from oarlock_cpu.kernels import generic, register_all
 
 SMALL_FLOPS = 2 * 96 ** 3      # below this a GEMM is done before a second thread pays for itself
 SAMPLE_S = 0.1                 # the load is re-read at most this often
@@ -234,6 +234,4 @@ DTYPES = ("float32", "float64", "float16", "bfloat16")  # the half types multipl
 
 
 def register(ops):
-    generic.track(ops)
-    for op, fn in KERNELS.items():
-        ops.kernel(op, device=DEVICE, dtypes=DTYPES)(fn)
+    register_all(ops, KERNELS, DTYPES)

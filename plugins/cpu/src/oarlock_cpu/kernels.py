@@ -101,10 +101,15 @@ KERNELS = {"erf": erf, "gelu": gelu, "gelu_grad": gelu_grad, "sigmoid": sigmoid,
            "silu_grad": silu_grad}
 
 
+def register_all(ops, kernels: dict, dtypes=DTYPES) -> None:
+    """Register {op name: kernel} as the "cpu" device's kernels for `dtypes`, and remember the registrar's
+    registry so that `generic` finds the ops' generic kernels in it (what every module here registers with)."""
+    generic.track(ops)
+    for op, fn in kernels.items():
+        ops.kernel(op, device=DEVICE, dtypes=dtypes)(fn)
+
+
 def register(ops):
     """Register the C kernels for device "cpu" (float32, float64); nothing when the extension is missing."""
-    if _kernels is None:
-        return
-    generic.track(ops)
-    for op, fn in KERNELS.items():
-        ops.kernel(op, device=DEVICE, dtypes=DTYPES)(fn)
+    if _kernels is not None:
+        register_all(ops, KERNELS)

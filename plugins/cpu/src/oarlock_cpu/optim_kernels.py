@@ -3,16 +3,20 @@
 They replace, for float32 and float64, the generic kernels of oarlock-ops' adam_step_ and adam_steps_
 (a dozen numpy passes, run over cache-sized chunks): one pass reads each parameter, gradient and
 moment element once, in the generic kernel's order of operations and with its scalars, so the results
-are the same bits. Other dtypes (bfloat16, float16) keep the generic kernels.
+are the same bits. Other dtypes (bfloat16, float16), and a source tree whose extension was never built, keep
+the generic kernels.
 """
 
 from __future__ import annotations
 
 import math
 
-from oarlock_cpu import _optim
+from oarlock_cpu.kernels import register_all
 
-DTYPES = ("float32", "float64")
+try:
+    from oarlock_cpu import _optim
+except ImportError:  # never built: the generic kernels stay in charge
+    _optim = None
 
 
 def adam(xp, param, grad, moment1, moment2, moment2_max, *, lr, beta1, beta2, epsilon, step, weight_decay,
@@ -42,5 +46,7 @@ def adam_many(xp, params, grads, moment1, moment2, **attrs):
 
 
 def register(ops):
-    ops.kernel("adam_step_", device="cpu", dtypes=DTYPES)(adam)
-    ops.kernel("adam_steps_", device="cpu", dtypes=DTYPES)(adam_many)
+    """Register the fused Adam kernels for device "cpu" (float32, float64); nothing when the extension is
+    missing."""
+    if _optim is not None:
+        register_all(ops, {"adam_step_": adam, "adam_steps_": adam_many})

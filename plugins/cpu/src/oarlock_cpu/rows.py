@@ -21,15 +21,13 @@ import math
 
 import numpy as np
 
-from oarlock_cpu.kernels import generic
+from oarlock_cpu.kernels import generic, register_all
 
 try:
     from oarlock_cpu import _rows
 except ImportError:  # never built: the generic kernels stay in charge
     _rows = None
 
-DEVICE = "cpu"
-DTYPES = ("float32", "float64")
 
 
 def _rows_of(x, normalized_shape):
@@ -107,8 +105,5 @@ KERNELS = {"layer_norm": layer_norm, "rms_norm": rms_norm, "_normalize_grad": no
 
 def register(ops):
     """Register the row kernels for device "cpu" (float32, float64); nothing when the extension is missing."""
-    if _rows is None:
-        return
-    generic.track(ops)
-    for op, fn in KERNELS.items():
-        ops.kernel(op, device=DEVICE, dtypes=DTYPES)(fn)
+    if _rows is not None:
+        register_all(ops, KERNELS)
