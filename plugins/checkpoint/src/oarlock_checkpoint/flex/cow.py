@@ -16,16 +16,16 @@ What the guards cannot see, and what is done about it:
 - writes that bypass oarlock: numpy writes into `tensor.numpy()` or another array sharing the
   memory. Nothing can catch those; do not write a saved tensor that way before the save finishes
   (or use OARLOCK_ASYNC_SAVE=copy).
-- writes an op's kernel makes into arguments other than its in-place target: the fused optimizer
-  steps write the moments (adam_step_'s moment1/moment2/moment2_max, momentum_step_'s velocity,
-  adagrad's moment, rmsprop's mean_square/mean_grad/velocity, lamb's moments) next to the parameter
-  they are called on; a multi-precision optimizer writes the float32 master weight through its
-  parameter; batch_norm updates its running statistics; embedding(max_norm=) renormalises rows of
-  its weight. So: tensors under SMALL bytes (running statistics, biases) are copied before the
-  call returns, and every saved tensor that is not a trainable parameter (stop_gradient=True:
-  optimizer state, master weights, buffers) is copied as soon as the first guard of this save
-  fires (an optimizer step calls the guard of the parameter it is on before its kernel writes the
-  moments) -- or before the call returns when the save holds no trainable parameter to raise that
+- writes an op's kernel makes into arguments it does not declare: ops declare the state they write
+  besides their in-place target (OpDef `writes=`: the optimizer steps' moments and velocities), and
+  the dispatcher calls those guards too; but a multi-precision optimizer writes the float32 master
+  weight through its parameter, batch_norm updates its running statistics inside an out-of-place
+  op, and embedding(max_norm=) renormalises rows of its weight. So: tensors under SMALL bytes
+  (running statistics, biases) are copied before the call returns, and every saved tensor that is
+  not a trainable parameter (stop_gradient=True: optimizer state, master weights, buffers) is
+  copied as soon as the first guard of this save fires (an optimizer step calls the guard of the
+  parameter it is on before its kernel writes) -- or before the call returns when the save holds
+  no trainable parameter to raise that
   alarm. The copier takes those tensors first. An embedding with max_norm, renormalising a saved
   weight in the forward pass before any update, is not covered.
 """
