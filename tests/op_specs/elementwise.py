@@ -282,6 +282,13 @@ SPECS.append(OpSpec("silu_grad", [
 ], ref=_silu_grad_ref, grad=False, call=library_op("silu_grad")))
 
 
+SPECS.append(OpSpec("relu_grad", [
+    Case([In((3, 4)), In((3, 4))], name="same"),
+    Case([In(()), In(())], name="0d"),
+    Case([In((0, 2)), In((0, 2))], name="empty"),
+], ref=lambda out, g: np.where(out > 0, g, 0.0), grad=False, call=library_op("relu_grad")))
+
+
 def _gelu_grad_ref(x, g, approximate=False):
     if approximate:
         k, c = math.sqrt(2 / math.pi), 0.044715

@@ -253,6 +253,22 @@ def _silu_grad_kernel(xp, x, g):
     return out
 
 
+def _relu_grad(ctx, g):
+    (out,) = ctx.saved
+    if oarlock.is_grad_enabled():  # create_graph: a recorded (differentiable) backward
+        return g * (out > 0)
+    return _relu_grad_op(out, g)
+
+
+_relu_grad_op = None  # the internal op relu_grad (set by register)
+
+
+def _relu_grad_kernel(xp, out, g):
+    """g where relu's output is positive, else 0: one op where the composite made three (a compare, a
+    cast of the mask and a product)."""
+    return xp.where(out > 0, g, xp.zeros((), g.dtype))
+
+
 def _leaky_relu_grad(ctx, g):
     # slope 1 where x >= 0 (Paddle's convention at 0), negative_slope below
     (x,) = ctx.saved
@@ -320,8 +336,12 @@ def register(ops):
 
     # relu keeps integer dtypes; its kernel is one ufunc (maximum with a Python 0 keeps the dtype)
     ops.define("relu(x: Tensor) -> Tensor", public=public("relu", functional=True), dtypes=REAL,
-               grad=_of_saved(lambda g, out: g * (out > 0)), saves=("out",), aliases={"input": "x"})
+               grad=_relu_grad, saves=("out",), aliases={"input": "x"})
     ops.kernel("relu")(lambda xp, x: xp.maximum(x, 0))
+    global _relu_grad_op
+    _relu_grad_op = ops.define("relu_grad(out: Tensor, g: Tensor) -> Tensor", internal=True, promote=True,
+                               dtypes=("float",), doc="The first-order backward of relu from its output (g where out > 0).")
+    ops.kernel("relu_grad")(_relu_grad_kernel)
     define_variants(ops, ("exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "sigmoid"))
     define_variants(ops, ("tanh",), namespaces=("oarlock", "Tensor", "oarlock.nn.functional"))
     define_variants(ops, ("relu", "elu", "leaky_relu"), namespaces=("oarlock.nn.functional",))
