@@ -70,10 +70,12 @@ def test_files_do_not_depend_on_class_layouts(tmp_path):
 
 
 def test_weights_only_refuses_other_objects(tmp_path):
+    """The default (weights_only=True) refuses other classes; weights_only=False is Paddle's full pickle."""
     oarlock.save({"x": Fraction(1, 3)}, tmp_path / "f.pkl")
-    assert oarlock.load(tmp_path / "f.pkl")["x"] == Fraction(1, 3)  # Paddle's default: anything picklable
-    with pytest.raises(pickle.UnpicklingError, match="wants to build fractions.Fraction"):
-        oarlock.load(tmp_path / "f.pkl", weights_only=True)
+    assert oarlock.load(tmp_path / "f.pkl", weights_only=False)["x"] == Fraction(1, 3)
+    for options in ({}, {"weights_only": True}):
+        with pytest.raises(pickle.UnpicklingError, match="refused to unpickle the global fractions.Fraction"):
+            oarlock.load(tmp_path / "f.pkl", **options)
 
 
 def test_default_format_and_suffixes(tmp_path):

@@ -11,10 +11,15 @@ internals. Tensors come back as cpu Tensors with their dtype (bfloat16 and
 float8 included), their name and stop_gradient=True, as in Paddle; with
 `return_numpy=True` they come back as numpy arrays.
 
-Security: loading a pickle runs code the file names. Never load a file from
-a source you do not trust, or pass `weights_only=True`, which refuses every
-object other than containers, numbers, strings, Tensors and arrays (the
-safetensors format holds no code at all).
+Security: a pickle can name any function for the loader to call, so `load`
+unpickles through `safe_pickle` by default (`weights_only=True`): it builds
+containers, numbers, strings, Tensors, numpy arrays and the tuples Paddle
+writes for Tensors, and refuses anything else with UnsafePickleError before
+it can run. That reads every file `save` or Paddle 3.2's paddle.save writes
+for state dicts and optimizer states. `weights_only=False` is the explicit
+opt-in to full pickle (any object, and any code the file names): only for
+files you trust. (paddle.load has no such argument: it always runs pickle in
+full.) The safetensors format holds no code at all.
 """
 
 from __future__ import annotations
@@ -28,17 +33,13 @@ from oarlock import Tensor
 from oarlock_checkpoint._arrays import NUMPY_DTYPE, OARLOCK_NAME, cpu_tensor, from_little_endian, host_array
 from oarlock_checkpoint._arrays import little_endian_bytes
 from oarlock_checkpoint._files import atomic_write, reject_unknown_options
+from oarlock_checkpoint.safe_pickle import safe_load
 
 __all__ = ["save", "load", "write", "SUFFIXES"]
 
 SUFFIXES = (".pdparams", ".pdopt", ".pdtensor", ".pkl", ".pickle")
 _TENSOR, _ARRAY, _SCALAR = "oarlock.Tensor", "numpy.ndarray", "numpy.scalar"
 _PROTOCOLS = (2, 3, 4, 5)
-# What weights_only=True lets a file name besides the records: containers and harmless builtins.
-# (Protocol 2 spells bytes as _codecs.encode(str, "latin1").)
-_SAFE_GLOBALS = {("collections", "OrderedDict"), ("builtins", "set"), ("builtins", "frozenset"),
-                 ("builtins", "complex"), ("builtins", "slice"), ("builtins", "range"), ("builtins", "bytearray"),
-                 ("_codecs", "encode")}
 
 
 def _dtype_key(dtype: np.dtype) -> str | None:
@@ -72,33 +73,36 @@ class _Pickler(pickle.Pickler):
         return None  # everything else is pickled as usual
 
 
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file, return_numpy: bool, weights_only: bool):
-        super().__init__(file)
-        self.return_numpy, self.weights_only = return_numpy, weights_only
-
-    def persistent_load(self, pid):
+def _record_loader(return_numpy: bool):
+    """The persistent_load of both loaders: a record (see the module docstring) to its array, scalar or
+    Tensor. It only reads the record's dtype name, shape and bytes, so safe_pickle can admit it."""
+    def load_record(pid):
         try:
             kind, record = pid
             array = from_little_endian(record["data"], _dtype_from_key(record["dtype"]), record["shape"])
-        except (TypeError, ValueError, KeyError) as exc:
+            name = record.get("name")
+            if not (name is None or isinstance(name, str)):
+                raise TypeError(f"a tensor name must be a string, got {type(name).__name__}")
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
             raise pickle.UnpicklingError(f"load(): a tensor record in this file is malformed ({exc}); "
                                          f"the file is damaged or not an oarlock checkpoint") from None
         if kind == _SCALAR:
             return array[()]
-        if kind == _ARRAY or self.return_numpy:
+        if kind == _ARRAY or return_numpy:
             return array.copy()  # frombuffer over the file's bytes is read-only
         if kind == _TENSOR:
-            return cpu_tensor(array, record.get("name"))
+            return cpu_tensor(array, name)
         raise pickle.UnpicklingError(f"load(): unknown record kind {kind!r} in this file; it was written by a "
                                      f"newer oarlock-checkpoint or is not an oarlock checkpoint")
+    return load_record
 
-    def find_class(self, module, name):
-        if self.weights_only and (module, name) not in _SAFE_GLOBALS:
-            raise pickle.UnpicklingError(
-                f"load(weights_only=True): the file wants to build {module}.{name}, which is not a container, "
-                f"number, string, Tensor or array; load it with weights_only=False only if you trust its source")
-        return super().find_class(module, name)
+
+class _Unpickler(pickle.Unpickler):
+    """Full pickle (weights_only=False): any global the file names, plus the records."""
+
+    def __init__(self, file, return_numpy: bool):
+        super().__init__(file)
+        self.persistent_load = _record_loader(return_numpy)
 
 
 def write(obj, f, protocol: int = 4) -> None:
@@ -120,17 +124,25 @@ def save(obj, path, protocol: int = 4, **configs) -> None:
         raise TypeError(f"save(): cannot pickle the object for {os.fspath(path)!r}: {exc}") from exc
 
 
-def load(path, return_numpy: bool = False, weights_only: bool = False, **configs):
-    """`oarlock.load(path)` for this format: what `save` wrote.
+def load(path, return_numpy: bool = False, weights_only: bool = True, **configs):
+    """`oarlock.load(path)` for this format: what `save` wrote, or what Paddle's paddle.save wrote.
 
-    return_numpy=True gives numpy arrays instead of Tensors (Paddle's option). weights_only=True
-    refuses any object other than containers, numbers, strings, Tensors and arrays, which makes
-    loading a file from an untrusted source safe; the default, like paddle.load, unpickles anything
-    the file names, so never load an untrusted file that way."""
+    return_numpy=True gives numpy arrays instead of Tensors (Paddle's option). By default
+    (weights_only=True) the file is unpickled by `safe_pickle`, which builds only containers, numbers,
+    strings, Tensors, numpy arrays and the tuples Paddle writes for Tensors, and refuses anything else
+    with UnsafePickleError (a pickle.UnpicklingError) without running it: safe for files from anywhere.
+    weights_only=False opts in to full pickle, which builds any object and runs any code the file
+    names: only for files you trust. paddle.load has no weights_only argument (it is always full
+    pickle); its other arguments are the same."""
     reject_unknown_options("load()", configs, ["return_numpy", "weights_only"])
+    if not isinstance(weights_only, bool):
+        raise TypeError(f"load(): weights_only must be True or False, got {weights_only!r}")
     with open(os.fspath(path), "rb") as f:
+        if weights_only:
+            return safe_load(f, source=f"load(): {os.fspath(path)!r}",
+                             persistent_load=_record_loader(bool(return_numpy)))
         try:
-            return _Unpickler(f, bool(return_numpy), bool(weights_only)).load()
+            return _Unpickler(f, bool(return_numpy)).load()
         except EOFError:  # pickle says "Ran out of input"; a truncated middle gives its own clear error
             raise pickle.UnpicklingError(f"load(): {os.fspath(path)!r} ends early: it is truncated or not a "
                                          f"pickle checkpoint") from None

@@ -132,6 +132,7 @@ class _BoundedReader:
 
     def __init__(self, file):
         self._file = file
+        self.ran_out = False  # a read came back short: the file ends inside the pickle
         try:
             here = file.tell()
             self._end = file.seek(0, os.SEEK_END)
@@ -143,19 +144,24 @@ class _BoundedReader:
         return self._file.tell()
 
     def readline(self):
-        return self._file.readline()
+        line = self._file.readline()
+        self.ran_out |= not line.endswith(b"\n")
+        return line
 
     def read(self, n):
         if self._end is not None:
-            return self._file.read(max(0, min(n, self._end - self._file.tell())))
-        parts, left = [], n
-        while left > 0:
-            part = self._file.read(min(left, 1 << 24))
-            if not part:
-                break
-            parts.append(part)
-            left -= len(part)
-        return b"".join(parts)
+            data = self._file.read(max(0, min(n, self._end - self._file.tell())))
+        else:
+            parts, left = [], n
+            while left > 0:
+                part = self._file.read(min(left, 1 << 24))
+                if not part:
+                    break
+                parts.append(part)
+                left -= len(part)
+            data = b"".join(parts)
+        self.ran_out |= len(data) < n
+        return data
 
 
 class _Machine:
@@ -435,14 +441,17 @@ def safe_load(file, *, source: str, persistent_load: Callable[[object], object] 
     persistent_load, if given, builds the object for a persistent id (PERSID / BINPERSID); it must only
     build data. Without it a persistent id is refused. Raises UnsafePickleError (a
     pickle.UnpicklingError) for anything refused and pickle.UnpicklingError for a damaged file."""
-    machine = _Machine(source, persistent_load)
+    machine, reader = _Machine(source, persistent_load), _BoundedReader(file)
     try:
-        return machine.run(_BoundedReader(file))
+        return machine.run(reader)
     except (pickle.UnpicklingError, MemoryError):
         raise
     except Exception as exc:  # any other failure on these bytes means they are not a valid pickle
-        raise pickle.UnpicklingError(f"{source}: not a valid pickle ({type(exc).__name__}: {exc}; after byte "
-                                     f"{machine.pos}); the file is truncated or damaged") from exc
+        if reader.ran_out:
+            raise pickle.UnpicklingError(f"{source}: ends early: it is truncated or not a pickle checkpoint") \
+                from None
+        raise pickle.UnpicklingError(f"{source}: not a valid pickle ({type(exc).__name__}: {exc}; at byte "
+                                     f"{machine.pos}); the file is damaged") from exc
 
 
 def safe_loads(data: bytes, *, source: str, persistent_load: Callable[[object], object] | None = None):
