@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import numbers
+import threading
 import types
 
 import numpy as np
@@ -415,8 +416,8 @@ def define_frontend(op: OpDef, apply_fn):
     observed = f"    return _observe(_op, _plain, {_forward(op, varargs_at)})\n"
     namespace = {"_UNSET": _UNSET, "_op": op, "_apply": apply_fn, "_T": Tensor, "_wrap": Tensor._wrap,
                  "_observe": _observe, "_plain": None, "_observed_code": None, "_observed_source": header + observed,
-                 "_GM": GRAD_MODE, "_fast": op.fast, "_record": record, "_link_view": _link_view,
-                 "_take_alias": _take_alias,
+                 "_GM": GRAD_MODE, "_AC": AUTOCAST, "_ACT": AUTOCAST_THREADS, "_fast": op.fast, "_record": record,
+                 "_link_view": _link_view, "_take_alias": _take_alias,
                  "_unexpected": _unexpected, "_missing": _missing, "_convert_attr": _convert_attr,
                  "_split_varargs": _split_varargs}
     for p in op.params:
@@ -434,9 +435,10 @@ def define_frontend(op: OpDef, apply_fn):
     fn.__module__ = "oarlock"
     fn.opdef = op
     fn.__source__ = source
-    _FRONTENDS.append(namespace)
-    if OBSERVER.current is not None:
-        _swap_code(namespace, observed=True)
+    with _OBSERVER_LOCK:   # not between set_observer's look at the observer and its swaps
+        _FRONTENDS.append(namespace)
+        if OBSERVER.current is not None:
+            _swap_code(namespace, observed=True)
     return fn
 
 
@@ -489,12 +491,16 @@ def set_observer(observer):
                                      and callable(getattr(observer, "end", None))):
         raise TypeError(f"set_observer(): observer must have begin(event, inputs) and end(token) methods, "
                         f"got {type(observer).__name__}")
-    previous = OBSERVER.current
-    if (observer is None) != (previous is None):
-        for namespace in _FRONTENDS:
-            _swap_code(namespace, observed=observer is not None)
-    OBSERVER.current = observer
+    with _OBSERVER_LOCK:   # two threads installing/removing at once must agree on which code runs
+        previous = OBSERVER.current
+        if (observer is None) != (previous is None):
+            for namespace in _FRONTENDS:
+                _swap_code(namespace, observed=observer is not None)
+        OBSERVER.current = observer
     return previous
+
+
+_OBSERVER_LOCK = threading.Lock()
 
 
 def _recall(op) -> str:
@@ -557,7 +563,8 @@ def _fast_path_lines(op):
         call = f"_e[0](_e[1], {arrays}{', ' if kwargs else ''}{kwargs})"
         return [
             "            _e = _fast.get((_pl, _dt))",
-            "            if _e is not None:",
+            # an autocast thread leaves the call to apply (see _AutocastThreads)
+            "            if _e is not None and (not _ACT.count or not _AC.enabled):",
             "                try:",
             f"                    _o = {call}",
             "                except Exception:",
@@ -640,16 +647,19 @@ def _fast_cacheable(op, flat, args, dtype) -> bool:
 
 # -- autocast -------------------------------------------------------------------------------------------
 
-class Autocast:
-    """The autocast state the call path consults; `oarlock.amp.auto_cast` (a plugin) sets it through
-    `set_autocast`. Each op declares its policy (OpDef `amp`): "white" ops compute in the low
+class Autocast(threading.local):
+    """The autocast state the call path consults, per thread (as grad mode, and as in PyTorch): an
+    `oarlock.amp.auto_cast` block (a plugin, through `set_autocast`) casts the ops of the thread that
+    entered it and no other. Each op declares its policy (OpDef `amp`): "white" ops compute in the low
     precision dtype, "black" ops in float32, the rest (None, "promote") in their inputs' dtype under
-    O1 and in the low precision dtype under O2. `white` / `black` hold op names that override."""
+    O1 and in the low precision dtype under O2. `white` / `black` hold op names that override. The
+    fields are class-level defaults, so a new thread reads autocast off without any set-up."""
 
-    __slots__ = ("enabled", "dtype", "level", "white", "black")
-
-    def __init__(self):
-        self.enabled, self.dtype, self.level, self.white, self.black = False, None, "O1", frozenset(), frozenset()
+    enabled = False
+    dtype = None
+    level = "O1"
+    white = black = frozenset()
+    _counted = None   # an _AutocastOn while enabled: it counts this thread in AUTOCAST_THREADS
 
     def state(self) -> tuple:
         return (self.enabled, self.dtype, self.level, self.white, self.black)
@@ -658,17 +668,50 @@ class Autocast:
 AUTOCAST = Autocast()
 
 
+class _AutocastThreads:
+    """How many threads have autocast on right now. The generated fast paths (which know nothing of
+    autocast) read this first: while it is 0, the usual case, that one slot load is all autocast costs
+    them; otherwise they also read their own thread's flag and leave an autocast call to `apply`. The
+    fast-path caches themselves hold (place, dtype) -> kernel, which autocast does not change, so
+    they are never emptied for it."""
+
+    __slots__ = ("count",)
+
+    def __init__(self):
+        self.count = 0
+
+
+AUTOCAST_THREADS = _AutocastThreads()
+
+
+class _AutocastOn:
+    """Counts one thread in AUTOCAST_THREADS from its creation until it is dropped: by set_autocast(False),
+    or with the thread's autocast state when the thread ends inside an auto_cast block (otherwise the
+    count would never return to 0, and every fast path would read its thread's flag from then on)."""
+
+    __slots__ = ()
+    _threads = AUTOCAST_THREADS
+    _lock = threading.Lock()   # count += 1 is a read-modify-write that a thread switch can split
+
+    def __init__(self):
+        with self._lock:
+            self._threads.count += 1
+
+    def __del__(self):
+        with self._lock:
+            self._threads.count -= 1
+
+
 def set_autocast(enabled: bool, dtype=None, level: str = "O1", white=(), black=()) -> tuple:
-    """Set the autocast state; returns the previous one (pass it back with `set_autocast(*previous)`)."""
-    previous = AUTOCAST.state()
-    AUTOCAST.enabled, AUTOCAST.dtype, AUTOCAST.level = bool(enabled), dtype, level
-    AUTOCAST.white, AUTOCAST.black = frozenset(white), frozenset(black)
-    if AUTOCAST.enabled:
-        # the generated fast paths know nothing of autocast: empty their caches, and `apply` does
-        # not refill them while autocast is on, so every call goes through the cast below
-        from oarlock.registry import default_registry
-        for op in default_registry().ops.values():
-            op.fast.clear()
+    """Set the calling thread's autocast state; returns the previous one (pass it back with
+    `set_autocast(*previous)`). Other threads keep theirs."""
+    state = AUTOCAST
+    previous = state.state()
+    enabled = bool(enabled)
+    if enabled != previous[0]:
+        state._counted = _AutocastOn() if enabled else None
+    state.enabled, state.dtype, state.level = enabled, dtype, level
+    state.white, state.black = frozenset(white), frozenset(black)
     return previous
 
 

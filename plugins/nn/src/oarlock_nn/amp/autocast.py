@@ -16,14 +16,16 @@ inputs). This module turns Paddle's options into that state:
 Unlike Paddle, the ops in the black list stay in float32 under O2 too (Paddle's O2 black list only
 holds interpolation, embedding lookup and scatter): the dispatcher has one black policy per op.
 
-The state is process-global, like grad mode: an auto_cast block entered in one thread applies to
-the ops other threads run meanwhile, and exiting it restores what was current when it was entered.
+The state is per thread, like grad mode (and as in PyTorch): an auto_cast block casts the ops of the
+thread that entered it, never those other threads run meanwhile, and exiting it restores what that
+thread had when it entered.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
+import threading
 
 import oarlock
 import oarlock.dispatch as dispatch  # `from oarlock import dispatch` would ask oarlock.__getattr__ (plugin load)
@@ -44,14 +46,16 @@ PADDLE_OP_NAMES = {
 _NAME_PREFIXES = ("paddle.", "torch.")
 
 
-class _Last:
-    """The dtype of the auto_cast block entered last (entering sets it, leaving does not restore it,
-    as Paddle's amp_global_state().amp_dtype): GradScaler turns itself off after bfloat16 autocast."""
+class _Last(threading.local):
+    """The dtype of the auto_cast block this thread entered last (entering sets it, leaving does not
+    restore it, as Paddle's amp_global_state().amp_dtype): GradScaler turns itself off after bfloat16
+    autocast. Per thread, like the autocast state: a bfloat16 block in one thread must not turn off the
+    float16 GradScaler of another."""
 
     dtype = None
 
 
-LAST = _Last
+LAST = _Last()
 
 
 # -- the queries -------------------------------------------------------------------------------------
@@ -222,7 +226,7 @@ class auto_cast:
       float32; False casts it to the low-precision dtype.
 
     On exit (also through an exception) the state current at entry is restored, so blocks nest. The
-    state is process-global, like grad mode.
+    state is per thread, like grad mode: other threads' ops are not cast.
     """
 
     def __init__(self, enable=True, custom_white_list=None, custom_black_list=None, level="O1", dtype="float16",
@@ -239,7 +243,7 @@ class auto_cast:
             raise ValueError(f"{where}: op(s) {both} are in both custom_white_list and custom_black_list; "
                              f"put each op in one list")
         self._args = (enable, custom_white_list, custom_black_list, level, dtype, use_promote)
-        self._previous = []
+        self._previous = threading.local()   # .stack: per thread, as one object may be entered by several
 
     def _state(self):
         """The set_autocast arguments for this block."""
@@ -259,11 +263,12 @@ class auto_cast:
     def __enter__(self):
         LAST.dtype = self._dtype
         # a stack, so the same object may be entered again inside its own block
-        self._previous.append(dispatch.set_autocast(*self._state()))
+        stack = self._previous.__dict__.setdefault("stack", [])
+        stack.append(dispatch.set_autocast(*self._state()))
         return self
 
     def __exit__(self, *exc):
-        dispatch.set_autocast(*self._previous.pop())
+        dispatch.set_autocast(*self._previous.stack.pop())
         return False
 
     def __call__(self, fn):
