@@ -48,13 +48,13 @@ def test_unmatched_recv_names_its_peer():
     assert "recv() timed out" in message and "its peer(s) [1] have not matched it" in message
 
 
-def test_debug_mode_names_ranks_that_call_different_collectives():
-    """Rank 2 calls barrier() where the others call all_reduce(): MPI would match the two and
-    exchange mismatched data; `oarlock launch --debug` (OARLOCK_DISTRIBUTED_DEBUG=1) fails every
-    rank at once instead."""
-    done, wall = _launch(4, 2, "barrier", "--debug")
+def test_debug_mode_names_ranks_that_pass_different_shapes():
+    """Rank 2 all_reduces a [1, 3] tensor where the others pass [3]: same dtype and element count,
+    so the default agreement check lets it through (MPI would too); `oarlock launch --debug`
+    (OARLOCK_DISTRIBUTED_DEBUG=1) also compares shapes and fails every rank at once."""
+    done, wall = _launch(4, 2, "reshape", "--debug")
     assert done.returncode != 0
     message = re.search(r"\[rank \d\] WATCHDOG after [\d.]+: (.*)", done.stdout).group(1)
-    assert "disagree on collective #2" in message
-    assert "rank 2: barrier, int32" in message and "rank 0: all_reduce, float32, SUM, [3]" in message
+    assert "disagree on collective #2 (OARLOCK_DISTRIBUTED_DEBUG check)" in message
+    assert "rank 2: all_reduce, float32, SUM, [1, 3]" in message and "rank 0: all_reduce, float32, SUM, [3]" in message
     assert wall < 40

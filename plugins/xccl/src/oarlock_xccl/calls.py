@@ -9,14 +9,14 @@ device, e.g. GPU tensors over MPI) and written back on completion.
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import numpy as np
 
 from oarlock import Tensor
 from oarlock.plugin_api import array_of, wrap
-from oarlock_xccl import groups, watchdog
+from oarlock_xccl import agreement, groups, watchdog
+from oarlock_xccl.agreement import NONE, MessageMismatch
 from oarlock_xccl.backend import ReduceOp
 
 # read once: the ranks of a job get it from their environment (`oarlock launch --debug`)
@@ -33,13 +33,23 @@ class Task:
     def wait(self, timeout=None) -> bool:
         if self._call is not None:
             call = self._call
-            watchdog.wait(self._work, call.group, call.sequence, call.name, call.peers)
+            try:
+                watchdog.wait(self._work, call.group, call.sequence, call.name, call.peers)
+            except MessageMismatch as exc:
+                self._call = None
+                raise agreement.received_mismatch(exc, call) from None
             self._finish()
         return True
 
     def is_completed(self) -> bool:
-        if self._call is not None and self._work.test():
-            self._finish()
+        if self._call is not None:
+            try:
+                done = self._work.test()
+            except MessageMismatch as exc:
+                call, self._call = self._call, None
+                raise agreement.received_mismatch(exc, call) from None
+            if done:
+                self._finish()
         return self._call is None
 
     def _finish(self):
@@ -54,12 +64,13 @@ class Task:
 class Call:
     """The state of one collective on one group (see `begin`)."""
 
-    __slots__ = ("name", "group", "place", "backend", "comm", "staged", "xp", "sequence", "peers", "afterwards",
-                 "writebacks")
+    __slots__ = ("name", "group", "place", "backend", "comm", "staged", "xp", "sequence", "peers", "root",
+                 "afterwards", "writebacks")
 
     def __init__(self, name, group, place, route, sequence, peers):
         self.name, self.group, self.place, self.sequence, self.peers = name, group, place, sequence, peers
         self.backend, self.comm, self.staged = route
+        self.root = NONE                # the root's group rank, for collectives that have one
         self.xp = np if self.staged else place.backend.xp
         self.afterwards: list = []      # steps once the backend is done (fill lists, unpack buffers)
         self.writebacks: list = []      # then: copy staged arrays back into their tensors
@@ -127,12 +138,17 @@ def group_rank(group, rank, what: str, argument: str) -> int:
     return index
 
 
-def begin(name: str, group, tensors: list, peers=None, agree=(), same_shape=False) -> Call | None:
+def begin(name: str, group, tensors: list, *, op=None, root=None, counted=True, same_shape=False,
+          peers=None) -> Call | None:
     """Start collective `name` on `group` for `tensors` (all on one device); None if this rank is
     not a member of the group (Paddle returns at once there). Point-to-point calls pass their
-    `peers` (global ranks) instead of being counted as collectives of the group. `agree` holds
-    what every rank must pass alike (op, root), and `same_shape` says the tensors' shapes must
-    match too; both are checked with OARLOCK_DISTRIBUTED_DEBUG=1."""
+    `peers` (global ranks) instead of being counted as collectives of the group.
+
+    Before any data moves, the members check that they all call `name` with the first tensor's
+    dtype and element count (unless `counted` is False: alltoall checks its per-peer counts with
+    `agreement.check_counts`), the same `op` and the same `root`, a global rank passed as the
+    collective's "src" or "dst", validated here and kept as a group rank in `call.root`. With
+    OARLOCK_DISTRIBUTED_DEBUG=1 the shapes must match too where `same_shape` says so."""
     group = groups.resolve(group, name)
     if group.broken:
         raise RuntimeError(f"{name}(): group {group.id} cannot be used after an earlier collective timed out: "
@@ -143,11 +159,18 @@ def begin(name: str, group, tensors: list, peers=None, agree=(), same_shape=Fals
     for tensor in tensors[1:]:
         if tensor.place is not place:
             raise ValueError(f"{name}(): all tensors must be on one device; got {place} and {tensor.place}")
+    root_index = NONE if root is None else group_rank(group, root, name, agreement.root_argument(name))
     call = Call(name, group, place, _route(group, place, name), watchdog.enter(group.id) if peers is None else None,
                 peers)
-    if _DEBUG and peers is None:
-        agree = (*agree, tensors[0].shape) if same_shape else agree
-        _check_agreement(call, (name, tensors[0].dtype.name, *(getattr(a, "name", a) for a in agree)))
+    call.root = root_index
+    if peers is None:
+        dtype = tensors[0].dtype
+        agreement.check(call, dtype, tensors[0].size if counted else NONE, root_index, NONE if op is None else int(op))
+        if _DEBUG:
+            agreement.check_debug(call, (name, dtype.name, *([f"{agreement.root_argument(name)}={root}"]
+                                                             if root is not None else []),
+                                         *([op.name] if op is not None else []),
+                                         *([tensors[0].shape] if same_shape else [])))
     return call
 
 
@@ -163,24 +186,6 @@ def _route(group, place, what: str) -> tuple:
     route = (backend, group.communicator(backend), place.type not in _served_types(backend))
     group.routes[place.type] = (generation, route)
     return route
-
-
-def _check_agreement(call, fingerprint: tuple) -> None:
-    """Debug mode: before the collective, the members compare what they are about to call; ranks
-    that call different collectives (or pass a different op or shape) fail at once with every
-    rank's call listed, instead of exchanging mismatched data or hanging."""
-    from oarlock.registry import default_registry
-    group = call.group
-    comm = group.communicator(default_registry().comms["mpi"])
-    digest = np.frombuffer(hashlib.blake2b(repr(fingerprint).encode(), digest_size=16).digest(), dtype=np.uint8)
-    digests = np.empty((group.nranks, 16), dtype=np.uint8)
-    work = default_registry().comms["mpi"].all_gather(digest, digests, 16, None, comm)
-    watchdog.wait(work, group, call.sequence, call.name)
-    if (digests != digest).any():
-        calls = comm.allgather(fingerprint)
-        listing = "; ".join(f"rank {rank}: {', '.join(map(str, f))}" for rank, f in zip(group.ranks, calls))
-        raise RuntimeError(f"{call.name}(): the ranks of group {group.id} disagree on collective #{call.sequence} "
-                           f"(OARLOCK_DISTRIBUTED_DEBUG check): {listing}")
 
 
 def choose_backend(group, place, what: str):

@@ -4,6 +4,9 @@ alltoall, alltoall_single, scatter, gather and barrier.
 Ranks named in arguments (src, dst) are global ranks, as in Paddle. With
 sync_op=False a call returns a Task at once; list outputs are filled and staged
 tensors written back when the task completes.
+
+Before any data moves, the members check that they all make the same call (see
+oarlock_xccl.agreement); each collective tells `begin` what must agree.
 """
 
 from __future__ import annotations
@@ -12,14 +15,15 @@ import numpy as np
 
 import oarlock
 from oarlock_xccl.backend import ReduceOp
-from oarlock_xccl.calls import begin, check_op, check_tensor, group_rank, same_dtype
+from oarlock_xccl.agreement import check_counts
+from oarlock_xccl.calls import begin, check_op, check_tensor, same_dtype
 
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, sync_op=True):
     """Reduce `tensor` over the group with `op`; every rank gets the result in place."""
     check_tensor(tensor, "all_reduce", "tensor")
     op = check_op(op, "all_reduce")
-    call = begin("all_reduce", group, [tensor], agree=(op,), same_shape=True)
+    call = begin("all_reduce", group, [tensor], op=op, same_shape=True)
     if call is None:
         return None
     array = call.inout(tensor)
@@ -29,22 +33,21 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, sync_op=True):
 def broadcast(tensor, src, group=None, sync_op=True):
     """Copy `tensor` of global rank `src` into `tensor` on every rank of the group."""
     check_tensor(tensor, "broadcast", "tensor")
-    call = begin("broadcast", group, [tensor], agree=(src,), same_shape=True)
+    call = begin("broadcast", group, [tensor], root=src, same_shape=True)
     if call is None:
         return None
-    root = group_rank(call.group, src, "broadcast", "src")
     array = call.inout(tensor)
-    return call.finish(call.backend.broadcast(array, array, array.size, tensor.dtype, root, call.comm), sync_op)
+    return call.finish(call.backend.broadcast(array, array, array.size, tensor.dtype, call.root, call.comm), sync_op)
 
 
 def reduce(tensor, dst, op=ReduceOp.SUM, group=None, sync_op=True):
     """Reduce `tensor` over the group into `tensor` on global rank `dst`; the others keep theirs."""
     check_tensor(tensor, "reduce", "tensor")
     op = check_op(op, "reduce")
-    call = begin("reduce", group, [tensor], agree=(dst, op), same_shape=True)
+    call = begin("reduce", group, [tensor], op=op, root=dst, same_shape=True)
     if call is None:
         return None
-    root = group_rank(call.group, dst, "reduce", "dst")
+    root = call.root
     array = call.inout(tensor) if call.group.rank == root else call.input(tensor)
     return call.finish(call.backend.reduce(array, array, array.size, tensor.dtype, op, root, call.comm), sync_op)
 
@@ -115,7 +118,7 @@ def reduce_scatter(tensor, tensor_list, op=ReduceOp.SUM, group=None, sync_op=Tru
     split along axis 0) with `op` into `tensor` on rank r."""
     check_tensor(tensor, "reduce_scatter", "tensor")
     op = check_op(op, "reduce_scatter")
-    call = begin("reduce_scatter", group, [tensor], agree=(op,))
+    call = begin("reduce_scatter", group, [tensor], op=op)
     if call is None:
         return None
     n, shape = call.group.nranks, list(tensor.shape)
@@ -168,7 +171,8 @@ def alltoall(out_tensor_list, in_tensor_list, group=None, sync_op=True):
     if not isinstance(in_tensor_list, list) or not in_tensor_list:
         raise TypeError(f"alltoall(): in_tensor_list must be a non-empty list of Tensors (one per rank), "
                         f"got {in_tensor_list!r}")
-    call = begin("alltoall", group, [check_tensor(in_tensor_list[0], "alltoall", "in_tensor_list[0]")])
+    call = begin("alltoall", group, [check_tensor(in_tensor_list[0], "alltoall", "in_tensor_list[0]")],
+                 counted=False)
     if call is None:
         return None
     n = call.group.nranks
@@ -188,6 +192,7 @@ def alltoall(out_tensor_list, in_tensor_list, group=None, sync_op=True):
         outs = [call.tensor(call.empty(in_tensor_list[0].shape, dtype)) for _ in range(n)]
         call.then(lambda: out_tensor_list.extend(outs))
     recvs = [call.inout(t).reshape(-1) for t in outs]
+    check_counts(call, [s.size for s in sends], [r.size for r in recvs])
     return call.finish(_exchange(call, sends, recvs, dtype), sync_op)
 
 
@@ -209,7 +214,7 @@ def alltoall_single(out_tensor, in_tensor, in_split_sizes=None, out_split_sizes=
     i, and concatenate what arrives into `out_tensor` by out_split_sizes."""
     check_tensor(in_tensor, "alltoall_single", "in_tensor")
     check_tensor(out_tensor, "alltoall_single", "out_tensor")
-    call = begin("alltoall_single", group, [in_tensor, out_tensor])
+    call = begin("alltoall_single", group, [in_tensor, out_tensor], counted=False)
     if call is None:
         return None
     if out_tensor.dtype is not in_tensor.dtype:
@@ -226,6 +231,7 @@ def alltoall_single(out_tensor, in_tensor, in_split_sizes=None, out_split_sizes=
     flat_send, flat_recv = send.reshape(-1), recv.reshape(-1)
     sends = list(_pieces(flat_send, [r * row for r in send_rows]))
     recvs = list(_pieces(flat_recv, [r * row for r in recv_rows]))
+    check_counts(call, [s.size for s in sends], [r.size for r in recvs])
     return call.finish(_exchange(call, sends, recvs, in_tensor.dtype), sync_op)
 
 
@@ -239,10 +245,10 @@ def _pieces(flat, counts):
 def scatter(tensor, tensor_list=None, src=0, group=None, sync_op=True):
     """Global rank `src` sends tensor_list[i] to group rank i, which receives it into `tensor`."""
     check_tensor(tensor, "scatter", "tensor")
-    call = begin("scatter", group, [tensor], agree=(src,))
+    call = begin("scatter", group, [tensor], root=src)
     if call is None:
         return None
-    root, n, backend = group_rank(call.group, src, "scatter", "src"), call.group.nranks, call.backend
+    root, n, backend = call.root, call.group.nranks, call.backend
     recv = call.inout(tensor)
     if call.group.rank != root:
         backend.group_start()
@@ -267,10 +273,10 @@ def gather(tensor, gather_list=None, dst=0, group=None, sync_op=True):
     """Global rank `dst` receives every rank's `tensor` into gather_list (filled in place; an empty
     list is extended); the other ranks only send."""
     check_tensor(tensor, "gather", "tensor")
-    call = begin("gather", group, [tensor], agree=(dst,))
+    call = begin("gather", group, [tensor], root=dst)
     if call is None:
         return None
-    root, n, backend = group_rank(call.group, dst, "gather", "dst"), call.group.nranks, call.backend
+    root, n, backend = call.root, call.group.nranks, call.backend
     send = call.input(tensor)
     backend.group_start()
     if call.group.rank != root:

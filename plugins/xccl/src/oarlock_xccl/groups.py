@@ -49,6 +49,7 @@ class Group:
         self.broken: str | None = None
         self._comms: dict = {}      # backend name -> communicator
         self.routes: dict = {}      # device type -> (registry generation, (backend, communicator, staged))
+        self.agreement = None       # agreement.Records: the collective check's communicator, made on first use
 
     world_size = property(lambda self: self.nranks)
     process_group = property(lambda self: self)
@@ -90,6 +91,9 @@ class Group:
     def destroy(self):
         from oarlock.registry import default_registry
         comms = default_registry().comms
+        if self.agreement is not None:
+            self.agreement.free()       # a duplicate of the MPI communicator: freed before it
+            self.agreement = None
         for name, comm in self._comms.items():
             comms[name].comm_destroy(comm)
         self._comms.clear()

@@ -7,6 +7,9 @@ watchdog; MPI has no average, so AVG is a SUM finished by a division.
 Types MPI lacks (float16, bfloat16, float8) travel as fixed-size byte
 records and are reduced by user-defined MPI ops written with numpy, in
 float32 precision and rounded once per pairwise step, as NCCL does.
+Point-to-point messages carry their dtype and element count in the MPI tag;
+receives accept any tag and raise MessageMismatch when the message is not
+what they expected (collectives are checked by the frontend, oarlock_xccl.agreement).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import struct
 import numpy as np
 
 from oarlock_xccl import world
+from oarlock_xccl.agreement import MessageMismatch, dtype_code, dtype_of
 from oarlock_xccl.backend import DONE, CommBackend, ReduceOp, Work
 
 # oarlock dtype name -> the MPI predefined datatype of the same layout
@@ -32,6 +36,13 @@ _NUMPY_REDUCE = {ReduceOp.SUM: np.add, ReduceOp.AVG: np.add, ReduceOp.PROD: np.m
                  ReduceOp.MAX: np.maximum, ReduceOp.MIN: np.minimum}
 _UNIQUE_ID_SIZE = 128
 _UID_HEADER = struct.Struct("<iI")    # (root's world rank, root's sequence number)
+# A point-to-point message's tag carries what was sent: dtype code << 24 | element count mod 2**24
+# (MPICH's MPI_TAG_UB is 2**29 - 1; with a smaller bound the tag wraps and the byte count still
+# tells most mismatches). Receives take any tag and compare it with what they expect.
+_TAG_COUNT_BITS = 24
+_COUNT_MASK = (1 << _TAG_COUNT_BITS) - 1
+_FULL_TAG_BOUND = (1 << 29) - 1     # tags up to here hold every dtype code unwrapped
+_tag_bound: int | None = None
 
 
 class _RequestWork(Work):
@@ -62,6 +73,84 @@ class _RequestWork(Work):
         if self.finish is not None:
             finish, self.finish = self.finish, None
             finish()
+
+
+class _PointToPointWork(_RequestWork):
+    """Sends and receives in flight. Receives take any tag; once they complete, each one's status
+    is compared with what it expected, and a message that does not match raises MessageMismatch."""
+
+    __slots__ = ("receives", "statuses")
+
+    def __init__(self, requests: list, receives: list):
+        super().__init__(requests)
+        self.receives = receives        # per request: a _Receive, or None for a send
+        self.statuses = [world.MPI.Status() for _ in requests]
+
+    def test(self) -> bool:
+        return self._settle(world.MPI.Request.Testall)
+
+    def wait(self) -> None:
+        self._settle(world.MPI.Request.Waitall)
+
+    def _settle(self, complete) -> bool:
+        if self.requests is None:
+            return True
+        MPI = world.MPI
+        try:
+            done = complete(self.requests, self.statuses)
+        except MPI.Exception as exc:    # MPI_ERR_IN_STATUS: a message longer than its receive
+            self.requests = None
+            raise self._mismatch(failed=True) or exc from None
+        if done is not False:           # Waitall returns None
+            self._complete()
+            mismatch = self._mismatch(failed=False)
+            if mismatch is not None:
+                raise mismatch
+        return done is not False
+
+    def _mismatch(self, failed: bool) -> MessageMismatch | None:
+        MPI = world.MPI
+        for receive, status in zip(self.receives, self.statuses):
+            if receive is None:
+                continue
+            error = status.Get_error() if failed else 0
+            truncated = error != 0 and MPI.Get_error_class(error) == MPI.ERR_TRUNCATE
+            if error == 0 or truncated:     # skip receives still pending when another one failed
+                mismatch = receive.mismatch(status, truncated)
+                if mismatch is not None:
+                    return mismatch
+        return None
+
+
+def _tag(dtype, count: int) -> int:
+    global _tag_bound
+    if _tag_bound is None:
+        _tag_bound = world.MPI.COMM_WORLD.Get_attr(world.MPI.TAG_UB)
+    return ((dtype_code(dtype) << _TAG_COUNT_BITS) | (count & _COUNT_MASK)) % (_tag_bound + 1)
+
+
+class _Receive:
+    """What a posted receive expects: the sender's tag and byte count for `count` elements of `dtype`."""
+
+    __slots__ = ("peer", "dtype", "count", "itemsize", "tag")
+
+    def __init__(self, peer: int, dtype, count: int, itemsize: int):
+        self.peer, self.dtype, self.count, self.itemsize = peer, dtype, count, itemsize
+        self.tag = _tag(dtype, count)
+
+    def mismatch(self, status, truncated: bool) -> MessageMismatch | None:
+        """The error for a message that is not what this receive expects (`truncated`: it was
+        longer than the receive), else None."""
+        received = status.Get_count(world.MPI.BYTE)
+        if not truncated and status.tag == self.tag and received == self.count * self.itemsize:
+            return None
+        sent = dtype_of(status.tag >> _TAG_COUNT_BITS) if _tag_bound >= _FULL_TAG_BOUND else None
+        if sent is not None:
+            count = status.tag & _COUNT_MASK if truncated else received // sent.itemsize
+            what = f"{sent.name}[{count}]"
+        else:
+            what = "a longer message" if truncated else f"a message of {received} byte(s)"
+        return MessageMismatch(self.peer, what, f"{self.dtype.name}[{self.count}]")
 
 
 def _divide_in_place(array: np.ndarray, n: int):
@@ -215,16 +304,17 @@ class MPIBackend(CommBackend):
 
     # -- point to point ------------------------------------------------------------------------------------
     def send(self, send, count, dtype, peer, comm, stream=None) -> Work:
-        return self._post(comm.Isend(self._bytes(send, count), dest=peer, tag=0))
+        return self._post(comm.Isend(self._bytes(send, count), dest=peer, tag=_tag(dtype, count)), None)
 
     def recv(self, recv, count, dtype, peer, comm, stream=None) -> Work:
-        return self._post(comm.Irecv(self._bytes(recv, count), source=peer, tag=0))
+        request = comm.Irecv(self._bytes(recv, count), source=peer, tag=world.MPI.ANY_TAG)
+        return self._post(request, _Receive(peer, dtype, count, recv.itemsize))
 
-    def _post(self, request) -> Work:
+    def _post(self, request, receive) -> Work:
         if self._grouped is not None:
-            self._grouped.append(request)
+            self._grouped.append((request, receive))
             return DONE
-        return _RequestWork(request)
+        return _PointToPointWork([request], [receive])
 
     def group_start(self) -> None:
         if self._grouped is not None:
@@ -234,5 +324,5 @@ class MPIBackend(CommBackend):
     def group_end(self) -> Work:
         if self._grouped is None:
             raise RuntimeError("group_end(): no group is open; call group_start() first")
-        requests, self._grouped = self._grouped, None
-        return _RequestWork(requests) if requests else DONE
+        posted, self._grouped = self._grouped, None
+        return _PointToPointWork([p[0] for p in posted], [p[1] for p in posted]) if posted else DONE

@@ -7,6 +7,10 @@ waiting rank asks every other member, over a private communicator, how far it
 got; a small responder thread in every rank answers (it polls, so an idle rank
 costs nothing), even while its main thread computes or waits elsewhere. A rank
 that does not answer is reported as such: hung outside oarlock, or gone.
+
+A waiting rank polls at full speed for a millisecond, then sleeps between polls
+with a pause that doubles up to 1 ms, so ranks blocked on late peers leave their
+cores to others (see `wait`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,17 @@ from oarlock_xccl import world
 
 _QUERY, _REPLY = 1, 2
 _POLL_S = 0.05
-_IDLE_S = 100e-6                        # an oversubscribed rank's pause between polls in a long wait
+# Waiting: poll without pause for _SPIN_S (small collectives finish within it, at full speed),
+# then sleep between polls, the pause doubling from _FIRST_PAUSE_S up to a cap, so a rank whose
+# peers are late does not burn a core (MPICH busy-polls in its blocking calls, and its ch4 device
+# has no sleeping wait: MPIR_CVAR_CH4_PROGRESS_THROTTLE only adds usleep(1) after 4096 idle
+# polls). MPI moves data only inside a poll, so a poll that took _BUSY_POLL_S or more (it copied
+# or reduced data: a large transfer is under way) restarts the pause-free stretch.
+_SPIN_S = 1e-3
+_BUSY_POLL_S = 20e-6
+_FIRST_PAUSE_S = 10e-6
+_MAX_PAUSE_S = 1e-3
+_MAX_PAUSE_OVERSUBSCRIBED_S = 100e-6    # more ranks than cores: peers need this rank's core, answer them soon
 _entered: dict[int, int] = {}          # group id -> collectives entered on it
 _waiting: tuple | None = None           # (group id, sequence, collective name) the main thread waits on
 _responder: tuple | None = None         # (thread, stop event)
@@ -46,24 +60,28 @@ def wait(work, group, sequence: int | None, name: str, peers=None) -> None:
         return
     global _waiting
     _waiting = (group.id, sequence, name)
-    deadline = time.monotonic() + group.timeout
-    # With more ranks than cores a spinning rank takes the core its peers need to arrive: it
-    # yields between polls (Open MPI's yield_when_idle) and, when the wait drags on
-    # (a peer still computing), sleeps between polls. Sleeping from the start made small
-    # collectives 10x slower; yielding alone let waiting ranks starve a computing one.
+    clock = time.monotonic
+    start = clock()
+    deadline, spin_until, pause = start + group.timeout, start + _SPIN_S, _FIRST_PAUSE_S
+    # With more ranks than cores a polling rank takes the core a peer needs to arrive: it yields
+    # between polls (Open MPI's yield_when_idle) and caps its pauses lower.
     oversubscribed = world.oversubscribed()
-    patience, drowsy = (0, 2000) if oversubscribed else (2000, None)
-    spins = 0
+    max_pause = _MAX_PAUSE_OVERSUBSCRIBED_S if oversubscribed else _MAX_PAUSE_S
     try:
-        while not work.test():
-            spins += 1
-            if spins > patience:
-                if drowsy is not None and spins > drowsy:
-                    time.sleep(_IDLE_S)
-                else:
-                    os.sched_yield()
-                if spins & 255 == 0 and time.monotonic() > deadline:
-                    raise _timed_out(group, sequence, name, peers)
+        while True:
+            before = clock()
+            if work.test():
+                return
+            now = clock()
+            if now > deadline:
+                raise _timed_out(group, sequence, name, peers)
+            if now - before >= _BUSY_POLL_S:
+                spin_until, pause = now + _SPIN_S, _FIRST_PAUSE_S
+            elif now >= spin_until:
+                time.sleep(pause)
+                pause = min(2 * pause, max_pause)
+            elif oversubscribed:
+                os.sched_yield()
     finally:
         _waiting = None
 

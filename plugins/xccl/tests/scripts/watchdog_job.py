@@ -1,5 +1,5 @@
 """A rank that skips a collective, for test_watchdog.py: argv = skipping rank, what it does instead
-("sleep": computes for 60 s; "barrier": goes on to the next collective, which
+("sleep": computes for 60 s; "reshape": passes a tensor of the same size but another shape, which
 OARLOCK_DISTRIBUTED_DEBUG=1 catches; "p2p": rank 0 waits for a message the skipping rank never
 sends). The waiting ranks print the watchdog's error
 after "WATCHDOG after <seconds>:" and re-raise it, which fails the job."""
@@ -20,8 +20,8 @@ dist.all_reduce(x)                      # everyone: collective #1
 start = time.monotonic()
 try:
     if rank == skipper:
-        if mode == "barrier":
-            dist.barrier()
+        if mode == "reshape":
+            dist.all_reduce(x.reshape([1, 3]))
         time.sleep(60)
     elif mode == "p2p":
         if rank == 0:

@@ -1,0 +1,248 @@
+"""Collective agreement: before a collective moves any data, the members of its group check that
+they all called the same one, with the same dtype and element count (and root and reduce op
+where it has them).
+
+MPI and NCCL match collectives by their order alone, so ranks that disagree would otherwise
+exchange mismatched buffers and carry on: a rank that all_reduces 3 elements against a peer's 2
+ends with [2, 2, 1] and exit status 0; float32 against float64, all_reduce against barrier,
+different broadcast roots or reduce ops are as silent. Here every member raises
+CollectiveMismatchError, which lists each rank's call, and no payload is posted on any rank.
+
+The check is one small all_gather, before the payload, of a fixed 48-byte record per rank: the
+collective's number on the group (so a rank that skipped one is caught too), which collective,
+dtype, element count, root and op. It goes over a private duplicate of the group's MPI
+communicator (for every backend: MPI is every job's host transport), so its messages never meet
+the payload's, and a rank that checks while another does not waits for records that never come,
+which the watchdog reports, instead of matching them with the payload. alltoall's per-peer counts
+differ legitimately, so a second all_gather compares the count matrices once the records agree.
+
+On by default; OARLOCK_COLLECTIVE_CHECK=0 or set_collective_check(False) turns it off, alike on
+every rank. `oarlock launch --debug` (OARLOCK_DISTRIBUTED_DEBUG=1) adds `check_debug`: shapes,
+compared through a digest of every rank's call.
+
+Point-to-point receives are checked by the backend where it can carry a fingerprint with the
+message (the "mpi" backend puts dtype and count in the MPI tag); it raises MessageMismatch, which
+the frontend turns into a CollectiveMismatchError naming global ranks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+
+import numpy as np
+
+from oarlock.dtypes import all_dtypes
+from oarlock_xccl import watchdog
+from oarlock_xccl.backend import ReduceOp, Work
+
+ENV = "OARLOCK_COLLECTIVE_CHECK"
+
+# codes travel between ranks: append only
+KINDS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "alltoall", "alltoall_single",
+         "scatter", "gather", "barrier")
+_KIND_CODES = {name: code for code, name in enumerate(KINDS)}
+_DTYPES = (None, *all_dtypes)       # code 0: no dtype
+_DTYPE_CODES = {dtype.name: code for code, dtype in enumerate(_DTYPES) if dtype is not None}
+_ROOT_ARGUMENT = {"broadcast": "src", "scatter": "src", "reduce": "dst", "gather": "dst"}
+NONE = -1                       # a field the collective does not have (root, op, element count)
+_RECORD = struct.Struct("<6q")  # sequence, kind, dtype, element count, root (group rank), op
+
+_enabled: bool | None = None    # read from the environment at the first collective
+
+
+class CollectiveMismatchError(RuntimeError):
+    """Ranks of a group called different collectives, or the same one with a different dtype,
+    element count, root or reduce op (or a receive does not match its message); every member of
+    the group raises it and no data was exchanged."""
+
+
+class MessageMismatch(CollectiveMismatchError):
+    """Raised by a backend when a received message is not what the receive expected. `peer` is
+    the sender's rank in the communicator; `sent` and `expected` describe the two sides
+    ("float32[3]"). The frontend re-raises it as CollectiveMismatchError with global ranks."""
+
+    def __init__(self, peer: int, sent: str, expected: str):
+        super().__init__(f"the message from rank {peer} of the communicator is {sent}; the receive expected "
+                         f"{expected}")
+        self.peer, self.sent, self.expected = peer, sent, expected
+
+
+def dtype_code(dtype) -> int:
+    """A small number for an oarlock DType, the same on every rank (0 for None)."""
+    return _DTYPE_CODES[dtype.name] if dtype is not None else 0
+
+
+def root_argument(name: str) -> str:
+    """What collective `name` calls its root: "src" (broadcast, scatter) or "dst" (reduce, gather)."""
+    return _ROOT_ARGUMENT.get(name, "root")
+
+
+def dtype_of(code: int):
+    """The DType of a code from `dtype_code`, None for 0 or a code this oarlock does not know."""
+    return _DTYPES[code] if 0 <= code < len(_DTYPES) else None
+
+
+def dtype_name(code: int) -> str:
+    dtype = dtype_of(code)
+    return dtype.name if dtype is not None else f"dtype #{code}"
+
+
+# -- the switch --------------------------------------------------------------------------------------
+def _from_environment() -> bool:
+    raw = os.environ.get(ENV, "1").strip()
+    if raw not in ("0", "1", ""):
+        raise ValueError(f"oarlock.distributed: environment variable {ENV}={raw!r} must be 1 (check that the ranks "
+                         f"agree on every collective, the default) or 0 (no check)")
+    return raw != "0"
+
+
+def is_enabled() -> bool:
+    global _enabled
+    if _enabled is None:
+        _enabled = _from_environment()
+    return _enabled
+
+
+def set_collective_check(enabled: bool) -> bool:
+    """Turn the check that every rank of a group calls the same collective, with the same dtype,
+    element count, root and op, on or off (default: on, or OARLOCK_COLLECTIVE_CHECK). Returns
+    the previous setting. Every rank must call it at the same point of the program."""
+    global _enabled
+    if not isinstance(enabled, bool):
+        raise TypeError(f"set_collective_check(): enabled must be True or False, got {enabled!r}")
+    previous = is_enabled()
+    _enabled = enabled
+    return previous
+
+
+# -- the exchange --------------------------------------------------------------------------------------
+class Records:
+    """A group's private communicator for agreement checks and its record buffers, made at the
+    group's first checked collective (every member reaches it at the same point)."""
+
+    __slots__ = ("comm", "mine", "everyone")
+
+    def __init__(self, group):
+        from oarlock.registry import default_registry
+        self.comm = group.communicator(default_registry().comms["mpi"]).Dup()
+        self.mine = bytearray(_RECORD.size)
+        self.everyone = bytearray(_RECORD.size * group.nranks)
+
+    def free(self) -> None:
+        self.comm.Free()
+
+
+class _Pending(Work):
+    __slots__ = ("request",)
+
+    def __init__(self, request):
+        self.request = request
+
+    def test(self) -> bool:
+        return self.request.Test()
+
+
+def _records(group) -> Records:
+    records = group.agreement
+    if records is None:
+        records = group.agreement = Records(group)
+    return records
+
+
+def _all_gather(call, records, send, recv) -> None:
+    """All_gather `send` into `recv` over the group's check communicator, under the watchdog."""
+    work = _Pending(records.comm.Iallgather(send, recv))
+    watchdog.wait(work, call.group, call.sequence, call.name)
+
+
+def check(call, dtype, numel: int, root: int, op: int) -> None:
+    """Raise CollectiveMismatchError on every member unless all of them called `call.name` as
+    the same collective of the group with the same dtype, element count, root (group rank) and
+    op; NONE stands for a field the collective lacks."""
+    group = call.group
+    if group.nranks == 1 or not is_enabled():
+        return
+    records = _records(group)
+    _RECORD.pack_into(records.mine, 0, call.sequence, _KIND_CODES[call.name], dtype_code(dtype), numel, root, op)
+    _all_gather(call, records, records.mine, records.everyone)
+    if records.everyone != records.mine * group.nranks:
+        raise CollectiveMismatchError(_disagreement(call, records.everyone))
+
+
+def _disagreement(call, everyone) -> str:
+    group = call.group
+    records = [_RECORD.unpack_from(everyone, index * _RECORD.size) for index in range(group.nranks)]
+    show_sequence = len({record[0] for record in records}) > 1
+    callers: dict = {}                    # a call's description -> the global ranks that made it
+    for rank, record in zip(group.ranks, records):
+        callers.setdefault(_describe(record, group, show_sequence), []).append(rank)
+    listing = "; ".join(f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} passed {text}"
+                        for text, ranks in callers.items())
+    return (f"{call.name}(): the ranks of group {group.id} disagree on collective #{call.sequence}: {listing}. "
+            f"No data was exchanged; every rank of the group raises this error")
+
+
+def _describe(record, group, show_sequence: bool) -> str:
+    """'all_reduce float32[2] op=SUM', 'broadcast float32[2] src=1', 'barrier'."""
+    sequence, kind, dtype, numel, root, op = record
+    name = KINDS[kind] if 0 <= kind < len(KINDS) else f"collective #{kind}"
+    text = name
+    if name != "barrier":
+        text += f" {dtype_name(dtype)}" + (f"[{numel}]" if numel != NONE else "")
+        if root != NONE:
+            global_root = group.ranks[root] if 0 <= root < group.nranks else root
+            text += f" {root_argument(name)}={global_root}"
+        if op != NONE:
+            text += f" op={ReduceOp(op).name if op in ReduceOp._value2member_map_ else op}"
+    if show_sequence:
+        text += f" as its collective #{sequence} on the group"
+    return text
+
+
+def check_counts(call, send_counts: list, recv_counts: list) -> None:
+    """alltoall: every rank i's count for peer j must be what j expects from i; on a mismatch
+    every member raises CollectiveMismatchError naming the pairs. Called after `check`."""
+    group = call.group
+    n = group.nranks
+    if n == 1 or not is_enabled():
+        return
+    mine = np.array([*send_counts, *recv_counts], dtype=np.int64)
+    everyone = np.empty((n, 2 * n), dtype=np.int64)
+    _all_gather(call, _records(group), mine, everyone)
+    sends, recvs = everyone[:, :n], everyone[:, n:]
+    if (sends != recvs.T).any():
+        ranks = group.ranks
+        pairs = [f"rank {ranks[i]} sends {sends[i, j]} element(s) to rank {ranks[j]}, which expects {recvs[j, i]}"
+                 for i in range(n) for j in range(n) if sends[i, j] != recvs[j, i]]
+        raise CollectiveMismatchError(
+            f"{call.name}(): the ranks of group {group.id} disagree on the element counts of collective "
+            f"#{call.sequence}: {'; '.join(pairs)}. No data was exchanged; every rank of the group raises this error")
+
+
+def check_debug(call, fingerprint: tuple) -> None:
+    """OARLOCK_DISTRIBUTED_DEBUG: compare a digest of each rank's full call (shapes included);
+    on a mismatch every member raises with each rank's call listed."""
+    group = call.group
+    records = _records(group)
+    digest = np.frombuffer(hashlib.blake2b(repr(fingerprint).encode(), digest_size=16).digest(), dtype=np.uint8)
+    digests = np.empty((group.nranks, 16), dtype=np.uint8)
+    _all_gather(call, records, digest, digests)
+    if (digests != digest).any():
+        calls = records.comm.allgather(fingerprint)
+        listing = "; ".join(f"rank {rank}: {', '.join(map(str, f))}" for rank, f in zip(group.ranks, calls))
+        raise CollectiveMismatchError(f"{call.name}(): the ranks of group {group.id} disagree on collective "
+                                      f"#{call.sequence} (OARLOCK_DISTRIBUTED_DEBUG check): {listing}")
+
+
+def received_mismatch(exc: MessageMismatch, call) -> CollectiveMismatchError:
+    """The frontend's error for a backend's MessageMismatch: ranks are global."""
+    group = call.group
+    sender = group.ranks[exc.peer] if 0 <= exc.peer < group.nranks else exc.peer
+    return CollectiveMismatchError(
+        f"{call.name}(): rank {sender} sent {exc.sent} but rank {group.ranks[group.rank]} received it with a "
+        f"receive of {exc.expected}; the receiving tensor's contents are undefined")
+
+
+__all__ = ["CollectiveMismatchError", "set_collective_check"]
