@@ -1,5 +1,6 @@
-"""oarlock_cpu.attention: scaled_dot_product_attention over the two halves of a batch gives the generic
-kernel's results (bits, for these inputs), forward and backward, and the op still agrees with PyTorch."""
+"""oarlock_cpu.batch_halves: scaled_dot_product_attention and fused_rotary_embedding over the two halves of
+a batch give the generic kernels' results (bits, for these inputs), forward and backward, and the ops
+still agree with PyTorch."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 
 import oarlock
-from oarlock_cpu import attention, blas
+from oarlock_cpu import batch_halves as attention, blas
 from oarlock_cpu.kernels import generic
 
 
@@ -81,3 +82,69 @@ def test_the_op_on_halves_agrees_with_torch(cores):
     for mine, theirs in ((qt, tq), (kt, tk), (vt, tv)):
         np.testing.assert_allclose(mine.grad.numpy(), theirs.grad.numpy().transpose(0, 2, 1, 3), rtol=1e-3,
                                    atol=1e-4)
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("table", ["shared", "per_batch"])
+def test_rotary_halves_match_one_call(cores, transpose, table):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((6, 128, 8, 32)).astype(np.float32)
+    lead = 6 if table == "per_batch" else 1
+    cos, sin = (rng.standard_normal((lead, 128, 1, 32)).astype(np.float32) for _ in range(2))
+    got = attention.rotary(np, x, cos, sin, transpose=transpose)
+    want = generic(attention.ROTARY)(np, x, cos, sin, transpose=transpose)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    # the op through the dispatcher against float64 numpy: x * cos + rotate_half(x) * sin
+    half = 16
+    x64, c64, s64 = (a.astype(np.float64) for a in (x, cos, sin))
+    turned = np.concatenate([x64[..., half:], x64[..., :half]], axis=-1)
+    if transpose:
+        ref = x64 * c64 + np.concatenate([(x64 * s64)[..., half:], (x64 * s64)[..., :half]], axis=-1)
+    else:
+        ref = x64 * c64 + turned * s64
+    out = oarlock.nn.functional.fused_rotary_embedding(oarlock.to_tensor(x), oarlock.to_tensor(cos),
+                                                       oarlock.to_tensor(sin), transpose=transpose)
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-5)
+
+
+def _norm_results(kind):
+    """layer_norm / rms_norm forward and backward through oarlock_cpu.rows on 2^18 elements (split in halves)."""
+    from oarlock_cpu import rows
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2048, 128)).astype(np.float32) * 3 + 1
+    w, b = rng.standard_normal(128).astype(np.float32), rng.standard_normal(128).astype(np.float32)
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    if kind == "layer_norm":
+        out, mean, rstd = rows.layer_norm(np, x, w, b, normalized_shape=[128], epsilon=1e-5)
+    else:
+        (out, rstd), mean = rows.rms_norm(np, x, w, normalized_shape=[128], eps=1e-6), None
+    grads = rows.normalize_grad(np, x, w, g, mean, rstd, view=(2048, 128), stats=(1,), affine=(1, 128),
+                                bias=kind == "layer_norm")
+    return (x, w, b, g), (out, *grads)
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+def test_norm_rows_in_halves_agree_with_float64_and_do_not_depend_on_load(kind):
+    results = {}
+    for cores in (1, 2):
+        previous = blas.set_policy(blas.ThreadPolicy(forced=cores))
+        try:
+            (x, w, b, g), results[cores] = _norm_results(kind)
+        finally:
+            blas.set_policy(previous)
+    for one, two in zip(results[1], results[2]):   # split over two cores or not: the same bits
+        np.testing.assert_array_equal(one, two)
+    x64, w64, g64 = (a.astype(np.float64) for a in (x, w, g))
+    centred = x64 - x64.mean(-1, keepdims=True) if kind == "layer_norm" else x64
+    rstd = 1 / np.sqrt((centred ** 2).mean(-1, keepdims=True) + (1e-5 if kind == "layer_norm" else 1e-6))
+    xhat = centred * rstd
+    out, dx, dweight, dbias = results[2]
+    np.testing.assert_allclose(out, xhat * w64 + (b if kind == "layer_norm" else 0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(dweight, (g64 * xhat).sum(0), rtol=1e-4, atol=1e-3)
+    if kind == "layer_norm":
+        np.testing.assert_allclose(dbias, g64.sum(0), rtol=1e-4, atol=1e-3)
+    gw = g64 * w64
+    proj = (gw * xhat).mean(-1, keepdims=True)
+    want_dx = rstd * (gw - (gw.mean(-1, keepdims=True) if kind == "layer_norm" else 0) - xhat * proj)
+    np.testing.assert_allclose(dx, want_dx, rtol=1e-3, atol=1e-4)

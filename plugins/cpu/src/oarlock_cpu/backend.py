@@ -66,11 +66,17 @@ class CPUBackend(Backend):
         self._seed = seed
         self._generator = np.random.default_rng(seed)
 
+    # numpy's draws hold the bit generator's lock (and release the GIL) while they advance its state, but
+    # reading or writing `state` takes no lock: take it, so another thread's draw never tears the state
     def get_rng_state(self, index: int = 0):
-        return self._generator.bit_generator.state
+        bits = self._generator.bit_generator
+        with bits.lock:
+            return bits.state
 
     def set_rng_state(self, state, index: int = 0) -> None:
-        self._generator.bit_generator.state = state
+        bits = self._generator.bit_generator
+        with bits.lock:
+            bits.state = state
 
     # -- memory: one cpu device, so `index` is ignored -----------------------------------------
     def memory_allocated(self, index: int = 0) -> int:

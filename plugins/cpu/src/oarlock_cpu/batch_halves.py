@@ -1,5 +1,5 @@
-"""The "cpu" device's scaled_dot_product_attention, forward and backward: the generic kernels, run on the
-two halves of the batch at once.
+"""Kernels of the "cpu" device that run the generic kernel on the two halves of a batch at once:
+scaled_dot_product_attention (forward and backward) and fused_rotary_embedding.
 
 The generic kernels (oarlock-ops) walk the queries in blocks with small matrix products, which OpenBLAS
 keeps on one thread (they are under its threading threshold), so a training step's attention used one
@@ -15,6 +15,9 @@ bound underflowed somewhere in the block): a half redoes only its own rows. Call
 work is small, the batch is 1 (or the input unbatched), another process keeps the second core busy
 (oarlock_cpu.parallel's test), or dropout is on (its mask is drawn in one call over the whole batch, so
 a seed gives the same mask however the work is split).
+
+Rotary embeddings (numpy's elementwise passes, one core) split the same way over the leading axis of x,
+each element computed alone: the same bits.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from oarlock_cpu.parallel import run_halves, two_cores
 OP = "scaled_dot_product_attention"
 GRAD = "_scaled_dot_product_attention_grad"
 DTYPES = ("float32", "float64")
-MIN_WORK = 1 << 22  # batch x heads x Sq x Sk x D under this (well under a millisecond): one call is cheaper
+MIN_WORK = 1 << 22  # attention's batch x heads x Sq x Sk x D under this (well under a millisecond): one call
+MIN_ELEMENTS = 1 << 17  # rotary: elements of x under this (as for oarlock_cpu.parallel.split_ufunc)
 
 
 def _worth_splitting(query, key, dropout: bool) -> bool:
@@ -43,12 +47,13 @@ def _in_halves(half, batch: int):
     return run_halves(half, batch)
 
 
-def _batch_part(mask, batch: int, part: slice):
-    """The rows of `mask` that belong to a batch slice: a 4-D mask with the batch axis is cut, a mask
-    that broadcasts over the batch is passed whole."""
-    if mask is None or mask.ndim != 4 or mask.shape[0] != batch:
-        return mask
-    return mask[part]
+def _batch_part(a, ndim: int, batch: int, part: slice):
+    """The rows of an operand that broadcasts against a batch of `ndim`-D inputs and belong to a batch
+    slice: an operand of that rank with the batch axis is cut, one that broadcasts over the batch is
+    passed whole."""
+    if a is None or a.ndim != ndim or a.shape[0] != batch:
+        return a
+    return a[part]
 
 
 def sdpa(xp, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, training=True, scale=None, *,
@@ -60,7 +65,7 @@ def sdpa(xp, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
     batch = query.shape[0]
 
     def half(part):
-        return kernel(xp, query[part], key[part], value[part], _batch_part(attn_mask, batch, part), dropout_p,
+        return kernel(xp, query[part], key[part], value[part], _batch_part(attn_mask, 4, batch, part), dropout_p,
                       is_causal, training, scale, generator=generator)
 
     (out_a, probs_a, keep), (out_b, probs_b, _) = _in_halves(half, batch)
@@ -82,7 +87,23 @@ def sdpa_grad(xp, grad, query, key, value, out, probs, keep, dropout_p=0.0, scal
     return tuple(xp.concatenate([a, b]) for a, b in zip(first, second))
 
 
-KERNELS = {OP: sdpa, GRAD: sdpa_grad}
+ROTARY = "fused_rotary_embedding"
+
+
+def rotary(xp, x, cos, sin, *, transpose=False):
+    kernel = generic(ROTARY)
+    if x.ndim < 2 or x.shape[0] < 2 or x.size < MIN_ELEMENTS or not two_cores():
+        return kernel(xp, x, cos, sin, transpose=transpose)
+    batch = x.shape[0]
+
+    def half(part):
+        return kernel(xp, x[part], _batch_part(cos, x.ndim, batch, part), _batch_part(sin, x.ndim, batch, part),
+                      transpose=transpose)
+
+    return xp.concatenate(_in_halves(half, batch))
+
+
+KERNELS = {OP: sdpa, GRAD: sdpa_grad, ROTARY: rotary}
 
 
 def register(ops):
