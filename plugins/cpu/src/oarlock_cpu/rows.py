@@ -97,7 +97,8 @@ def rms_norm(xp, input, weight=None, normalized_shape=(), eps=None):
     rows, n = shape
     out = np.empty_like(input)
     rstd = np.empty((rows, 1), dtype=input.dtype)
-    x2, out2, w, eps = input.reshape(rows, n), out.reshape(rows, n), _flat(weight, n), float(_rms_epsilon(eps, input.dtype))
+    x2, out2, w = input.reshape(rows, n), out.reshape(rows, n), _flat(weight, n)
+    eps = float(_rms_epsilon(eps, input.dtype))
     _by_halves(lambda part: _rows.rms_norm(x2[part], w, eps, out2[part], rstd[part]), rows, n)
     return out, rstd
 
