@@ -2,7 +2,8 @@
 
 info    the ids in a directory (complete, or the remains of an interrupted save) and one checkpoint's
         ranks, files, tensors and bytes
-verify  read every shard of one checkpoint and check it against its recorded checksum
+verify  read every shard of one checkpoint and check it against its recorded checksum; every damaged
+        shard is one FAILED line naming its file and what is wrong (exit status 1)
 merge   write its whole tensors as a Hugging Face style directory (merge_sharded_state_dict)
 """
 
@@ -19,7 +20,7 @@ import numpy as np
 from oarlock_checkpoint._arrays import NUMPY_DTYPE
 from oarlock_checkpoint.flex import layout
 from oarlock_checkpoint.flex.boxes import shape_of
-from oarlock_checkpoint.flex.datafile import CHECKSUM, DataFile, checksum
+from oarlock_checkpoint.flex.datafile import CHECKSUM, DamagedFile, DataFile
 
 HELP = "inspect, verify or merge a FlexCheckpoint (save_state_dict's directory)"
 
@@ -61,9 +62,13 @@ def _run(args: argparse.Namespace) -> int:
                                      unique_id=args.id, file_num=args.files)
             print(f"wrote {args.out} in {time.perf_counter() - start:.1f} s")
             return 0
-        source, data_format = layout.open_source(args.path, args.id, where)
-        return _info(args, source, data_format) if args.action == "info" else _verify(source, data_format)
+        if args.action == "info":
+            return _info(args, *layout.open_source(args.path, args.id, where))
+        return _verify(*layout.open_source(args.path, args.id, where, check_files=False))
     except (OSError, ValueError, TypeError, KeyError) as exc:
+        if isinstance(exc, DamagedFile) and args.action == "verify":   # the metadata: nothing else can be checked
+            print(f"FAILED {exc.path}: {exc.reason}")
+            return 1
         message = str(exc).strip("'\"") if isinstance(exc, KeyError) else str(exc)
         print(message if message.startswith(where) else f"{where}: {message}", file=sys.stderr)
         return 2
@@ -101,24 +106,30 @@ def _info(args, source, data_format) -> int:
 
 def _verify(source, data_format) -> int:
     start, failures, shards, nbytes, files = time.perf_counter(), [], 0, 0, {}
+    problems = layout.file_problems(source)   # missing or resized files: none of their shards is read
     for key, tensor in source.tensors.items():
         dtype = np.dtype(NUMPY_DTYPE[tensor.dtype])
         for shard in tensor.shards:
-            reader = files.setdefault(shard.file, DataFile(source.file_path(shard.file), data_format))
+            what = f"{key!r} in {shard.file} (offset {[lo for lo, _ in shard.box]})"
+            if shard.file in problems:
+                failures.append(f"{what}: the file {problems[shard.file]}")
+                continue
+            reader = files.setdefault(shard.file, DataFile(source.file_path(shard.file), data_format,
+                                                           "oarlock checkpoint verify", source.unique_id is not None))
             try:
-                array = reader.read(key, dtype, shape_of(shard.box))
-            except ValueError as exc:
-                failures.append(str(exc))
+                array = reader.read(key, dtype, shape_of(shard.box), expected=shard.checksum)
+            except DamagedFile as exc:
+                failures.append(f"{what}: {exc.reason}")
+                continue
+            except OSError as exc:   # unreadable rather than damaged (permissions, I/O errors)
+                failures.append(f"{what}: cannot be read ({exc})")
                 continue
             shards += 1
             nbytes += array.nbytes
-            if shard.checksum is not None and checksum(array) != shard.checksum:
-                failures.append(f"{key!r} in {shard.file} (offset {[lo for lo, _ in shard.box]}): stored "
-                                f"{shard.checksum}, read {checksum(array)}")
     for failure in failures:
         print(f"FAILED {failure}")
-    verdict = "no checksums to compare" if source.unique_id is None else (
-        "all checksums match" if not failures else f"{len(failures)} shard(s) FAILED")
+    verdict = f"{len(failures)} shard(s) FAILED" if failures else \
+        "no checksums to compare" if source.unique_id is None else "all checksums match"
     print(f"{source.description}: read {shards} shard(s), {_size(nbytes)} from {len(files)} file(s) in "
           f"{time.perf_counter() - start:.1f} s: {verdict}")
     return 1 if failures else 0

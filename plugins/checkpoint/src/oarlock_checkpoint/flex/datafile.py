@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import pickle
 
 import numpy as np
 import xxhash
@@ -26,6 +27,7 @@ from oarlock_checkpoint.flex.threads import Beside
 
 FORMATS = {"safetensors": ".safetensors", "pickle": ".distcp"}
 CHECKSUM = "xxh3-64"
+_FORMAT = "oarlock-flexcheckpoint"   # in the __metadata__ of a safetensors data file
 _CHUNK = 64 << 20   # bytes per write call, each followed by a writeback request
 _SYNC_FILE_RANGE_WRITE = 2
 _HASH_ASIDE = 1 << 20   # bytes: smaller pieces are hashed in the writing thread
@@ -74,7 +76,7 @@ def write_data_file(path, arrays: dict, data_format: str) -> dict:
             with atomic_write(path, "save_state_dict()", durable=sync) as f:
                 pickle_format.write(arrays, f)
             return {key: hashed() for key, hashed in sums.items()}
-    header, layout = safetensors.encode_header(arrays, {"format": "oarlock-flexcheckpoint"})
+    header, layout = safetensors.encode_header(arrays, {"format": _FORMAT})
     sums, unflushed = {}, [0]
     with Beside() as beside, atomic_write(path, "save_state_dict()", durable=sync) as f:
         f.write(len(header).to_bytes(8, "little"))
@@ -105,51 +107,113 @@ def write_data_file(path, arrays: dict, data_format: str) -> dict:
     return sums
 
 
+class DamagedFile(ValueError):
+    """A checkpoint file that does not hold what the checkpoint says it does: damaged, truncated or
+    replaced. `path` is the file; `reason` says what was found, for reports that name the file
+    their own way (`oarlock checkpoint verify`)."""
+
+    def __init__(self, message: str, path: str, reason: str):
+        super().__init__(message)
+        self.path, self.reason = path, reason
+
+
 class DataFile:
     """Reads tensors from one data file; `read` checks what it finds against what the metadata
-    promised, so a file swapped or damaged under the metadata is reported, not misread."""
+    promised (dtype, shape, place in the file, checksum), so a file swapped or damaged under the
+    metadata raises DamagedFile naming it, never misreads. A pickle file is unpickled whole on first
+    use (through the restricted unpickler) and each array is let go of once read: every tensor of a
+    file is read once."""
 
-    def __init__(self, path: str, data_format: str):
-        self.path, self.format = path, data_format
+    def __init__(self, path: str, data_format: str, where: str = "load_state_dict()", flex: bool = True):
+        self.path, self.format, self.where = path, data_format, where
+        self.flex = flex   # a FlexCheckpoint's own file (not a Hugging Face one): its header names the format
         self._entries = self._start = self._arrays = None
+        self._broken = None   # why the header or the pickle could not be read: every later read fails alike
 
-    def read(self, key: str, dtype: np.dtype, shape: tuple, out: np.ndarray | None = None) -> np.ndarray:
+    def read(self, key: str, dtype: np.dtype, shape: tuple, out: np.ndarray | None = None,
+             expected: str | None = None) -> np.ndarray:
         """The tensor `key` as an array of `dtype` and `shape`, read into `out` when given (a
-        C-contiguous array of that dtype and shape)."""
-        if self.format == "pickle":
-            return self._read_pickled(key, dtype, shape, out)
+        C-contiguous array of that dtype and shape) and checked against the checksum `expected`
+        (hex) when given."""
+        if self._broken is not None:
+            raise self._damaged(self._broken)
+        array = self._read_pickled(key, dtype, shape, out) if self.format == "pickle" else \
+            self._read_safetensors(key, dtype, shape, out)
+        if expected is not None and (found := checksum(array)) != expected:
+            raise DamagedFile(f"{self.where}: tensor {key!r} in {self.path!r} fails its {CHECKSUM} checksum (stored "
+                              f"{expected}, read {found}): the file was damaged after it was saved", self.path,
+                              f"stored {expected}, read {found}: the {CHECKSUM} checksum does not match (the file "
+                              f"was damaged after it was saved)")
+        return array
+
+    def _damaged(self, reason: str) -> DamagedFile:
+        return DamagedFile(f"{self.where}: {self.path!r} {reason}", self.path, reason)
+
+    def _broken_by(self, reason: str) -> DamagedFile:
+        self._broken = reason
+        return self._damaged(reason)
+
+    def _header(self) -> dict:
         if self._entries is None:
             with open(self.path, "rb") as f:
-                self._entries, _, self._start = safetensors.read_header(f, self.path)
-        entry = self._entries.get(key)
+                try:
+                    entries, metadata, self._start = safetensors.read_header(f, self.path)
+                except ValueError as exc:   # safetensors names the file first; the reason is the rest
+                    raise self._broken_by(str(exc).removeprefix(f"{self.path!r} ")) from None
+            fmt = (metadata or {}).get("format")
+            if self.flex and fmt != _FORMAT:
+                raise self._broken_by(f"has format {fmt!r} in its header, not {_FORMAT!r}: the file was damaged or "
+                                      f"replaced")
+            self._entries = entries
+        return self._entries
+
+    def _read_safetensors(self, key, dtype, shape, out):
+        entry = self._header().get(key)
         if entry is None:
-            raise ValueError(f"load_state_dict(): {self.path!r} has no tensor {key!r}, but the checkpoint's metadata "
-                             f"says it does: the file was replaced or damaged")
+            raise self._damaged(f"has no tensor {key!r}, but the checkpoint's metadata says it does: the file was "
+                                f"replaced or damaged")
         stored = safetensors.DTYPES.get(entry["dtype"], entry["dtype"])
         if tuple(entry["shape"]) != tuple(shape) or stored != _name(dtype):
-            raise ValueError(f"load_state_dict(): {self.path!r} holds {key!r} as {stored} {entry['shape']}, but the "
-                             f"metadata says {_name(dtype)} {list(shape)}: the file was replaced or damaged")
+            raise self._damaged(f"holds {key!r} as {stored} {entry['shape']}, but the metadata says {_name(dtype)} "
+                                f"{list(shape)}: the file was replaced or damaged")
         if out is None:
             out = np.empty(shape, dtype)
         begin, end = entry["data_offsets"]
         with open(self.path, "rb") as f:
             f.seek(self._start + begin)
             if f.readinto(raw_bytes(out)) != end - begin:
-                raise ValueError(f"load_state_dict(): {self.path!r} ends inside tensor {key!r}: the file is truncated")
+                raise self._damaged(f"ends inside tensor {key!r}: the file is truncated")
         return out
 
     def _read_pickled(self, key, dtype, shape, out):
         if self._arrays is None:
-            self._arrays = pickle_format.load(self.path, return_numpy=True, weights_only=True)
-        array = self._arrays.get(key)
-        if array is None or array.dtype != dtype or array.shape != tuple(shape):
-            found = "nothing" if array is None else f"{_name(array.dtype)} {list(array.shape)}"
-            raise ValueError(f"load_state_dict(): {self.path!r} holds {found} under {key!r}, but the metadata says "
-                             f"{_name(dtype)} {list(shape)}: the file was replaced or damaged")
+            self._arrays = self._unpickle()
+        array = self._arrays.pop(key, None)   # read once: let go of it
+        if not isinstance(array, np.ndarray) or array.dtype != dtype or array.shape != tuple(shape):
+            found = f"{_name(array.dtype)} {list(array.shape)}" if isinstance(array, np.ndarray) else \
+                "nothing" if array is None else f"a {type(array).__name__}"
+            raise self._damaged(f"holds {found} under {key!r}, but the metadata says {_name(dtype)} {list(shape)}: "
+                                f"the file was replaced or damaged")
         if out is None:
             return array
         out[...] = array
         return out
+
+    def _unpickle(self) -> dict:
+        try:   # weights_only: safe_pickle's restricted unpickler, which builds data and runs nothing
+            arrays = pickle_format.load(self.path, return_numpy=True, weights_only=True)
+        except OSError:   # unreadable (missing, no permission): not damage, and says so itself
+            raise
+        except Exception as exc:   # UnpicklingError (UnsafePickleError included), or a MemoryError from a
+            # damaged length: every one means these bytes are not the data file that was saved
+            detail = str(exc).removeprefix(f"load(): {self.path!r}: ")   # this error names the file already
+            if not isinstance(exc, pickle.UnpicklingError):
+                detail = f"{type(exc).__name__}: {detail}; the file is damaged"
+            raise self._broken_by(f"cannot be unpickled: {detail}") from None
+        if not isinstance(arrays, dict):
+            raise self._broken_by(f"holds a pickled {type(arrays).__name__}, not the dict of arrays of a data file: "
+                                  f"the file is damaged or not a FlexCheckpoint data file")
+        return arrays
 
 
 def _name(dtype) -> str:

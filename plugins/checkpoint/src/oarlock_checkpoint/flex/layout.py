@@ -27,7 +27,7 @@ from oarlock_checkpoint import safetensors
 from oarlock_checkpoint._arrays import NUMPY_DTYPE
 from oarlock_checkpoint._files import atomic_write
 from oarlock_checkpoint.flex.boxes import box_of, whole
-from oarlock_checkpoint.flex.datafile import CHECKSUM, durable
+from oarlock_checkpoint.flex.datafile import CHECKSUM, DamagedFile, durable
 
 FORMAT = "oarlock-flexcheckpoint"
 VERSION = 1
@@ -106,11 +106,15 @@ def _unseal(raw: bytes, path: str) -> dict:
         content = json.loads(raw)
         stored = content.pop(_SEAL)
     except (ValueError, KeyError, AttributeError, TypeError):
-        raise ValueError(f"{path!r} is not a readable FlexCheckpoint record (damaged JSON)") from None
+        raise _damaged_record(path, "is not a readable FlexCheckpoint record (damaged JSON)") from None
     text = json.dumps(content, sort_keys=True, separators=(",", ":"))
     if f"{zlib.crc32(text.encode()):08x}" != stored:
-        raise ValueError(f"{path!r} fails its CRC-32 check: the file was damaged after it was written")
+        raise _damaged_record(path, "fails its CRC-32 check: the file was damaged after it was written")
     return content
+
+
+def _damaged_record(path: str, reason: str) -> DamagedFile:
+    return DamagedFile(f"{path!r} {reason}", path, reason)
 
 
 def write_record(path: str, body: dict) -> None:
@@ -131,9 +135,11 @@ def metadata_body(unique_id: int, world_size: int, data_format: str, tensors: di
 
 
 # -- reading ------------------------------------------------------------------------------------------------
-def open_source(path, unique_id, where: str) -> tuple:
+def open_source(path, unique_id, where: str, check_files: bool = True) -> tuple:
     """(Source, data format) of the checkpoint at `path`: a FlexCheckpoint directory (id `unique_id`,
-    the newest complete one when None), a Hugging Face style directory or one .safetensors file."""
+    the newest complete one when None), a Hugging Face style directory or one .safetensors file.
+    check_files=True raises DamagedFile for the first data file whose size is not the recorded one
+    (see file_problems)."""
     path = os.fspath(path)
     if os.path.isfile(path) and path.endswith(".safetensors"):
         return _huggingface(os.path.dirname(path) or ".", [os.path.basename(path)], where), "safetensors"
@@ -142,7 +148,7 @@ def open_source(path, unique_id, where: str) -> tuple:
                                 f"Hugging Face style directory or a .safetensors file)")
     complete, partial = checkpoint_ids(path)
     if complete or partial:
-        return _flex(path, _choose_id(path, unique_id, complete, partial, where), where)
+        return _flex(path, _choose_id(path, unique_id, complete, partial, where), where, check_files)
     names = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
     if not names:
         raise FileNotFoundError(f"{where}: {path!r} holds no checkpoint: no *.metadata of a FlexCheckpoint and no "
@@ -177,9 +183,12 @@ def _choose_id(path: str, unique_id, complete: set, partial: set, where: str) ->
     return newest
 
 
-def _flex(path: str, unique_id: int, where: str) -> tuple:
+def _flex(path: str, unique_id: int, where: str, check_files: bool) -> tuple:
     meta_file = metadata_path(path, unique_id)
-    body = read_record(meta_file)
+    try:
+        body = read_record(meta_file)
+    except DamagedFile as exc:
+        raise DamagedFile(f"{where}: {exc}", exc.path, exc.reason) from None
     if body.get("format") != FORMAT or body.get("version") != VERSION:
         raise ValueError(f"{where}: {meta_file!r} is not version {VERSION} FlexCheckpoint metadata (format "
                          f"{body.get('format')!r}, version {body.get('version')!r})")
@@ -189,14 +198,25 @@ def _flex(path: str, unique_id: int, where: str) -> tuple:
                for key, entry in body["tensors"].items()}
     source = Source(path, tensors, body["objects"], body["files"], f"checkpoint {unique_id} in {path!r}", unique_id,
                     body["world_size"])
-    for name, info in body["files"].items():
+    problems = file_problems(source) if check_files else {}
+    if problems:
+        name, reason = next(iter(problems.items()))
+        file = source.file_path(name)
+        raise DamagedFile(f"{where}: data file {file!r} of {source.description} {reason}", file, reason)
+    return source, body["data_format"]
+
+
+def file_problems(source: Source) -> dict:
+    """{file name: why} for each data file of a FlexCheckpoint that is missing or not of the size its
+    metadata records."""
+    problems = {}
+    for name, info in source.files.items():
         file = source.file_path(name)
         size = os.stat(file).st_size if os.path.exists(file) else None
-        if size != info["bytes"]:
+        if info.get("bytes") is not None and size != info["bytes"]:
             state = "is missing" if size is None else f"has {size} bytes, expected {info['bytes']}"
-            raise ValueError(f"{where}: data file {file!r} of {source.description} {state}: the checkpoint was "
-                             f"damaged or partly deleted after it was saved")
-    return source, body["data_format"]
+            problems[name] = f"{state}: the checkpoint was damaged or partly deleted after it was saved"
+    return problems
 
 
 def _huggingface(directory: str, names: list, where: str) -> Source:

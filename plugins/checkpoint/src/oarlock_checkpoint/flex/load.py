@@ -3,8 +3,15 @@
 Every rank states the boxes it holds (its requests); all ranks then compute
 the same plan (plan.py): each file is read by one rank, and the pieces others
 need move in one all-to-all per round. With an unchanged layout each rank
-reads its own file and nothing moves. Every shard read is checked against
-its checksum before any of it is used.
+reads its own file and nothing moves.
+
+All or nothing: every shard read is checked (its checksum, dtype, shape and
+place in the file; a pickle that unpickles) before any of it is used, and
+pieces gather in host staging buffers, not in the target tensors. Each rank's
+reading and placing runs inside a collective that shares failures
+(Team.gather_checked), so a damaged file anywhere stops every rank; only once
+every rank holds every piece do the ranks copy their staging buffers into the
+targets. A failed load leaves every target tensor as it was, on every rank.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from oarlock_checkpoint._arrays import NUMPY_DTYPE
 from oarlock_checkpoint.flex import layout, pending
 from oarlock_checkpoint.flex.aoa import build_mapping
 from oarlock_checkpoint.flex.boxes import relative, shape_of, slices
-from oarlock_checkpoint.flex.datafile import CHECKSUM, DataFile, checksum, raw_bytes
+from oarlock_checkpoint.flex.datafile import DataFile, raw_bytes
 from oarlock_checkpoint.flex.plan import Request, make_plan, round_bytes
 from oarlock_checkpoint.flex.state import flatten, put_objects
 from oarlock_checkpoint.flex.team import team_for
@@ -32,9 +39,28 @@ def load_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
     axes); `aoa_config={"aoa_statements": [...]}` maps other structures (renames, splits, fused
     QKV, ...). Every rank of `process_group` calls it.
 
+    All or nothing: no target is written before every rank has read and checked every shard it
+    reads (file sizes, dtypes, shapes, XXH3-64 checksums, readable pickles); a damaged, truncated or
+    missing file raises on every rank, naming the file, and leaves every target as it was. Peak host
+    memory besides the targets themselves: one staging copy of this rank's target tensors (tensors
+    on an accelerator need that host copy anyway), plus one round of shards read and pieces
+    received (OARLOCK_CHECKPOINT_ROUND_BYTES, 1 GiB by default, or the largest shard when that is
+    larger), plus, for pickle (.distcp) checkpoints, the arrays not yet used of each data file this
+    rank has begun (a pickle is read whole).
+
     coordinator_rank, offload, mw_name_compatibility and safetensors are accepted for Paddle's
     signature: reading needs no coordinator, data is staged in host memory anyway, names are
     taken as they are, and the data format is read from the checkpoint itself."""
+    _load(state_dict, path, process_group, unique_id, aoa_config, staged=True)
+
+
+def load_fresh(state_dict, path, unique_id=None, aoa_config=None) -> None:
+    """load_state_dict into tensors only the caller holds (merge's new ones), which a failed load
+    leaves half filled, unseen: pieces go straight into their host memory, with no staging copy."""
+    _load(state_dict, path, None, unique_id, aoa_config, staged=False)
+
+
+def _load(state_dict, path, process_group, unique_id, aoa_config, staged: bool) -> None:
     pending.wait_async_save()   # a background save to this directory must finish first
     team = team_for(process_group, WHERE)
 
@@ -54,14 +80,14 @@ def load_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
                             _destination(requests))
     _check(mapping, source, requests)
     rounds = make_plan(source, requests, mapping, WHERE, budget)
-    targets = {key: _Target(shard) for key, shard in shards.items() if key not in mapping.created}
-    files = {}
+    targets = {key: _Target(shard, staged) for key, shard in shards.items() if key not in mapping.created}
+    loader = _Loader(team, targets, source, data_format)
     for reads in rounds:
-        _run_round(reads, team, targets, files, source, data_format)
+        loader.run_round(reads)
+    loader.finish()   # returns on every rank or raises on every rank
     for target in targets.values():
-        target.finish()
+        target.commit()
     put_objects(state_dict, {key: source.objects[key] for key in objects})
-    return None
 
 
 def _destination(requests: list) -> dict:
@@ -92,20 +118,26 @@ def _check(mapping, source, requests) -> None:
 
 
 class _Target:
-    """Where loaded pieces land: the tensor's own host buffer when it has one (CPU), else a staging
-    array copied into the tensor at the end."""
+    """Where the loaded pieces of one tensor gather: a staging array, copied into the tensor by
+    commit() once every rank has everything; unstaged (a fresh tensor), the tensor's own host
+    buffer when it has one (CPU)."""
 
-    def __init__(self, shard):
+    def __init__(self, shard, staged: bool):
         self.shard = shard
         data = getattr(shard.tensor, "_data", None)
-        self.direct = type(data) is np.ndarray and data.flags.writeable and data.flags.c_contiguous
-        self.buffer = data if self.direct else np.empty(shape_of(shard.box), NUMPY_DTYPE[shard.dtype])
+        self.host = data if type(data) is np.ndarray and data.flags.writeable and data.flags.c_contiguous else None
+        self.buffer = self.host if self.host is not None and not staged else \
+            np.empty(shape_of(shard.box), NUMPY_DTYPE[shard.dtype])
 
     def put(self, dst_box: tuple, value: np.ndarray) -> None:
         self.buffer[slices(relative(dst_box, self.shard.box))] = value
 
-    def finish(self) -> None:
-        if not self.direct:
+    def commit(self) -> None:
+        if self.buffer is self.host:
+            return
+        if self.host is not None:
+            np.copyto(self.host, self.buffer)   # in place: views of the tensor and its holders see the values
+        else:
             self.shard.tensor.set_value(self.buffer)
 
 
@@ -116,57 +148,84 @@ def _apply(transfer, piece: np.ndarray, targets: dict) -> None:
     targets[transfer.dst_key].put(transfer.dst_box, value)
 
 
-def _read(read, targets, files, source, data_format, rank) -> np.ndarray | None:
-    """The shard's values, checked against its checksum; read straight into the target tensor when the
-    shard is exactly what this rank needs (an unchanged layout), in which case None is returned."""
-    dtype, shape = np.dtype(NUMPY_DTYPE[read.dtype]), shape_of(read.shard_box)
-    only = read.transfers[0] if len(read.transfers) == 1 else None
-    target = targets[only.dst_key] if only is not None and only.needer == rank else None
-    straight = (target is not None and target.direct and only.src_box == read.shard_box
-                and only.dst_box == target.shard.box and not only.casts and only.perm == tuple(range(len(shape)))
-                and target.buffer.dtype == dtype)
-    reader = files.get(read.file) or files.setdefault(read.file, DataFile(source.file_path(read.file), data_format))
-    array = reader.read(read.key, dtype, shape, target.buffer if straight else None)
-    if read.checksum is not None and checksum(array) != read.checksum:
-        raise ValueError(f"{WHERE}: tensor {read.key!r} in {source.file_path(read.file)!r} fails its {CHECKSUM} "
-                         f"checksum (stored {read.checksum}, read {checksum(array)}): the file was damaged after it "
-                         f"was saved")
-    return None if straight else array
+class _Loader:
+    """Runs the plan's rounds on this rank: read this rank's shards, send the pieces others need,
+    place what arrives. Every local step (reading, placing) runs inside Team.gather_checked, so an
+    error on one rank is raised on all of them at that collective instead of leaving the others
+    waiting in the next; pieces received in one round are placed in the next round's step (or in
+    finish)."""
 
+    def __init__(self, team, targets: dict, source, data_format: str):
+        self.team, self.targets, self.source, self.data_format = team, targets, source, data_format
+        self.files = {}
+        self.received = []   # (transfer, piece) from the last exchange, still to be placed
 
-def _run_round(reads, team, targets, files, source, data_format) -> None:
-    me = team.rank
+    def run_round(self, reads: list) -> None:
+        def step():
+            self._place_received()
+            return self._read_mine(reads), None
 
-    def read_mine():
-        outgoing = [[] for _ in range(team.size)]
+        outgoing, _ = self.team.gather_checked(step, WHERE)
+        self._exchange(reads, outgoing)
+
+    def finish(self) -> None:
+        """Place the last pieces; returns on every rank once every rank holds all it needs."""
+        self.team.gather_checked(lambda: (self._place_received(), None), WHERE)
+
+    def _place_received(self) -> None:
+        received, self.received = self.received, []
+        for transfer, piece in received:
+            _apply(transfer, piece, self.targets)
+
+    def _read_mine(self, reads: list) -> list:
+        """Read this rank's shards of the round, place the pieces it needs itself; returns the bytes
+        for each other rank."""
+        me, outgoing = self.team.rank, [[] for _ in range(self.team.size)]
         for read in reads:
             if read.reader != me:
                 continue
-            array = _read(read, targets, files, source, data_format, me)
+            array = self._read(read)
             if array is None:
                 continue
             for t in read.transfers:
                 piece = array[slices(relative(t.src_box, read.shard_box))]
                 if t.needer == me:
-                    _apply(t, piece, targets)
+                    _apply(t, piece, self.targets)
                 else:
                     outgoing[t.needer].append(raw_bytes(np.ascontiguousarray(piece)))
-        return outgoing, None
+        return outgoing
 
-    outgoing, _ = team.gather_checked(read_mine, WHERE)   # a failed read stops every rank, not just this one
-    remote = [(read, t) for read in reads for t in read.transfers if t.needer != read.reader]
-    if not remote:
-        return
-    sizes = [0] * team.size
-    for read, t in remote:
-        if t.needer == me:
-            sizes[read.reader] += t.nbytes
-    incoming = team.exchange([np.concatenate(o) if o else np.empty(0, np.uint8) for o in outgoing], sizes)
-    offsets = [0] * team.size
-    for read, t in remote:
-        if t.needer != me:
-            continue
-        start = offsets[read.reader]
-        offsets[read.reader] += t.nbytes
-        data = incoming[read.reader][start:start + t.nbytes]
-        _apply(t, data.view(NUMPY_DTYPE[read.dtype]).reshape(shape_of(t.src_box)), targets)
+    def _read(self, read) -> np.ndarray | None:
+        """The shard's values, checked; read straight into its target's buffer when the shard is
+        exactly what this rank needs (an unchanged layout), in which case None is returned."""
+        dtype, shape = np.dtype(NUMPY_DTYPE[read.dtype]), shape_of(read.shard_box)
+        only = read.transfers[0] if len(read.transfers) == 1 else None
+        target = self.targets[only.dst_key] if only is not None and only.needer == self.team.rank else None
+        straight = (target is not None and only.src_box == read.shard_box and only.dst_box == target.shard.box
+                    and not only.casts and only.perm == tuple(range(len(shape))) and target.buffer.dtype == dtype)
+        reader = self.files.get(read.file)
+        if reader is None:
+            reader = self.files[read.file] = DataFile(self.source.file_path(read.file), self.data_format, WHERE,
+                                                      flex=self.source.unique_id is not None)
+        array = reader.read(read.key, dtype, shape, target.buffer if straight else None, read.checksum)
+        return None if straight else array
+
+    def _exchange(self, reads: list, outgoing: list) -> None:
+        """One all-to-all of the round's pieces (every rank knows every size from the shared plan)."""
+        me, size = self.team.rank, self.team.size
+        remote = [(read, t) for read in reads for t in read.transfers if t.needer != read.reader]
+        if not remote:
+            return
+        sizes = [0] * size
+        for read, t in remote:
+            if t.needer == me:
+                sizes[read.reader] += t.nbytes
+        incoming = self.team.exchange([np.concatenate(o) if o else np.empty(0, np.uint8) for o in outgoing], sizes)
+        offsets = [0] * size
+        for read, t in remote:
+            if t.needer != me:
+                continue
+            start = offsets[read.reader]
+            offsets[read.reader] += t.nbytes
+            data = incoming[read.reader][start:start + t.nbytes]
+            self.received.append((t, data.view(NUMPY_DTYPE[read.dtype]).reshape(shape_of(t.src_box))))

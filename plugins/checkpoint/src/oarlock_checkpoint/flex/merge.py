@@ -18,7 +18,7 @@ from oarlock_checkpoint import safetensors as st
 from oarlock_checkpoint._files import atomic_write
 from oarlock_checkpoint.flex import layout
 from oarlock_checkpoint.flex.datafile import durable
-from oarlock_checkpoint.flex.load import load_state_dict
+from oarlock_checkpoint.flex.load import load_fresh
 
 WHERE = "merge_sharded_state_dict()"
 
@@ -43,7 +43,7 @@ def merge_sharded_state_dict(load_path, save_path, prefix=None, safetensor_prefi
     weight_map, total = {}, 0
     for i, group in enumerate(groups):
         tensors = _empty_tensors(group, source)
-        load_state_dict(tensors, load_path, unique_id=source.unique_id, aoa_config=aoa_config)
+        load_fresh(tensors, load_path, unique_id=source.unique_id, aoa_config=aoa_config)
         name = f"{safetensor_prefix}-{i + 1:05d}-of-{len(groups):05d}.safetensors"
         renamed = _strip(tensors, prefix)
         if _is_writer():
@@ -64,7 +64,7 @@ def load_merged_state_dict(path, prefix=None, unique_id=None, offload=False, aoa
     where = "load_merged_state_dict()"
     source, _ = layout.open_source(path, unique_id, where)
     tensors = _empty_tensors(_keys(source, prefix, where), source)
-    load_state_dict(tensors, path, unique_id=source.unique_id, aoa_config=aoa_config)
+    load_fresh(tensors, path, unique_id=source.unique_id, aoa_config=aoa_config)
     return _strip(tensors, prefix)
 
 
