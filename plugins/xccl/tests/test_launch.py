@@ -2,9 +2,13 @@
 
 Checked: rank-prefixed and complete output on the right stream, untouched script
 arguments, the ranks' environment, and the failure paths (an exception, sys.exit,
-os._exit, Ctrl-C to the launcher, a launcher that cannot start any rank): the
-launcher names the failed rank, ends within a bounded time and leaves no process
-of the job behind. Every job costs about half a second of mpiexec start-up, so the
+os._exit, SIGKILL, a segmentation fault, Ctrl-C to the launcher, a launcher that
+cannot start any rank): the launcher names the failed rank and how it ended, ends
+within a bounded time and leaves no process of the job behind. A SIGKILLed
+launcher, and a plain mpiexec job whose mpiexec and proxy are SIGKILLed, leave no
+process behind either: the ranks end themselves. Leftovers are found through an
+environment marker that every process of the job inherits (Hydra's proxy
+included). Every job costs about half a second of mpiexec start-up, so the
 failure cases use a short --grace and the helper scripts live in tests/scripts.
 """
 
@@ -34,41 +38,88 @@ HELLO = os.path.join(SCRIPTS, "launch_hello.py")
 FAIL = os.path.join(SCRIPTS, "launch_fail.py")
 OARLOCK_LAUNCH = [sys.executable, "-m", "oarlock.cli", "launch"]
 TIMEOUT_S = 60   # a hanging launcher fails the test instead of the run
+MARKER_ENV = "OARLOCK_TEST_JOB"   # inherited by every process of a test's job, Hydra's proxy included
+GONE_WITHIN_S = 10   # how long a job whose launcher was SIGKILLed may take to disappear
 
 
-def environment() -> dict:
-    """The test process's environment without launcher variables a surrounding job might have set."""
+def environment(marker: str | None = None) -> dict:
+    """The test process's environment without launcher variables a surrounding job might have set, plus the
+    job's marker."""
     env = dict(os.environ)
-    for name in ("OARLOCK_LAUNCH_DIR", launch.BACKEND_ENV, launch.TIMEOUT_ENV):
+    for name in ("OARLOCK_LAUNCH_DIR", "OARLOCK_LAUNCHER", launch.BACKEND_ENV, launch.TIMEOUT_ENV):
         env.pop(name, None)
+    if marker is not None:
+        env[MARKER_ENV] = marker
     return env
 
 
-def run_launch(*args, command=OARLOCK_LAUNCH):
+def new_marker() -> str:
+    return f"oarlock-launch-test-{uuid.uuid4().hex}"
+
+
+def run_launch(*args, command=OARLOCK_LAUNCH, marker=None):
     """Run the launcher to its end; returns (CompletedProcess, seconds taken)."""
     started = time.monotonic()
     done = subprocess.run([*command, *map(str, args)], capture_output=True, text=True, timeout=TIMEOUT_S,
-                          env=environment(), stdin=subprocess.DEVNULL)
+                          env=environment(marker), stdin=subprocess.DEVNULL)
     return done, time.monotonic() - started
 
 
+def _proc_text(pid: str, name: str) -> str:
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def leftovers(marker: str) -> list[str]:
-    """Command lines of live processes that mention `marker` (zombies have an empty command line)."""
+    """Live processes whose command line or environment holds `marker`, as "pid: command line" (a zombie has
+    an empty command line and environment)."""
     if not os.path.isdir("/proc"):
         table = subprocess.run(["ps", "-eo", "pid=,stat=,args="], capture_output=True, text=True, check=True).stdout
         return [row for row in table.splitlines() if marker in row and "Z" not in row.split()[1]]
     found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
             continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as fh:
-                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if marker in cmdline:
-            found.append(f"{name}: {cmdline}")
+        cmdline = _proc_text(pid, "cmdline")
+        if marker in cmdline or f"{MARKER_ENV}={marker}" in _proc_text(pid, "environ"):
+            found.append(f"{pid}: {cmdline}")
     return found
+
+
+def leftovers_after(marker: str, seconds: float) -> list[str]:
+    """The job's live processes once they are all gone or `seconds` have passed; kills what is left, so a
+    failing test does not leave sleeping ranks to the tests after it."""
+    deadline = time.monotonic() + seconds
+    while (found := leftovers(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for row in found:
+        try:
+            os.kill(int(row.split(":")[0]), signal.SIGKILL)
+        except OSError:
+            pass
+    return found
+
+
+def start_sleeping_job(command: list[str], marker: str, size: int = 2) -> subprocess.Popen:
+    """Start a job of `size` ranks that sleep (launch_fail.py's mode none) and wait until every rank runs."""
+    proc = subprocess.Popen([*command, "-n", str(size), *_RANK_PREFIX.get(command[0], []), FAIL, marker, "none",
+                             "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment(marker),
+                            stdin=subprocess.DEVNULL)
+    watchdog = threading.Timer(TIMEOUT_S, proc.kill)
+    watchdog.start()
+    try:
+        ready = [proc.stdout.readline() for _ in range(size)]
+    finally:
+        watchdog.cancel()
+    assert sorted(line.split()[-1] for line in ready) == [str(rank) for rank in range(size)], ready
+    return proc
+
+
+# plain mpiexec runs the rank wrapper itself; `oarlock launch` adds it
+_RANK_PREFIX = {launch.find_mpiexec(): [sys.executable, "-u", "-m", "oarlock_xccl.rank"]}
 
 
 def lines(text: str) -> list[str]:
@@ -137,43 +188,78 @@ def test_python_m_oarlock_distributed_launch_is_the_same_command():
 
 
 # -- jobs that fail ----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("mode, size, code, summary", [
-    ("raise", 2, 1, "ValueError: boom on rank 1"),            # the others wait in MPI_Barrier: MPI_Abort ends them
-    ("raise-sleeping", 3, 1, "ValueError: boom on rank 1"),   # the others sleep outside MPI: the launcher ends them
-    ("exit", 2, 3, "SystemExit: 3"),
-    ("os_exit", 3, None, "exited without reporting (os._exit or killed by a signal)"),
+@pytest.mark.parametrize("mode, size, failing, code, ending", [
+    # the others wait in MPI_Barrier: MPI_Abort ends them
+    ("raise", 2, 1, 1, "failed (exit code 1): ValueError: boom on rank 1"),
+    # the others sleep outside MPI: the launcher ends them
+    ("raise-sleeping", 3, 1, 1, "failed (exit code 1): ValueError: boom on rank 1"),
+    ("exit", 2, 1, 2, "failed (exit code 2): SystemExit: 2"),
+    ("os_exit", 3, 1, 3, "exited with code 3 without an error record (os._exit or a C-level exit)"),
+    ("sigkill", 2, 0, 128 + 9, "was killed by SIGKILL (signal 9)"),
+    ("sigsegv", 2, 1, 128 + 11, "was killed by SIGSEGV (signal 11)"),
 ])
-def test_a_failing_rank_ends_the_job_and_is_named(mode, size, code, summary):
-    marker = f"oarlock-launch-test-{uuid.uuid4().hex}"
-    done, seconds = run_launch("-n", size, "--grace", 0.5, FAIL, marker, mode, 1)
+def test_a_failing_rank_ends_the_job_and_is_named_with_its_cause(mode, size, failing, code, ending):
+    marker = new_marker()
+    done, seconds = run_launch("-n", size, "--grace", 0.5, FAIL, marker, mode, failing, marker=marker)
     assert seconds < 30  # the other ranks would sleep for 120 s
-    assert leftovers(marker) == []  # ranks, their children and mpiexec are all gone
-    assert done.returncode == (code or done.returncode) and done.returncode != 0, done.stderr
-    shown = "unknown" if code is None else code
-    assert f"oarlock launch: rank 1 failed (exit code {shown}): {summary}" in done.stderr
-    assert f"oarlock launch: 1 of {size} rank(s) failed: rank 1 (exit code {shown}): {summary}" in lines(done.stderr)
+    assert leftovers_after(marker, 0) == []  # ranks, their children, mpiexec and its proxy are all gone
+    assert done.returncode == code, done.stderr
+    what = f"rank {failing} {ending}"
+    assert f"oarlock launch: {what}" in done.stderr
+    assert f"oarlock launch: 1 of {size} rank(s) failed: {what}" in lines(done.stderr)
     if mode.startswith("raise"):
-        assert "[rank 1] Traceback (most recent call last):" in lines(done.stderr)
+        assert f"[rank {failing}] Traceback (most recent call last):" in lines(done.stderr)
         assert "oarlock_xccl" not in done.stderr.split("Traceback", 1)[1].split("ValueError")[0]  # the script's frames
 
 
 def test_ctrl_c_to_the_launcher_stops_the_job():
-    marker = f"oarlock-launch-test-{uuid.uuid4().hex}"
-    proc = subprocess.Popen([*OARLOCK_LAUNCH, "-n", "2", FAIL, marker, "none", "0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=environment(), stdin=subprocess.DEVNULL)
-    watchdog = threading.Timer(TIMEOUT_S, proc.kill)
-    watchdog.start()
+    marker = new_marker()
+    proc = start_sleeping_job(OARLOCK_LAUNCH, marker)
     try:
-        ready = [proc.stdout.readline() for _ in range(2)]
-        assert sorted(line.split()[-1] for line in ready) == ["0", "1"], ready
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=TIMEOUT_S)
     finally:
-        watchdog.cancel()
         proc.kill()
     assert proc.returncode == 130, stderr
     assert "oarlock launch: got SIGINT; stopping the job" in stderr
-    assert leftovers(marker) == []
+    assert "failed" not in stderr  # ranks the launcher stopped are not failures
+    assert leftovers_after(marker, 0) == []
+
+
+def test_sigkill_of_the_launcher_ends_every_process_of_the_job(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where the launcher makes its launch directory
+    marker = new_marker()
+    proc = start_sleeping_job(OARLOCK_LAUNCH, marker)
+    try:
+        # mpiexec, its proxy, and per rank the wrapper, the script and the script's child
+        assert len(leftovers(marker)) >= 2 + 3 * 2
+        proc.kill()
+        proc.wait(TIMEOUT_S)
+        assert leftovers_after(marker, GONE_WITHIN_S) == []
+    finally:
+        proc.kill()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert list(tmp_path.iterdir()) == []  # the ranks removed the launch directory the launcher could not
+
+
+def test_ranks_of_plain_mpiexec_end_when_mpiexec_and_its_proxy_are_killed():
+    # e.g. by the OOM killer or `kill -9` of the job's Hydra processes: nothing is left to stop the ranks
+    marker = new_marker()
+    mpiexec = launch.find_mpiexec()
+    proc = start_sleeping_job([mpiexec], marker)
+    try:
+        hydra = [int(row.split(":")[0]) for row in leftovers(marker) if "hydra_pmi_proxy" in row or
+                 row.split(": ", 1)[1].split()[0] == mpiexec]
+        assert len(hydra) >= 2, leftovers(marker)
+        for pid in hydra:
+            os.kill(pid, signal.SIGKILL)
+        proc.wait(TIMEOUT_S)
+        assert leftovers_after(marker, GONE_WITHIN_S) == []
+    finally:
+        proc.kill()
+        proc.stdout.close()
+        proc.stderr.close()
 
 
 # -- the launcher's own errors -----------------------------------------------------------------------------------------

@@ -3,9 +3,11 @@
 Under `oarlock launch` every rank has the launcher's directory in
 OARLOCK_LAUNCH_DIR. A rank writes small record files there, which the launcher
 polls: `rank{r}.pid` when it starts, `rank{r}.done` when the script finished
-normally and `rank{r}.failed` (JSON: rank, exit code, a one-line summary) when
-it failed. Records are written under a temporary name and then renamed, so the
-launcher never reads half a record.
+normally, `rank{r}.failed` (JSON: rank, exit code, a one-line summary) when
+it failed, and `rank{r}.exit` (the script process's wait status, written by the
+rank's supervisor, see oarlock_xccl.supervisor) when the script's process has
+ended, however it ended. Records are written under a temporary name and then
+renamed, so the launcher never reads half a record.
 
 `fail(exc)` is the one way a rank fails: the rank wrapper (oarlock_xccl.rank),
 the collective watchdog and the excepthook installed by init_parallel_env all
@@ -19,17 +21,20 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from typing import NoReturn
 
 LAUNCH_DIR_ENV = "OARLOCK_LAUNCH_DIR"
+LAUNCH_DIR_PREFIX = "oarlock-launch-"   # the launch directory's name starts with it (tempfile.mkdtemp's prefix)
+LAUNCHER_ENV = "OARLOCK_LAUNCHER"       # "PID:START" of the `oarlock launch` process (see oarlock_xccl.supervisor)
 
 # The rank as the MPI launcher announces it: MPICH's Hydra sets PMI_RANK, Open MPI the other two.
 RANK_ENVS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 
-# The files of rank r in the launch directory are rank{r}.{kind}: its records (PID, DONE, FAILED)
+# The files of rank r in the launch directory are rank{r}.{kind}: its records (PID, DONE, FAILED, EXIT)
 # and the FIFOs its stdout and stderr go to (OUT, ERR).
-PID, DONE, FAILED, OUT, ERR = "pid", "done", "failed", "out", "err"
+PID, DONE, FAILED, EXIT, OUT, ERR = "pid", "done", "failed", "exit", "out", "err"
 
 _SUMMARY_LIMIT = 300
 
@@ -49,7 +54,7 @@ def launch_dir() -> str | None:
 
 
 def file_name(rank: int, kind: str) -> str:
-    """The name of the launch directory's file `kind` (PID, DONE, FAILED, OUT or ERR) of `rank`."""
+    """The name of the launch directory's file `kind` (PID, DONE, FAILED, EXIT, OUT or ERR) of `rank`."""
     return f"rank{rank}.{kind}"
 
 
@@ -94,11 +99,13 @@ def write_record(kind: str, payload: dict, *, replace: bool = True) -> bool:
 def record_failure(code: int, summary: str) -> None:
     """Tell `oarlock launch` that this rank failed with exit code `code`; a no-op without the launcher.
 
-    Never raises: it is called while a process is already going down.
+    Never raises: it is called while a process is already going down. The record's time
+    (time.monotonic(), one clock for all processes of the machine) orders failures of
+    several ranks.
     """
     try:
         write_record(FAILED, {"rank": launch_rank(), "exit_code": int(code), "summary": str(summary),
-                              "pid": os.getpid()}, replace=False)
+                              "pid": os.getpid(), "time": time.monotonic()}, replace=False)
     except Exception:  # reporting must not replace the failure being reported
         pass
 

@@ -7,18 +7,25 @@ oarlock_xccl.rank script.py args...`); this command adds what mpiexec lacks:
   private launch directory (see oarlock_xccl.rank); one thread per FIFO prints
   each line as "[rank R] line" on the launcher's stdout or stderr. Working at
   the fd level catches C-level output and child processes too.
-* failure detection. A rank that fails writes a record (oarlock_xccl.failure);
-  one that vanishes without a record (os._exit, a signal) is noticed through
-  the pid it recorded at start. MPICH's Hydra waits for the remaining ranks
-  when one exits non-zero, so the launcher names the failed rank, gives the job
-  --grace seconds to end by itself, then stops it.
+* failure detection, naming the rank and the cause. A rank whose script
+  raises writes an error record (oarlock_xccl.failure). Every rank's script
+  runs under a supervisor (oarlock_xccl.supervisor), which records how the
+  script's process ended: an exit code (os._exit, a C-level exit) or a signal.
+  mpiexec could not tell: Hydra reports one aggregate code. A rank gone
+  without any record (its supervisor was killed) is noticed through the pid it
+  recorded at start. MPICH's Hydra waits for the remaining ranks when one
+  exits non-zero, so the launcher names the failed rank, gives the job --grace
+  seconds to end by itself, then stops it.
 * no leftovers. Hydra starts its proxy and every rank in sessions of their own
   (setsid), so signalling mpiexec's process group does not reach them. The
   launcher finds the job's processes through /proc instead: the descendants of
   mpiexec plus every process in the sessions of mpiexec and of the ranks (which
   also catches a rank's children that were re-parented to init), and sends
   them SIGTERM, then SIGKILL. This runs on every exit path, including SIGINT,
-  SIGTERM and SIGHUP to the launcher.
+  SIGTERM and SIGHUP to the launcher. A launcher killed by SIGKILL runs
+  nothing: then every rank's supervisor, which watches the launcher's pid
+  (OARLOCK_LAUNCHER), ends its rank within a second or so, and mpiexec and its
+  proxies exit once their ranks are gone.
 
 Single node only: the ranks reach the launcher through files and FIFOs in a
 local temporary directory, and are followed through this machine's /proc.
@@ -38,7 +45,7 @@ import tempfile
 import threading
 import time
 
-from oarlock_xccl import failure
+from oarlock_xccl import failure, supervisor
 from oarlock_xccl.output import FifoError, OutputPump
 from oarlock_xccl.processes import ProcStat, is_alive, job_processes, send_signal
 
@@ -49,17 +56,20 @@ The script and its arguments come last; everything after the script is passed to
 
 environment of every rank (besides mpiexec's own, e.g. PMI_RANK):
   OARLOCK_LAUNCH_DIR          a temporary directory owned by the launcher and deleted when it ends; the ranks'
-                              output pipes and their start, done and failure records live there
+                              output pipes and their start, done, failure and exit records live there
+  OARLOCK_LAUNCHER            the launcher's process as PID:START; the ranks end themselves when it is gone
   OARLOCK_COMM_BACKEND        the --backend value; set only when --backend is mpi or nccl
   OARLOCK_COLLECTIVE_TIMEOUT  the --timeout value in seconds; set only when --timeout is given
   OARLOCK_DISTRIBUTED_DEBUG   1 with --debug
 
 Every line a rank writes to stdout or stderr is printed as "[rank R] line" on the launcher's stdout or stderr.
-When a rank fails (an exception, a non-zero exit status, os._exit or a signal) the launcher names it, waits
---grace seconds for the job to end by itself, then stops the remaining ranks (SIGTERM, SIGKILL 2 s later).
+When a rank fails (an exception, a non-zero exit status, os._exit or a signal) the launcher names it and the
+cause, waits --grace seconds for the job to end by itself, then stops the remaining ranks (SIGTERM, SIGKILL 2 s
+later). When the launcher itself is killed, the ranks end themselves within about a second.
 
-exit status: the exit code of the first rank that failed (for a rank that vanished without one: mpiexec's, else
-1); else mpiexec's; 128+N when the launcher was stopped by signal N (130 for Ctrl-C).
+exit status: the exit code of the first rank that failed (128+N for a rank killed by signal N; for a rank that
+vanished without any record: mpiexec's, else 1); else mpiexec's; 128+N when the launcher was stopped by signal N
+(130 for Ctrl-C).
 
 The ranks run on this machine: the launch directory must be theirs too.
 """
@@ -114,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     except LaunchError as exc:
         print(exc, file=sys.stderr)
         return 2
-    directory = tempfile.mkdtemp(prefix="oarlock-launch-")
+    directory = tempfile.mkdtemp(prefix=failure.LAUNCH_DIR_PREFIX)
     try:
         command = [mpiexec, *extra, "-n", str(args.nproc), sys.executable, "-u", "-m", "oarlock_xccl.rank",
                    script, *script_args]
@@ -153,6 +163,7 @@ def _check_args(args) -> tuple[str, list[str]]:
 def _rank_environment(args, directory: str) -> dict[str, str]:
     env = dict(os.environ)
     env[failure.LAUNCH_DIR_ENV] = directory
+    env[failure.LAUNCHER_ENV] = supervisor.launcher_identity()
     if args.backend != "auto":
         env[BACKEND_ENV] = args.backend
     if args.timeout is not None:
@@ -198,16 +209,32 @@ def launcher_options(mpiexec: str) -> list[str]:
 # -- ranks ------------------------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Failure:
+    """How one rank failed: `ending` completes "rank R ...", e.g. "was killed by SIGKILL (signal 9)"."""
     rank: int
-    exit_code: int | None   # None: the rank vanished without telling
-    summary: str
+    exit_code: int | None   # the launcher's exit status for it (128+N for signal N); None: the rank left no record
+    ending: str
+    time: float | None = None   # time.monotonic() of the failure when recorded: orders failures found together
 
-    def detail(self) -> str:
-        code = "unknown" if self.exit_code is None else self.exit_code
-        return f"(exit code {code}): {self.summary}"
+    def describe(self) -> str:
+        return f"rank {self.rank} {self.ending}"
 
 
-VANISHED = "exited without reporting (os._exit or killed by a signal)"
+VANISHED = ("ended without any record: the process mpiexec started for it was killed from outside (e.g. by "
+            "SIGKILL; mpiexec's own message may say more)")
+
+
+def exit_failure(rank: int, record: dict) -> Failure | None:
+    """The failure an EXIT record (the wait status of a rank's script, see oarlock_xccl.supervisor) shows, if any:
+    a signal or a non-zero exit code without an error record."""
+    when = record.get("time") if isinstance(record.get("time"), (int, float)) else None
+    signum, code = record.get("signal"), record.get("exit_code")
+    if isinstance(signum, int):
+        core = " (core dumped)" if record.get("core_dumped") else ""
+        return Failure(rank, 128 + signum, f"was killed by {_signal_name(signum)} (signal {signum}){core}", when)
+    if isinstance(code, int) and code != 0:
+        return Failure(rank, code, f"exited with code {code} without an error record (os._exit or a C-level exit)",
+                       when)
+    return None
 
 
 @dataclasses.dataclass
@@ -230,13 +257,15 @@ class _RankMonitor:
     def sessions(self) -> set[int]:
         return {rank.sid for rank in self.ranks.values()}
 
-    def poll(self, detect_vanished: bool = True) -> list[Failure]:
-        """Look for new failures; returns them in the order found.
+    def poll(self, detect_deaths: bool = True) -> list[Failure]:
+        """Look for new failures; returns them in the order they happened (as far as recorded).
 
+        An error record (the script raised) is always a failure. A death without one - an
+        exit record with a signal or a non-zero code, or a rank gone without any record -
+        counts only while no failure is known (and with detect_deaths): once one rank failed,
+        MPI_Abort, mpiexec or the launcher end the others, and those deaths are consequences.
         Which ranks have ended is decided before the records are read: a rank writes its
-        records before it exits, so a rank seen gone without a record never wrote one.
-        A rank that vanished counts as failed only while no failure is known: once one
-        rank failed, MPI_Abort or the launcher itself kills the others without records.
+        records before it exits, so a rank seen gone without one never wrote it.
         """
         names = set(os.listdir(self.directory))
         self._read_pid_records(names)
@@ -246,11 +275,15 @@ class _RankMonitor:
             self.ranks[number].ended = True
         names = set(os.listdir(self.directory))
         known = {item.rank for item in self.failures}
-        new = [record for record in map(self._read_failure, sorted(self._ranks_with(names, failure.FAILED) - known))
-               if record is not None]
-        if detect_vanished and not self.failures and not new:
-            finished = self._ranks_with(names, failure.DONE) | self._ranks_with(names, failure.FAILED)
-            new = [Failure(number, None, VANISHED) for number in ended if number not in finished]
+        failed = self._ranks_with(names, failure.FAILED)
+        new = [record for record in map(self._read_failure, sorted(failed - known)) if record is not None]
+        if detect_deaths and not self.failures:
+            exited = self._ranks_with(names, failure.EXIT) - failed
+            new += [record for record in map(self._read_exit, sorted(exited)) if record is not None]
+            if not new:
+                finished = exited | failed | self._ranks_with(names, failure.DONE)
+                new = [Failure(number, None, VANISHED) for number in ended if number not in finished]
+        new.sort(key=lambda item: (item.time is None, item.time or 0.0))
         self.failures.extend(new)
         return new
 
@@ -276,7 +309,14 @@ class _RankMonitor:
         if data is None:
             return None
         code = data.get("exit_code")
-        return Failure(rank, code if isinstance(code, int) else None, str(data.get("summary") or "no summary"))
+        code = code if isinstance(code, int) else None
+        when = data.get("time") if isinstance(data.get("time"), (int, float)) else None
+        summary = str(data.get("summary") or "no summary")
+        return Failure(rank, code, f"failed (exit code {'unknown' if code is None else code}): {summary}", when)
+
+    def _read_exit(self, rank: int) -> Failure | None:
+        data = self._read_json(rank, failure.EXIT)
+        return None if data is None else exit_failure(rank, data)
 
 
 # -- the job -----------------------------------------------------------------------------------------------------------
@@ -334,8 +374,8 @@ class _Job:
             return
         first = failures[0]
         tail = "; stopping the other ranks" if running else ""
-        print(f"oarlock launch: rank {first.rank} failed {first.detail()}{tail}", file=sys.stderr, flush=True)
-        if first.exit_code is None and len(failures) > 1:
+        print(f"oarlock launch: {first.describe()}{tail}", file=sys.stderr, flush=True)
+        if first.time is None and len(failures) > 1:
             # e.g. one rank killed by a signal, and mpiexec killing the others at once
             ranks = ", ".join(str(item.rank) for item in failures)
             print(f"oarlock launch: ranks {ranks} all ended without reporting within {POLL_S:g} s; which of them "
@@ -375,7 +415,7 @@ class _Job:
         self.proc.wait()
         # records written just before the end: by ranks that failed on their own while being stopped, or
         # (when mpiexec ended by itself) by any rank
-        self._note(self.monitor.poll(detect_vanished=not self.stopped), running=False)
+        self._note(self.monitor.poll(detect_deaths=not self.stopped), running=False)
 
     def _processes(self) -> dict[int, ProcStat]:
         root = self.proc.pid if self.proc.poll() is None else None
@@ -394,7 +434,7 @@ class _Job:
     def _exit_status(self) -> int:
         failures = self.monitor.failures
         if failures:
-            ranks = "; ".join(f"rank {item.rank} {item.detail()}" for item in failures)
+            ranks = "; ".join(item.describe() for item in failures)
             print(f"oarlock launch: {len(failures)} of {self.monitor.nproc} rank(s) failed: {ranks}", file=sys.stderr)
         if self.signals:
             return 128 + self.signals[0]

@@ -83,6 +83,11 @@ def job_processes(root: int | None, sessions: set[int]) -> dict[int, ProcStat]:
             if pid != os.getpid() and stat.sid != own_session and stat.state not in ("Z", "X")}
 
 
+def session_processes(sid: int) -> list[ProcStat]:
+    """The live members of session `sid`, the calling process included (none without /proc)."""
+    return [stat for stat in _all_processes() if stat.sid == sid and stat.state not in ("Z", "X")]
+
+
 def send_signal(stat: ProcStat, sig: int) -> None:
     """Signal the process `stat` describes, if it is still that process (not a later one with its pid)."""
     pidfd = None

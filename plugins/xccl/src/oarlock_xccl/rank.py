@@ -1,13 +1,17 @@
 """`python -m oarlock_xccl.rank script.py [args...]`: what `oarlock launch` runs in every rank.
 
-It runs the script as `__main__` like `python script.py` would, and adds, under
-the launcher (OARLOCK_LAUNCH_DIR set):
+It runs the script as `__main__` like `python script.py` would, in a child
+process of the one mpiexec started, which supervises it (oarlock_xccl.supervisor):
+it records how the script's process ended, os._exit and signals included, ends
+the same way, and ends the rank when its job is gone (mpiexec's proxy or the
+launcher killed). Under the launcher (OARLOCK_LAUNCH_DIR set) it adds:
 
 * fds 1 and 2 go to the launcher's FIFOs for this rank, first thing, so that
   everything the rank writes (C code and child processes included) reaches
   the launcher, which prefixes it with the rank;
-* records for the launcher (see oarlock_xccl.failure): the pid at start,
-  "done" after a normal end, "failed" with the reason otherwise.
+* records for the launcher (see oarlock_xccl.failure): the supervisor's pid at
+  start, "done" after a normal end, "failed" with the reason otherwise, and
+  "exit" with the script process's wait status.
 
 A script that raises or exits non-zero goes through failure.fail(), which
 aborts the MPI job when mpi4py is running, so the other ranks do not wait
@@ -23,7 +27,7 @@ import runpy
 import sys
 import time
 
-from oarlock_xccl import failure
+from oarlock_xccl import failure, supervisor
 
 USAGE = "usage: python -m oarlock_xccl.rank SCRIPT [ARGS ...]  (normally started by `oarlock launch`)"
 
@@ -40,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     if directory is not None:
         connect_output(directory, failure.launch_rank())
         _write_record(failure.PID, _identity())
+    supervisor.fork()  # returns in the process that runs the script
     try:
         run_script(argv[0], argv[1:])
     except SystemExit as exc:
@@ -89,13 +94,13 @@ def connect_output(directory: str, rank: int) -> None:
 
 def _open_fifo(path: str) -> int:
     """Open the FIFO for writing. Non-blocking, so a launcher that is gone cannot hang the rank; it
-    normally has the read end open already, but gets _CONNECT_WAIT_S to get there."""
+    normally has the read end open already, but gets _CONNECT_WAIT_S to get there (unless it died)."""
     deadline = time.monotonic() + _CONNECT_WAIT_S
     while True:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
         except OSError as exc:
-            if exc.errno != errno.ENXIO or time.monotonic() >= deadline:
+            if exc.errno != errno.ENXIO or time.monotonic() >= deadline or supervisor.launcher_gone():
                 raise
             time.sleep(0.01)
             continue
@@ -104,7 +109,8 @@ def _open_fifo(path: str) -> int:
 
 
 def _identity() -> dict:
-    """This process as the launcher should recognise it: pid, start time (against pid reuse), session."""
+    """This process (the rank's supervisor) as the launcher should recognise it: pid, start time (against pid
+    reuse), session."""
     from oarlock_xccl.processes import read_proc_stat
     stat = read_proc_stat(os.getpid())
     return {"rank": failure.launch_rank(), "pid": os.getpid(), "start": stat.start if stat else None,

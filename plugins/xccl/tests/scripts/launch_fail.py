@@ -2,10 +2,14 @@
 wait; MARKER (also in the command line of a child every rank starts) lets the test find leftover processes.
 
 MODE: raise (ValueError, others in MPI Barrier), raise-sleeping (ValueError, others sleep without MPI),
-exit (sys.exit(3)), os_exit (os._exit(5)), none (every rank sleeps: the launcher gets stopped by the test).
+exit (sys.exit(2)), os_exit (os._exit(3)), sigkill (the rank SIGKILLs itself), sigsegv (a real segmentation
+fault through ctypes), none (every rank sleeps: the test stops the launcher or mpiexec).
 """
 
+import ctypes
 import os
+import resource
+import signal
 import subprocess
 import sys
 import time
@@ -23,9 +27,14 @@ if rank == failing and mode != "none":
     if mode.startswith("raise"):
         raise ValueError(f"boom on rank {rank}")
     if mode == "exit":
-        sys.exit(3)
+        sys.exit(2)
     if mode == "os_exit":
-        os._exit(5)
+        os._exit(3)
+    if mode == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "sigsegv":
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))  # no core file
+        ctypes.string_at(0)  # reads address 0
 if mode == "raise":
     MPI.COMM_WORLD.Barrier()
 time.sleep(120)
