@@ -1,6 +1,6 @@
 """Convolution and pooling: the functional ops and layers against torch (float32, values and gradients
 of input, weight and bias, second order), against paddle where Paddle's semantics are its own ('same'
-ignoring dilation, ceil_mode windows in the padding, divisor_override, default initialisation), against
+ignoring dilation, the inclusive average's divisor, divisor_override, default initialisation), against
 the float64 numpy references of tests/op_specs/conv.py (always run), and the errors bad input gives.
 
 torch and paddle are optional: those comparisons skip cleanly without them.
@@ -129,10 +129,7 @@ def test_max_pool2d_matches_torch(torch, name):
     np.testing.assert_array_equal(mask.numpy(), indices.numpy())
 
 
-# with ceil_mode and exclusive=False torch divides a window that runs past the input by the cells inside
-# input + padding, Paddle by kh*kw (test_functional_matches_paddle covers that case)
-@pytest.mark.parametrize("name,exclusive", [(n, e) for n in POOL_CASES for e in (True, False)
-                                            if e or not POOL_CASES[n][1].get("ceil_mode")])
+@pytest.mark.parametrize("name,exclusive", [(n, e) for n in POOL_CASES for e in (True, False)])
 def test_avg_pool2d_matches_torch(torch, name, exclusive):
     xs, kw, tkw = POOL_CASES[name]
     _compare_with_torch(torch, lambda t: F.avg_pool2d(t, exclusive=exclusive, **kw),
@@ -300,13 +297,15 @@ PADDLE_FUNCTIONAL = {
     "conv2d_nhwc": ("conv2d", {"padding": 1, "data_format": "NHWC"}, True),
     "conv2d_transpose_same": ("conv2d_transpose", {"stride": 2, "padding": "same"}, True),
     "conv2d_transpose_output_size": ("conv2d_transpose", {"stride": 3, "output_size": [22, 26]}, True),
-    "max_pool_ceil_empty_window": ("max_pool2d", {"kernel_size": 3, "stride": 3, "padding": 1, "ceil_mode": True,
-                                                  "return_mask": True}, False),
-    "max_pool_big_padding": ("max_pool2d", {"kernel_size": 2, "stride": 2, "padding": 2, "return_mask": True}, False),
+    # ceil_mode where Paddle's windows are torch's (none would start in the padding: where one would,
+    # Paddle keeps it and fills it with -FLT_MAX or nan, oarlock drops it as torch does; test_pool_windows.py)
+    "max_pool_ceil": ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True,
+                                     "return_mask": True}, False),
     # (not with return_mask: paddle's max_pool2d_with_index pools 'same' into a different, smaller output)
     "max_pool_same": ("max_pool2d", {"kernel_size": 3, "padding": "same"}, False),
-    "avg_pool_ceil_exclusive": ("avg_pool2d", {"kernel_size": 3, "stride": 3, "padding": 1, "ceil_mode": True}, False),
-    "avg_pool_ceil_inclusive": ("avg_pool2d", {"kernel_size": 3, "stride": 3, "padding": 1, "ceil_mode": True,
+    "avg_pool_ceil_exclusive": ("avg_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True}, False),
+    # the last window runs past the padding: Paddle (and torch) divide by the cells inside input + padding
+    "avg_pool_ceil_inclusive": ("avg_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True,
                                                "exclusive": False}, False),
     "avg_pool_divisor_exclusive": ("avg_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1,
                                                   "divisor_override": 2}, False),

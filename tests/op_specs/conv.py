@@ -5,8 +5,9 @@ fold, max pooling (with its index and its gradient), avg_pool2d (and its gradien
 The references follow the definitions directly -- a loop over output positions (or, for the
 transposed convolution, over input positions scattering into the output) -- so they share no code or
 strategy with the im2col kernels. Paddle's semantics (see oarlock_ops/conv.py) are written out here:
-'same' padding ignores dilation, ceil_mode keeps windows that start in the padding, divisor_override
-scales the average by kh*kw / divisor. Comparisons with torch and paddle live in test_conv_pool.py.
+'same' padding ignores dilation, divisor_override scales the average by kh*kw / divisor; pooling windows
+follow torch's rule (ceil_mode drops a last window that would start in the right padding). Comparisons
+with torch and paddle live in test_conv_pool.py and test_pool_windows.py.
 """
 
 import numpy as np
@@ -273,17 +274,19 @@ def fold_ref(x, output_sizes, kernel_sizes, strides=1, paddings=0, dilations=1):
 
 # -- pooling references ------------------------------------------------------------------------------------
 
-def _windows(size, kernel_size, stride, padding, ceil_mode):
-    """[(rows, cols)] per output position (row-major): the input ranges each window covers."""
+def _windows(size, kernel_size, stride, padding, ceil_mode, inside=None):
+    """[(rows, cols)] per output position (row-major): the ranges each window covers inside the input
+    (inside="padded": inside the input and its padding, in input coordinates)."""
     kernel = _pair(kernel_size)
     stride = kernel if stride is None else _pair(stride)
     pads, _ = _pads(padding, size, kernel, stride, (1, 1))
     counts = []
     for n, (b, a), k, s in zip(size, pads, kernel, stride):
         room = n + b + a - k
-        counts.append((-(-room // s) if ceil_mode else room // s) + 1)
-    ranges = [[range(max(o * s - b, 0), min(o * s - b + k, n)) for o in range(m)]
-              for n, (b, _), k, s, m in zip(size, pads, kernel, stride, counts)]
+        count = (-(-room // s) if ceil_mode else room // s) + 1
+        counts.append(count - 1 if ceil_mode and (count - 1) * s >= n + b else count)
+    ranges = [[range(max(o * s - b, -b if inside else 0), min(o * s - b + k, n + a if inside else n)) for o in range(m)]
+              for n, (b, a), k, s, m in zip(size, pads, kernel, stride, counts)]
     return counts, ranges, kernel
 
 
@@ -314,12 +317,13 @@ def max_pool_grad_ref(grad, mask, input_size, data_format="NCHW"):
 
 def _avg_factors(size, kernel_size, stride, padding, ceil_mode, exclusive, divisor_override):
     (oh, ow), (rows, cols), kernel = _windows(size, kernel_size, stride, padding, ceil_mode)
+    _, (padded_rows, padded_cols), _ = _windows(size, kernel_size, stride, padding, ceil_mode, inside="padded")
     area = kernel[0] * kernel[1]
     factor = np.zeros((oh, ow))
     for i in range(oh):
         for j in range(ow):
-            count = len(rows[i]) * len(cols[j]) if exclusive else area
-            factor[i, j] = (1.0 / count if count else np.nan) * (area / divisor_override if divisor_override else 1)
+            count = len(rows[i]) * len(cols[j]) if exclusive else len(padded_rows[i]) * len(padded_cols[j])
+            factor[i, j] = (1.0 / count) * (area / divisor_override if divisor_override else 1)
     return factor, rows, cols
 
 
@@ -341,9 +345,8 @@ def avg_pool_grad_ref(grad, input_size, kernel_size, stride=None, padding=0, cei
                                       divisor_override)
     dx = np.zeros(grad.shape[:2] + tuple(input_size))
     for i, j in np.ndindex(factor.shape):
-        if np.isfinite(factor[i, j]):
-            dx[:, :, rows[i].start:rows[i].stop, cols[j].start:cols[j].stop] += \
-                (grad[:, :, i, j] * factor[i, j])[:, :, None, None]
+        dx[:, :, rows[i].start:rows[i].stop, cols[j].start:cols[j].stop] += \
+            (grad[:, :, i, j] * factor[i, j])[:, :, None, None]
     return _back(dx, data_format)
 
 
@@ -492,7 +495,7 @@ SPECS = [
         Case([In((1, 5, 4, 3))], {"kernel_size": [2, 3], "stride": 1, "padding": [1, 0, 0, 1],
                                   "data_format": "NHWC"}, name="nhwc"),
         Case([In((1, 1, 7, 8))], {"kernel_size": 3, "stride": 3, "padding": 1, "ceil_mode": True},
-             name="empty_window_is_nan", grad=False),
+             name="ceil_drops_window_in_padding"),
     ], ref=avg_pool_ref, call=F.avg_pool2d),
     OpSpec("avg_pool2d_grad", [
         Case([In((2, 3, 2, 3)), [4, 6], 2], name="k2"),
@@ -500,8 +503,8 @@ SPECS = [
              name="exclusive"),
         Case([In((1, 2, 4, 3))], {"input_size": [7, 6], "kernel_size": 3, "stride": 2, "padding": 1,
                                   "exclusive": False, "divisor_override": 4.0}, name="inclusive_divisor"),
-        Case([In((1, 1, 3, 4))], {"input_size": [7, 8], "kernel_size": 3, "stride": 3, "padding": 1,
-                                  "ceil_mode": True}, name="ceil_empty_window"),
+        Case([In((1, 1, 3, 3))], {"input_size": [7, 8], "kernel_size": 3, "stride": 3, "padding": 1,
+                                  "ceil_mode": True}, name="ceil_drops_window_in_padding"),
         Case([In((1, 2, 2, 3))], {"input_size": [4, 5], "kernel_size": [2, 3], "stride": 2, "data_format": "NHWC"},
              name="nhwc"),
     ], ref=avg_pool_grad_ref, call=lambda *a, **k: oarlock.avg_pool2d_grad(*a, **k)),

@@ -12,7 +12,7 @@ import numpy as np
 from oarlock import _ops
 from oarlock import autograd as _autograd
 from oarlock.autograd import PyLayer, run_backward, _seed_grads
-from oarlock.dtypes import _BY_NP, convert_dtype, from_numpy_dtype, get_default_dtype
+from oarlock.dtypes import _BY_NP, convert_dtype, fit_scalar, from_numpy_dtype, get_default_dtype
 
 _new = object.__new__
 _LOW_PRECISION = {"bfloat16", "float8_e4m3fn", "float8_e5m2"}
@@ -455,6 +455,10 @@ class Tensor:
         return _ops.getitem(self, index)
 
     def __setitem__(self, index, value):
+        if isinstance(value, (bool, int, float, complex, np.number, np.bool_)):
+            # a Python number is checked as PyTorch checks it: x[0] = nan on an int tensor, or 5+2j on a
+            # float one, raises instead of storing a wrong value (tensor values keep numpy's casts)
+            value = fit_scalar(value, self._dtype, "Tensor.__setitem__(): the value")
         _ops.setitem_(self, index, value)
 
     # -- methods that plugins add ------------------------------------------------------------------

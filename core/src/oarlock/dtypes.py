@@ -11,13 +11,14 @@ float16).
 from __future__ import annotations
 
 import builtins
+import math
 
 import ml_dtypes
 import numpy as np
 
 __all__ = [
     "DType", "convert_dtype", "promote_types", "result_type_with_scalar",
-    "set_default_dtype", "get_default_dtype", "all_dtypes",
+    "set_default_dtype", "get_default_dtype", "all_dtypes", "fit_scalar", "ScalarConversionError",
 ]
 
 
@@ -211,3 +212,93 @@ def set_default_dtype(d) -> None:
 
 def get_default_dtype() -> DType:
     return _default_float
+
+
+# -- a Python number going into a tensor ---------------------------------------------------------------
+
+class ScalarConversionError(ValueError, RuntimeError):
+    """A Python number that the dtype it is stored in cannot hold. A ValueError (Paddle's InvalidArgument)
+    and a RuntimeError (what PyTorch raises for it), so code written for either catches it."""
+
+
+# dtypes that take a finite value beyond their range as inf, as PyTorch does (IEEE rounding overflows);
+# float32 and complex64 refuse it instead, and float8_e4m3fn, which has no inf, refuses it and inf itself
+_OVERFLOW_TO_INF = frozenset({"float16", "bfloat16", "float8_e5m2"})
+_FLOAT_MAX: dict = {}
+
+
+def _float_max(dt: DType) -> float:
+    found = _FLOAT_MAX.get(dt)
+    if found is None:
+        found = _FLOAT_MAX[dt] = float(ml_dtypes.finfo(dt.np).max)
+    return found
+
+
+def fit_scalar(value, dtype, what: str = "value"):
+    """`value` (a Python or numpy number) as the Python number a tensor of `dtype` stores, or a
+    ScalarConversionError whose message starts with `what`. PyTorch's checks of a Python scalar going
+    into a tensor (c10::checked_convert), so that nothing is stored silently wrong:
+    - integer dtypes refuse nan, inf and values outside their range (a float is truncated toward zero
+      once it fits; a negative int wraps into an unsigned dtype down to -max, as in PyTorch);
+    - a complex value goes into a real dtype only when its imaginary part is 0;
+    - float32 and complex64 refuse a finite value beyond their range (float16, bfloat16 and float8_e5m2
+      round it to inf; float8_e4m3fn, which has no inf, refuses it and inf);
+    - bool takes anything (nonzero is True).
+    Tensors and arrays converted between dtypes are not checked: this is for Python numbers only."""
+    dt = dtype if dtype.__class__ is DType else convert_dtype(dtype)
+    if isinstance(value, np.generic):
+        value = value.item()
+    if dt.kind == "bool":
+        return builtins.bool(value)
+    if value.__class__ is complex and dt.kind != "complex":
+        if value.imag != 0 or math.isnan(value.imag):
+            raise ScalarConversionError(f"{what} {value!r} has an imaginary part, which {dt.name} cannot hold; "
+                                        f"pass its .real, or use a complex dtype")
+        value = value.real
+    if dt.kind == "int":
+        return _fit_int(value, dt, what)
+    if dt.kind == "float":
+        return _fit_float(value, dt, what)
+    value = complex(value)
+    return complex(_fit_float(value.real, dt, f"{what} {value!r}: its real part"),
+                   _fit_float(value.imag, dt, f"{what} {value!r}: its imaginary part"))
+
+
+def _shown(value) -> str:
+    """A number for a message: a huge int by its leading digits and length, not a screenful of digits."""
+    text = repr(value)
+    return f"{text[:8]}...({len(text)} digits)" if isinstance(value, int) and len(text) > 24 else text
+
+
+def _fit_int(value, dt: DType, what: str) -> int:
+    info = np.iinfo(dt.np)
+    if isinstance(value, float):
+        fits = math.isfinite(value) and info.min <= value <= info.max
+    else:
+        value = int(value)
+        # PyTorch lets a negative int wrap into an unsigned dtype (-1 into uint8 is 255), down to -max
+        fits = (-info.max if info.min == 0 else info.min) <= value <= info.max
+    if not fits:
+        note = " (nan and inf have no integer value)" if isinstance(value, float) and not math.isfinite(value) \
+            else f" (negative ints down to -{info.max} wrap around)" if info.min == 0 and isinstance(value, int) \
+            else ""
+        raise ScalarConversionError(f"{what} {_shown(value)} cannot be converted to {dt.name} without overflow: "
+                                    f"{dt.name} holds integers from {info.min} to {info.max}{note}")
+    value = int(value)   # truncation toward zero, as a C cast
+    return value % (info.max + 1) if value < 0 and info.min == 0 else value
+
+
+def _fit_float(value, dt: DType, what: str) -> float:
+    try:
+        value = float(value)
+    except OverflowError:   # a Python int beyond float64
+        raise ScalarConversionError(f"{what} {_shown(value)} cannot be converted to {dt.name} without overflow: "
+                                    f"it is beyond float64's largest value {float(np.finfo(np.float64).max)!r}") \
+            from None
+    limit = _float_max(dt if dt.kind == "float" else (_BY_NAME["float32"] if dt.rank <= 2 else _BY_NAME["float64"]))
+    if (abs(value) > limit and not math.isinf(value) and dt.name not in _OVERFLOW_TO_INF) or \
+            (math.isinf(value) and dt.name == "float8_e4m3fn"):
+        raise ScalarConversionError(f"{what} {value!r} cannot be converted to {dt.name} without overflow: "
+                                    f"{dt.name} holds finite values up to {limit!r}"
+                                    + (" and has no inf" if dt.name == "float8_e4m3fn" else ""))
+    return value

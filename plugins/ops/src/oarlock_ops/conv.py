@@ -33,9 +33,11 @@ Paddle's semantics, where they differ from torch's:
 - weight layouts: conv [out, in/groups, *kernel]; convNd_transpose [in, out/groups, *kernel].
 - argument order: conv2d_transpose takes (..., output_padding, dilation, groups, ...) but
   conv3d_transpose (..., output_padding, groups, dilation, ...), as in Paddle.
-- ceil_mode keeps a last window that starts in the padding (torch drops it). A window without any
-  input element gives the dtype's lowest finite value and mask -1 (max), nan (exclusive average:
-  0/0) or 0 (inclusive average).
+- pooling windows follow PyTorch's rules, not Paddle's: padding is at most half the kernel (Paddle
+  accepts more), and with ceil_mode a last window that would start in the right padding is dropped
+  (torch's pooling_output_shape; Paddle keeps it). So every window holds an input element: Paddle's
+  windows of padding alone gave the lowest finite value (max) or nan (exclusive average), and those
+  cases have the torch-sized, finite result here instead.
 - avg_pool2d divides by kh*kw when exclusive=False, and divisor_override scales the average by
   kh*kw / divisor_override (so near borders with exclusive=True it is not sum / divisor_override).
 - max_pool2d's mask (return_mask=True) is the int32 index h * W + w of each maximum in its plane.
@@ -202,28 +204,40 @@ def _transpose_geometry(size, kernel, stride, padding, output_padding, dilation,
 
 
 def _pool_geometry(size, kernel_size, stride, padding, ceil_mode, last):
+    """PyTorch's pooling windows (see the module docstring): padding at most half the kernel, and with
+    ceil_mode no window that starts in the right padding; so every window holds an input element."""
     nd = len(size)
     kernel = _ints("kernel_size", kernel_size, nd, 1)
     stride = kernel if stride is None else _ints("stride", stride, nd, 1)
     if ceil_mode and isinstance(padding, str) and padding.lower() == "valid":
         raise ValueError("ceil_mode=True cannot be combined with padding='valid' (as in Paddle)")
     pads, _ = _padding(padding, size, kernel, stride, (1,) * nd, last)
+    if any(max(p) > k // 2 for p, k in zip(pads, kernel)):
+        raise ValueError(f"padding {[list(p) for p in pads]} (a [before, after] pair per spatial axis) must be at "
+                         f"most half of kernel_size {list(kernel)} along each axis, i.e. at most "
+                         f"{[k // 2 for k in kernel]} (as in PyTorch: pad should be at most half of effective "
+                         f"kernel size); larger padding makes windows of padding alone")
     out = []
     for n, (b, a), k, s in zip(size, pads, kernel, stride):
         room = n + b + a - k
         if room < 0:
             raise ValueError(f"kernel_size {list(kernel)} is larger than the input's spatial size {list(size)} "
                              f"padded by {[list(p) for p in pads]}")
-        out.append((-(-room // s) if ceil_mode else room // s) + 1)
+        count = (-(-room // s) if ceil_mode else room // s) + 1
+        if ceil_mode and (count - 1) * s >= n + b:   # the last window would start in the right padding
+            count -= 1
+        out.append(count)
     return Geometry(tuple(size), kernel, stride, pads, (1,) * nd, tuple(out))
 
 
-def _window_counts(xp, geom):
-    """[OH, OW] (one axis per spatial axis): how many input (not padding) elements each pooling window covers."""
+def _window_counts(xp, geom, padding=False):
+    """[OH, OW] (one axis per spatial axis): how many input elements (and padding elements, with
+    padding=True) each pooling window covers; a ceil_mode window may run past both."""
     total = None
-    for n, (before, _), k, s, o in zip(geom.size, geom.pads, geom.kernel, geom.stride, geom.out):
+    for n, (before, after), k, s, o in zip(geom.size, geom.pads, geom.kernel, geom.stride, geom.out):
         start = xp.arange(o) * s - before
-        count = xp.clip(start + k, 0, n) - xp.clip(start, 0, n)
+        low, high = (-before, n + after) if padding else (0, n)
+        count = xp.clip(start + k, low, high) - xp.clip(start, low, high)
         total = count if total is None else total[..., None] * count  # an outer product, axis by axis
     return total
 
@@ -527,12 +541,9 @@ def _max_pool2d_with_index(xp, x, kernel_size, stride=None, padding=0, ceil_mode
     cols = xp.arange(geom.out[1], dtype=xp.int32) * geom.stride[1] - geom.pads[1][0]
     mask = (rows[:, None] * w + cols[None, :]) + step
     if bool((out == -xp.inf).any()):
-        # a maximum of -inf may sit in the padding: point at the window's first input element, as
-        # torch does, and mark windows without any input element like Paddle (lowest value, mask -1)
+        # a maximum of -inf may sit in the padding: point at the window's first input element, as torch does
         first = xp.clip(rows, 0, h - 1)[:, None] * w + xp.clip(cols, 0, w - 1)[None, :]
-        empty = _window_counts(xp, geom) == 0
-        mask = xp.where(out == -xp.inf, xp.where(empty, -1, first), mask)
-        out = xp.where(empty, xp.asarray(xp.finfo(ct).min, dtype=ct), out)
+        mask = xp.where(out == -xp.inf, first, mask)
     return _from_nchw(xp, out, 2, last, x.dtype), _from_nchw(xp, mask, 2, last, xp.int32)
 
 
@@ -546,33 +557,24 @@ def _max_pool2d_grad(xp, grad, mask, input_size, data_format="NCHW"):
     ct = compute_dtype(xp, grad.dtype)
     g, m = _as_nchw(xp, grad, ct, 2, last), _as_nchw(xp, mask, mask.dtype, 2, last)
     n, c = g.shape[:2]
-    if m.size and int(xp.max(m)) >= h * w:
-        raise ValueError(f"mask holds index {int(xp.max(m))}, outside an input plane of {h} x {w}")
+    if m.size and (int(xp.max(m)) >= h * w or int(xp.min(m)) < 0):
+        raise ValueError(f"mask must hold indices in [0, {h * w}) (an input plane of {h} x {w}), got values from "
+                         f"{int(xp.min(m))} to {int(xp.max(m))}")
     index = (m.astype(xp.int64) + (xp.arange(n * c, dtype=xp.int64) * (h * w)).reshape(n, c, 1, 1)).reshape(-1)
-    values = g.reshape(-1)
-    valid = m.reshape(-1) >= 0  # -1 marks a window without input elements
-    if not bool(xp.all(valid)):
-        index, values = index[valid], values[valid]
     dx = xp.zeros(n * c * h * w, dtype=ct)
-    xp.add.at(dx, index, values)  # overlapping windows may pick one element twice
+    xp.add.at(dx, index, g.reshape(-1))  # overlapping windows may pick one element twice
     return _from_nchw(xp, dx.reshape(n, c, h, w), 2, last, grad.dtype)
 
 
 def _avg_scale(xp, geom, exclusive, divisor_override, dtype):
-    """(scale, empty): the factor of each window's sum [OH, OW], and where exclusive averages
-    are 0/0 (None if nowhere). The factor of an empty window is 0, which is what the adjoint needs."""
+    """The factor of each window's sum [OH, OW]: 1 / the input elements in the window (exclusive; never 0,
+    as _pool_geometry leaves no window of padding alone) or 1 / its input and padding elements (inclusive:
+    kh*kw except for a ceil_mode window running past the padding, as in Paddle and torch)."""
     area = math.prod(geom.kernel)
-    empty = None
-    if exclusive:
-        counts = _window_counts(xp, geom)
-        scale = xp.where(counts > 0, 1.0 / xp.maximum(counts, 1), 0.0)
-        if not bool(xp.all(counts)):
-            empty = counts == 0
-    else:
-        scale = xp.full(geom.out, 1.0 / area)
+    scale = 1.0 / _window_counts(xp, geom, padding=not exclusive)
     if divisor_override is not None:  # Paddle: the average times kh*kw / divisor_override
         scale = scale * (area / divisor_override)
-    return scale.astype(dtype), empty
+    return scale.astype(dtype)
 
 
 def _avg_geometry(size, kernel_size, stride, padding, ceil_mode, divisor_override, last):
@@ -591,10 +593,7 @@ def _avg_pool2d(xp, x, kernel_size, stride=None, padding=0, ceil_mode=False, exc
     total = None
     for _, index in _window_slices(geom):
         total = src[index].copy() if total is None else xp.add(total, src[index], out=total)
-    scale, empty = _avg_scale(xp, geom, exclusive, divisor_override, ct)
-    total *= scale
-    if empty is not None:
-        total = xp.where(empty, xp.asarray(xp.nan, dtype=ct), total)
+    total *= _avg_scale(xp, geom, exclusive, divisor_override, ct)
     return _from_nchw(xp, total, 2, last, x.dtype)
 
 
@@ -608,7 +607,7 @@ def _avg_pool2d_grad(xp, grad, input_size, kernel_size, stride=None, padding=0, 
         raise ValueError(f"grad has spatial size {list(_spatial(grad.shape, last))}, but pooling an input of size "
                          f"{list(size)} gives {list(geom.out)}")
     ct = compute_dtype(xp, grad.dtype)
-    g = _as_nchw(xp, grad, ct, 2, last) * _avg_scale(xp, geom, exclusive, divisor_override, ct)[0]
+    g = _as_nchw(xp, grad, ct, 2, last) * _avg_scale(xp, geom, exclusive, divisor_override, ct)
     dx = xp.ascontiguousarray(_col2im(xp, lambda offset: g, g.shape[:2], geom, ct))
     return _from_nchw(xp, dx, 2, last, grad.dtype)
 
@@ -779,17 +778,15 @@ def _max_pool_rule(ctx, g, _g_mask):
 
 
 def _max_pool_grad_rule(ctx, gg):
-    """The adjoint of the scatter: gather gg at the saved argmax positions (0 where mask is -1)."""
+    """The adjoint of the scatter: gather gg at the saved argmax positions."""
     (mask,) = ctx.saved
     last = _channel_last(ctx.attrs["data_format"], 2)
     if last:  # the mask indexes planes: work channel-first
         gg, mask = oarlock.transpose(gg, [0, 3, 1, 2]), oarlock.transpose(mask, [0, 3, 1, 2])
     n, c, h, w = gg.shape
     planes = oarlock.reshape(oarlock.arange(n * c, dtype="int64") * (h * w), [n, c, 1, 1])
-    valid = mask >= 0
-    index = oarlock.where(valid, oarlock.cast(mask, "int64"), 0) + planes
+    index = oarlock.cast(mask, "int64") + planes
     picked = oarlock.reshape(oarlock.gather(oarlock.reshape(gg, [-1]), oarlock.reshape(index, [-1])), mask.shape)
-    picked = oarlock.where(valid, picked, 0.0)
     return (oarlock.transpose(picked, [0, 2, 3, 1]) if last else picked), None
 
 
@@ -799,17 +796,10 @@ def _avg_pool_rule(ctx, g):
 
 
 def _avg_pool_grad_rule(ctx, gg):
-    """The adjoint of the adjoint is avg_pool2d, except that windows without input give 0, not nan."""
+    """The adjoint of the adjoint is avg_pool2d."""
     a = dict(ctx.attrs)
-    size = a.pop("input_size")
-    out = F.avg_pool2d(gg, **a)
-    last = _channel_last(a["data_format"], 2)
-    geom = _pool_geometry(tuple(size), a["kernel_size"], a["stride"], a["padding"], a["ceil_mode"], last)
-    empty = _window_counts(np, geom) == 0
-    if a["exclusive"] and empty.any():
-        mask = oarlock.to_tensor(empty[:, :, None] if last else empty, place=ctx.place)
-        out = oarlock.masked_fill(out, mask, 0.0)
-    return out
+    a.pop("input_size")
+    return F.avg_pool2d(gg, **a)
 
 
 def _adaptive_rule(ctx, g):

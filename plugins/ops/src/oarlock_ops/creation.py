@@ -24,6 +24,8 @@ import numpy as np
 import oarlock
 from oarlock import dtypes as D
 from oarlock.plugin_api import default_registry, wrap
+from oarlock_ops.draws import normal_into, uniform_into
+from oarlock_ops.pydata import python_data_array
 
 # the keywords every creation op without a tensor input takes after its own arguments
 _PLACED = "place: Place|None = None, requires_grad: bool = False, pin_memory: bool = False"
@@ -39,22 +41,6 @@ def _data_to_host(value):
     if isinstance(value, (list, tuple)) and any(isinstance(v, Tensor) for v in value):
         return [_data_to_host(v) for v in value]
     return value
-
-
-def _default_dtype_for(data):
-    """Paddle's rule: Python floats -> default float, ints -> int64, bools -> bool; arrays keep theirs."""
-    if isinstance(data, np.ndarray) or isinstance(data, np.generic):
-        return None
-    probe = np.asarray(data)
-    if probe.dtype.kind == "f":
-        return D.get_default_dtype().np
-    if probe.dtype.kind == "c":
-        return D.default_for_kind("complex").np
-    if probe.dtype.kind in "iu":
-        return np.dtype(np.int64)
-    if probe.dtype.kind == "b":
-        return np.dtype(np.bool_)
-    raise TypeError(f"cannot make a tensor from {type(data).__name__} data (numpy sees dtype {probe.dtype})")
 
 
 def _float(dtype):
@@ -89,9 +75,16 @@ def _count(name, value):
 
 def _to_tensor(xp, data, dtype=None):
     data = _data_to_host(data)
-    if dtype is None:
-        dtype = _default_dtype_for(data)
-    return xp.array(data, dtype=dtype, copy=True)
+    if isinstance(data, (np.ndarray, np.generic)):   # arrays (and Tensors) keep their dtype and numpy's casts
+        return xp.array(data, dtype=dtype, copy=True)
+    host = python_data_array(data, dtype)   # Python data: checked (no nan into int32, ...)
+    return host if xp is np else xp.asarray(host)
+
+
+def _full(xp, shape, fill_value, dtype=None):
+    dtype = _fill_dtype(fill_value) if dtype is None else dtype
+    # checked like PyTorch: full([2], nan, dtype='int32') raises instead of filling -2147483648
+    return xp.full(_shape(shape), D.fit_scalar(fill_value, dtype, "argument 'fill_value'"), dtype=dtype)
 
 
 def _eye(xp, num_rows, num_columns=None, dtype=None):
@@ -148,32 +141,30 @@ def _linspace(xp, start, stop, num, dtype=None):
     return xp.linspace(start, stop, _count("num", num), dtype=np.float64).astype(_float(dtype))
 
 
-def _uniform_draw(xp, generator, shape, dtype, low, high):
-    """Uniform samples in [low, high) of `dtype`; values that rounding carried onto `high` wrap to `low`."""
-    u = generator.random(shape, dtype=np.float64)
-    out = (low + (high - low) * u).astype(dtype)
-    return xp.where(out >= high, xp.asarray(low, dtype=dtype), out)
+def _uniform_stream(xp, min, max, seed, generator):
+    """The generator uniform/uniform_ draw from, after checking their range."""
+    if not min < max:
+        raise ValueError(f"min must be less than max, got min={min}, max={max}")
+    return xp.random.default_rng(seed) if seed else generator  # Paddle: a non-zero seed, a private stream
 
 
+# the random kernels fill their result in place, a block at a time (see draws.py): peak memory is the
+# result plus one block, where drawing a float64 array and transforming it took up to 5x the result
 def _rand(xp, shape, dtype=None, *, generator):
-    return _uniform_draw(xp, generator, _shape(shape), _float(dtype), 0.0, 1.0)
+    return uniform_into(xp, generator, xp.empty(_shape(shape), dtype=_float(dtype)), 0.0, 1.0)
 
 
 def _uniform(xp, shape, dtype=None, min=-1.0, max=1.0, seed=0, *, generator):
-    if not min < max:
-        raise ValueError(f"min must be less than max, got min={min}, max={max}")
-    if seed:  # Paddle: a non-zero seed gives a private, reproducible stream
-        generator = xp.random.default_rng(seed)
-    return _uniform_draw(xp, generator, _shape(shape), _float(dtype), min, max)
+    generator = _uniform_stream(xp, min, max, seed, generator)
+    return uniform_into(xp, generator, xp.empty(_shape(shape), dtype=_float(dtype)), min, max)
 
 
 def _uniform_fill(xp, x, min=-1.0, max=1.0, seed=0, *, generator):
-    x[...] = _uniform(xp, x.shape, x.dtype, min, max, seed, generator=generator)
-    return x
+    return uniform_into(xp, _uniform_stream(xp, min, max, seed, generator), x, min, max)
 
 
 def _randn(xp, shape, dtype=None, *, generator):
-    return generator.standard_normal(_shape(shape), dtype=np.float64).astype(_float(dtype))
+    return normal_into(xp, generator, xp.empty(_shape(shape), dtype=_float(dtype)))
 
 
 def _randint(xp, low=0, high=None, shape=(1,), dtype=None, *, generator):
@@ -194,8 +185,7 @@ def _normal(xp, mean, std, shape=None, *, generator):
         out_shape = np.broadcast_shapes(mean.shape, std.shape)  # shape arithmetic on the host
     if xp.any(std < 0):
         raise ValueError("std must be non-negative")
-    z = generator.standard_normal(out_shape, dtype=np.float64)
-    return (z * std + mean).astype(mean.dtype)
+    return normal_into(xp, generator, xp.empty(out_shape, dtype=mean.dtype), mean, std)
 
 
 def _fill_kernel(fill):
@@ -231,8 +221,7 @@ def register(ops):
                public=["full"], aliases=_SIZE,
                doc="A tensor of `shape` filled with fill_value; without dtype, a bool value gives bool, "
                    "a complex one complex128 and any other number the default float dtype (Paddle's rule).")
-    ops.kernel("full")(lambda xp, shape, fill_value, dtype=None:
-                       xp.full(_shape(shape), fill_value, dtype=_fill_dtype(fill_value) if dtype is None else dtype))
+    ops.kernel("full")(_full)
 
     # -- ranges -----------------------------------------------------------------------------------
     ops.define(f"eye(num_rows: Scalar, num_columns: Scalar|None = None, dtype: DType|None = None, "

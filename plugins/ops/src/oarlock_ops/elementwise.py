@@ -190,7 +190,7 @@ def _overwritten(ctx, g):
 
 
 def _fill_kernel(xp, x, value=0):
-    x[...] = value
+    x[...] = D.fit_scalar(value, x.dtype, "argument 'value'")   # no nan into an int tensor (PyTorch's check)
     return x
 
 
