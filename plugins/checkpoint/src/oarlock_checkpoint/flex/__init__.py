@@ -10,7 +10,7 @@ save.py      save_state_dict (sync and async), metadata written last
 pending.py   the background thread of async saves, waited for by the next save/load and at exit
 aoa_syntax.py, aoa.py   the AoA statement language and its slice algebra
 plan.py      who reads which file, which pieces move where (the same on every rank)
-load.py      load_state_dict: read, check, exchange, place
+load.py      load_state_dict: read, check, exchange, stage; all or nothing across the ranks
 merge.py     merge_sharded_state_dict / load_merged_state_dict: whole tensors, Hugging Face layout
 """
 

@@ -1,5 +1,6 @@
 """The per-rank data files of a FlexCheckpoint: written durably with an XXH3-64 checksum per tensor,
-read one tensor at a time.
+read one tensor at a time, checked as read: any damage (a bad header, a pickle that does not
+unpickle, a tensor of the wrong dtype or shape, a checksum mismatch) is a DamagedFile naming the file.
 
 "safetensors" files (the default) let a reader fetch one tensor's bytes
 without touching the rest; "pickle" files (Paddle's .distcp, safetensors=False)
