@@ -27,6 +27,7 @@ import pytest
 pytest.importorskip("mpi4py")
 
 from oarlock_xccl import launch  # noqa: E402 - only once mpi4py is known to be there
+from oarlock_xccl.processes import read_proc_stat  # noqa: E402
 
 try:
     launch.find_mpiexec()
@@ -260,6 +261,53 @@ def test_ranks_of_plain_mpiexec_end_when_mpiexec_and_its_proxy_are_killed():
         proc.kill()
         proc.stdout.close()
         proc.stderr.close()
+
+
+def rank_processes(marker: str) -> dict[int, int]:
+    """The live rank wrapper processes of the job (supervisors and the scripts they run) as {pid: parent pid}."""
+    wrapper = f"{sys.executable} -u -m oarlock_xccl.rank "  # not mpiexec's command line, which also holds it
+    stats = (read_proc_stat(int(row.split(":")[0])) for row in leftovers(marker)
+             if row.split(": ", 1)[1].startswith(wrapper))
+    return {stat.pid: stat.ppid for stat in stats if stat is not None and stat.state != "Z"}
+
+
+def test_the_script_of_a_rank_dies_with_the_process_mpiexec_started():
+    # Hydra's clean-up SIGKILLs the process it started, which is the rank's supervisor: the script it runs
+    # must not live on as an orphan
+    marker = new_marker()
+    proc = start_sleeping_job([launch.find_mpiexec()], marker)
+    try:
+        ranks = rank_processes(marker)
+        supervisors = [pid for pid, parent in ranks.items() if parent not in ranks]  # the scripts' parents
+        assert len(ranks) == 4 and len(supervisors) == 2, leftovers(marker)
+        os.kill(supervisors[0], signal.SIGKILL)
+        deadline = time.monotonic() + GONE_WITHIN_S
+        while rank_processes(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert rank_processes(marker) == {}
+    finally:
+        # the scripts' own children are left: Hydra ends only the processes it started, and waits for the
+        # children's end of its output pipes
+        leftovers_after(marker, 0)
+        proc.kill()
+        proc.wait(TIMEOUT_S)
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+@pytest.mark.parametrize("record, ending, code", [
+    ({"signal": 11, "core_dumped": True, "time": 1.5}, "was killed by SIGSEGV (signal 11) (core dumped)", 139),
+    ({"signal": 15, "exit_code": None}, "was killed by SIGTERM (signal 15)", 143),
+    ({"exit_code": 255, "signal": None}, "exited with code 255 without an error record (os._exit or a C-level exit)",
+     255),
+])
+def test_exit_records_name_the_cause(record, ending, code):
+    found = launch.exit_failure(3, record)
+    assert (found.describe(), found.exit_code) == (f"rank 3 {ending}", code)
+
+
+def test_a_zero_exit_record_is_no_failure():
+    assert launch.exit_failure(0, {"exit_code": 0, "signal": None}) is None
 
 
 # -- the launcher's own errors -----------------------------------------------------------------------------------------
