@@ -23,9 +23,9 @@ oarlock_xccl.rank script.py args...`); this command adds what mpiexec lacks:
   also catches a rank's children that were re-parented to init), and sends
   them SIGTERM, then SIGKILL. This runs on every exit path, including SIGINT,
   SIGTERM and SIGHUP to the launcher. A launcher killed by SIGKILL runs
-  nothing: then every rank's supervisor, which watches the launcher's pid
-  (OARLOCK_LAUNCHER), ends its rank within a second or so, and mpiexec and its
-  proxies exit once their ranks are gone.
+  nothing: then every rank's supervisor, which checks the launcher's pid
+  (OARLOCK_LAUNCHER) twice a second, ends its rank (SIGTERM, SIGKILL 2 s later),
+  and mpiexec and its proxies exit once their ranks are gone.
 
 Single node only: the ranks reach the launcher through files and FIFOs in a
 local temporary directory, and are followed through this machine's /proc.

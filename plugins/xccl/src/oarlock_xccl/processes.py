@@ -1,4 +1,5 @@
-"""The processes of an MPI job, found and signalled through /proc, for `oarlock launch`.
+"""The processes of an MPI job, found and signalled through /proc, for `oarlock launch` and the ranks'
+supervisors (oarlock_xccl.supervisor).
 
 MPICH's Hydra starts its proxy and every rank in sessions of their own
 (setsid), so signalling mpiexec's process group does not reach them. A job's
