@@ -106,8 +106,8 @@ _CALLS: dict[int, Callable[[tuple], bool]] = {
                             and (a[0].hasobject or isinstance(a[1], bytes))),
     id(_FROMBUFFER): lambda a: (len(a) == 4 and isinstance(a[0], (bytes, bytearray, memoryview))
                                 and isinstance(a[1], np.dtype) and _ints(a[2]) and a[3] in ("C", "F")),
-    id(np.dtype): lambda a: (1 <= len(a) <= 3 and isinstance(a[0], str)
-                             and all(type(flag) is bool for flag in a[1:])),
+    # copy=True as numpy writes it: a copy=False lookup would hand BUILD numpy's shared float32 & co.
+    id(np.dtype): lambda a: len(a) == 3 and isinstance(a[0], str) and a[1] is False and a[2] is True,
     id(tuple): _sequence,
     id(set): _sequence,
     id(frozenset): _sequence,
@@ -135,10 +135,10 @@ class _BoundedReader:
         self.ran_out = False  # a read came back short: the file ends inside the pickle
         try:
             here = file.tell()
-            self._end = file.seek(0, os.SEEK_END)
+            self.end = file.seek(0, os.SEEK_END)
             file.seek(here)
         except (AttributeError, OSError, ValueError):  # a pipe or socket: read in chunks instead
-            self._end = None
+            self.end = None
 
     def tell(self):
         return self._file.tell()
@@ -149,8 +149,8 @@ class _BoundedReader:
         return line
 
     def read(self, n):
-        if self._end is not None:
-            data = self._file.read(max(0, min(n, self._end - self._file.tell())))
+        if self.end is not None:
+            data = self._file.read(max(0, min(n, self.end - self._file.tell())))
         else:
             parts, left = [], n
             while left > 0:
@@ -173,6 +173,12 @@ class _Machine:
         self.metastack: list = []
         self.memo: dict = {}
         self.pos = None
+        self.spelled: dict[int, str] = {}  # id of an admitted object -> the name this file gave it
+        self.frame_end = -1  # where the current protocol 4+ frame ends (-1: none yet)
+        self.file_end = None
+
+    def describe(self, obj) -> str:
+        return self.spelled.get(id(obj)) or _describe(obj)
 
     def refuse(self, what: str):
         raise UnsafePickleError(f"{self.source}: refused to unpickle {what} (at byte {self.pos}): checkpoints "
@@ -183,7 +189,11 @@ class _Machine:
                                      f"a pickle")
 
     def run(self, reader):
+        self.file_end = reader.end
         for opcode, arg, pos in pickletools.genops(reader):
+            if self.pos is not None and self.pos < self.frame_end < pos:  # as pickle, which reads frame by frame
+                self.pos = pos
+                self.broken("an opcode runs across the end of its frame")
             self.pos = pos
             if opcode.name == "STOP":
                 if len(self.stack) != 1 or self.metastack:
@@ -204,7 +214,7 @@ class _Machine:
 
     def top(self, kind, opname):
         if not self.stack or not isinstance(self.stack[-1], kind):
-            self.refuse(f"{opname} on {_describe(self.stack[-1]) if self.stack else 'an empty stack'}")
+            self.refuse(f"{opname} on {self.describe(self.stack[-1]) if self.stack else 'an empty stack'}")
         return self.stack[-1]
 
     def find(self, module, name):
@@ -213,18 +223,19 @@ class _Machine:
         found = _GLOBALS.get((module, name))
         if found is None:
             self.refuse(f"the global {module}.{name}")
+        self.spelled[id(found)] = f"{module}.{name}"
         return found
 
     def call(self, func, args, kwargs=None, opname="REDUCE"):
         accepts = _CALLS.get(id(func))  # the admitted objects stay alive, so their ids cannot be reused
         if accepts is None:
-            self.refuse(f"a call ({opname}) of {_describe(func)}")
+            self.refuse(f"a call ({opname}) of {self.describe(func)}")
         if not isinstance(args, tuple) or kwargs or not accepts(args):
-            self.refuse(f"a call ({opname}) of {_NAMES[id(func)]} with arguments it never has in a checkpoint "
+            self.refuse(f"a call ({opname}) of {self.describe(func)} with arguments it never has in a checkpoint "
                         f"({', '.join(type(a).__name__ for a in args) if isinstance(args, tuple) else args!r})")
         if opname.startswith("NEWOBJ"):
             if not isinstance(func, type):
-                self.refuse(f"{opname} of {_NAMES[id(func)]}, which is not a class")
+                self.refuse(f"{opname} of {self.describe(func)}, which is not a class")
             return func.__new__(func, *args)
         return func(*args)
 
@@ -261,8 +272,13 @@ class _Machine:
         if not 0 <= arg <= pickle.HIGHEST_PROTOCOL:
             self.broken(f"unsupported pickle protocol {arg}")
 
-    def op_FRAME(self, _):
-        pass  # frames only group reads; genops reads straight through them
+    def op_FRAME(self, length):
+        # genops reads straight through frames; check them as pickle does, which reads a frame at a time
+        if self.pos < self.frame_end:
+            self.broken("a frame begins inside the previous one")
+        self.frame_end = self.pos + 9 + length  # the FRAME opcode and its 8-byte length, then the frame
+        if self.file_end is not None and self.frame_end > self.file_end:
+            raise EOFError("a frame runs past the end of the file")
 
     # -- containers ---------------------------------------------------------------------------
     def op_EMPTY_LIST(self, _):
@@ -401,12 +417,15 @@ class _Machine:
         target = self.stack[-1] if self.stack else None
         if type(target) is np.ndarray:
             _check_array_state(state, self)
-        elif not isinstance(target, np.dtype):
-            self.refuse(f"BUILD (__setstate__) of {_describe(target)}")
+        elif isinstance(target, np.dtype):
+            _check_dtype_state(target, state, self)
+        else:
+            self.refuse(f"BUILD (__setstate__) of {self.describe(target)}")
         target.__setstate__(state)
 
     def _extension(self, code):
-        key = copyreg._extension_registry.get(code) if hasattr(copyreg, "_extension_registry") else None
+        # only to name it in the error: the same code -> (module, name) table pickle itself reads
+        key = getattr(copyreg, "_inverted_registry", {}).get(code)
         self.refuse(f"extension-registry code {code}" + (f" (the global {key[0]}.{key[1]})" if key else ""))
 
     op_EXT1 = op_EXT2 = op_EXT4 = _extension
@@ -424,14 +443,49 @@ class _Machine:
 
 
 def _check_array_state(state, machine: _Machine) -> None:
-    """ndarray.__setstate__'s (version, shape, dtype, fortran, data), with an object array's item list
-    as long as its shape says (numpy would allocate the shape first, however large)."""
-    if not (isinstance(state, tuple) and len(state) in (4, 5) and _ints(state[-4])
-            and isinstance(state[-3], np.dtype) and isinstance(state[-1], (bytes, bytearray, list))):
-        machine.refuse(f"BUILD of numpy.ndarray with a state numpy never writes ({type(state).__name__})")
-    shape, data = state[-4], state[-1]
-    if isinstance(data, list) and len(data) != math.prod(shape):
-        machine.broken(f"an object array of shape {shape} comes with {len(data)} items")
+    """ndarray.__setstate__'s ([1,] shape, dtype, fortran, data) as numpy writes it: raw bytes for plain
+    dtypes, an item list for object arrays, as much data as the shape says (numpy would allocate an
+    object array's shape before looking at its list)."""
+    ok = isinstance(state, tuple) and (len(state) == 4 or (len(state) == 5 and type(state[0]) is int
+                                                           and state[0] == 1))
+    if ok:
+        shape, dtype, fortran, data = state[-4:]
+        ok = (_ints(shape) and isinstance(dtype, np.dtype) and type(fortran) is bool
+              and isinstance(data, list if dtype.hasobject else (bytes, bytearray)))
+    if not ok:
+        machine.refuse("BUILD (__setstate__) of numpy.ndarray with a state numpy never writes")
+    expected = math.prod(shape) * (1 if dtype.hasobject else dtype.itemsize)
+    if len(data) != expected:
+        machine.broken(f"an array of shape {shape} and dtype {dtype} comes with {len(data)} "
+                       f"{'items' if dtype.hasobject else 'bytes'} instead of {expected}")
+
+
+def _check_dtype_state(target: np.dtype, state, machine: _Machine) -> None:
+    """dtype.__setstate__'s (version, byteorder, subarray, names, fields, elsize, alignment, flags
+    [, metadata]) as numpy writes it for the dtype that np.dtype(name) made: numpy takes the item size,
+    alignment and flags from the state, and a float32 whose flags claim object references makes numpy
+    clear (and copy) its bytes as pointers. Structured and subarray dtypes, whose flags come from the
+    file, are refused: checkpoints do not hold them."""
+    ok = isinstance(state, tuple) and len(state) in (8, 9) and type(state[0]) is int and state[0] in (3, 4)
+    if ok:
+        byteorder, subarray, names, fields, elsize, alignment, flags = state[1:8]
+        flexible = target.kind in "SUV"
+        ok = (isinstance(byteorder, str) and byteorder in ("<", ">", "|", "=")
+              and subarray is None and names is None and fields is None
+              and all(type(v) is int for v in (elsize, alignment, flags))
+              and (elsize, alignment) == ((target.itemsize, target.alignment) if flexible else (-1, -1))
+              and flags == target.flags)
+    if ok and len(state) == 9:
+        metadata = state[8]
+        if target.kind in "Mm":  # (metadata dict or None, (unit, count, 1, 1))
+            ok = (isinstance(metadata, tuple) and len(metadata) == 2
+                  and (metadata[0] is None or isinstance(metadata[0], dict))
+                  and isinstance(metadata[1], tuple) and len(metadata[1]) == 4
+                  and isinstance(metadata[1][0], bytes) and all(type(v) is int for v in metadata[1][1:]))
+        else:
+            ok = metadata is None or isinstance(metadata, dict)
+    if not ok:
+        machine.refuse(f"BUILD (__setstate__) of numpy.dtype {target} with a state numpy never writes for it")
 
 
 def safe_load(file, *, source: str, persistent_load: Callable[[object], object] | None = None):
@@ -447,7 +501,7 @@ def safe_load(file, *, source: str, persistent_load: Callable[[object], object] 
     except (pickle.UnpicklingError, MemoryError):
         raise
     except Exception as exc:  # any other failure on these bytes means they are not a valid pickle
-        if reader.ran_out:
+        if reader.ran_out or isinstance(exc, EOFError):
             raise pickle.UnpicklingError(f"{source}: ends early: it is truncated or not a pickle checkpoint") \
                 from None
         raise pickle.UnpicklingError(f"{source}: not a valid pickle ({type(exc).__name__}: {exc}; at byte "

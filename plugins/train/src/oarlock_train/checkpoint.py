@@ -2,6 +2,8 @@
 
     model.safetensors   the model's state_dict (oarlock.save, safetensors format by suffix)
     optimizer.pdopt     the optimizer's state_dict plus the LR scheduler's under "LR_Scheduler", as Paddle does
+                        (a pickle: `load` reads it with weights_only=True, so a planted file that names
+                        code to run is refused with an UnpicklingError instead of running it)
     trainer.json        the step, the options, the loss history and oarlock's random-generator state
 
 Each file is written under a temporary name and renamed, and trainer.json
@@ -87,7 +89,7 @@ def load(trainer: Trainer, out_dir, state: dict | None = None) -> None:
     """Restore model, optimizer, scheduler, step, history and RNG state from out_dir into trainer."""
     state = state or read_state(out_dir)
     trainer.model.set_state_dict(oarlock.load(os.path.join(out_dir, MODEL_FILE)))
-    optimizer_state = dict(oarlock.load(os.path.join(out_dir, OPTIMIZER_FILE)))
+    optimizer_state = dict(oarlock.load(os.path.join(out_dir, OPTIMIZER_FILE), weights_only=True))
     scheduler_state = optimizer_state.pop(SCHEDULER_KEY, None)
     trainer.optimizer.set_state_dict(optimizer_state)
     if scheduler_state is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import pickle
 import sys
 import time
 
@@ -192,7 +193,10 @@ def _start(args, cfg, corpus):
           f"{'causal-document' if cfg.document_mask else 'plain causal'} attention, device {oarlock.get_device()}",
           flush=True)
     if state is not None:
-        checkpoint.load(trainer, args.out, state)
+        try:
+            checkpoint.load(trainer, args.out, state)
+        except pickle.UnpicklingError as exc:  # a damaged or planted optimizer.pdopt: refused, nothing run
+            raise UsageError(f"--resume: cannot use the checkpoint in {args.out!r}: {exc}") from None
         print(f"resumed from {os.path.join(args.out, checkpoint.STATE_FILE)} at step {trainer.step}", flush=True)
     return trainer
 
