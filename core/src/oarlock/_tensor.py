@@ -244,7 +244,7 @@ class Tensor:
 
     # -- conversion ------------------------------------------------------------------------------
     def astype(self, dtype):
-        return _ops.cast(self, convert_dtype(dtype))
+        return _ops.cast(self, dtype)   # the op converts dtype, naming itself and the argument if it can't
 
     cast = astype
 

@@ -34,6 +34,7 @@ from oarlock import dtypes as _dtypes
 from oarlock.registry import GENERIC, OP_LIBRARY, Registry, library_name
 from oarlock._tensor import Tensor, bump_version, version_counter
 from oarlock.autograd import GRAD_MODE, OBSERVER, RecordSpec, record
+from oarlock._op_errors import kernel_error, scalar_error
 
 __all__ = ["OpDef", "OpRegistrar", "OpError", "InplaceError", "define_frontend", "AUTOCAST", "set_autocast",
            "set_observer", "write_out"]
@@ -808,7 +809,10 @@ def apply(op: OpDef, args: tuple, attrs: dict):
                 dt = dtype if i in op.promote else _dtypes.default_for_kind(_dtypes.scalar_kind(a))
                 if target.__class__ is Tensor and _KIND_ORDER[dt.kind] <= _KIND_ORDER[target._dtype.kind]:
                     dt = target._dtype   # x.mul_(0.1) on float64 x: the scalar keeps x's precision
-                flat[i] = Tensor._wrap(backend.asarray(a, dt.np, place.index), place)
+                try:
+                    flat[i] = Tensor._wrap(backend.asarray(a, dt.np, place.index), place)
+                except OverflowError:   # a Python int beyond the dtype the op computes in (int32 x * 2**40)
+                    raise scalar_error(op, op.tensor_params[i].name, a, dt) from None
     if dtype is None:
         first = next((a for a in flat if a.__class__ is Tensor), None)
         if first is not None:
@@ -870,17 +874,12 @@ def apply(op: OpDef, args: tuple, attrs: dict):
 
 
 def _run_kernel(op, kernel, backend, arrays, kattrs, args, attrs):
-    """kernel(xp, *arrays, **attrs); a kernel's complaint is re-raised naming the op and its inputs."""
+    """kernel(xp, *arrays, **attrs); a kernel's complaint (numpy's overflow and allocation errors too) is
+    re-raised naming the op, its inputs and the argument at fault where it can be told (_op_errors)."""
     try:
         return kernel(backend.xp, *arrays, **kattrs)
-    except (ValueError, TypeError, IndexError) as exc:
-        message = f"{op.display}(): {exc} (inputs: {_inputs_text(op, args) or 'none'}"
-        message += f"; attributes: {attrs})" if attrs else ")"
-        try:
-            error = type(exc)(message)
-        except Exception:
-            error = OpError(message)
-        raise error from exc
+    except (ValueError, TypeError, IndexError, OverflowError, MemoryError) as exc:
+        raise kernel_error(op, exc, _inputs_text(op, args), args, attrs) from exc
 
 
 def _wants_grad(flat) -> bool:

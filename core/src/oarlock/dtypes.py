@@ -221,8 +221,9 @@ class ScalarConversionError(ValueError, RuntimeError):
     and a RuntimeError (what PyTorch raises for it), so code written for either catches it."""
 
 
-# dtypes that take a finite value beyond their range as inf, as PyTorch does (IEEE rounding overflows);
-# float32 and complex64 refuse it instead, and float8_e4m3fn, which has no inf, refuses it and inf itself
+# dtypes that take a finite value beyond their range as inf, as PyTorch does (it converts through float32,
+# so only a value beyond float32's range raises); float32 and complex64 refuse a value beyond their range,
+# and float8_e4m3fn, which has no inf, refuses it and inf itself
 _OVERFLOW_TO_INF = frozenset({"float16", "bfloat16", "float8_e5m2"})
 _FLOAT_MAX: dict = {}
 
@@ -242,7 +243,8 @@ def fit_scalar(value, dtype, what: str = "value"):
       once it fits; a negative int wraps into an unsigned dtype down to -max, as in PyTorch);
     - a complex value goes into a real dtype only when its imaginary part is 0;
     - float32 and complex64 refuse a finite value beyond their range (float16, bfloat16 and float8_e5m2
-      round it to inf; float8_e4m3fn, which has no inf, refuses it and inf);
+      round it to inf unless it is beyond float32's too; float8_e4m3fn, which has no inf, refuses it and
+      inf);
     - bool takes anything (nonzero is True).
     Tensors and arrays converted between dtypes are not checked: this is for Python numbers only."""
     dt = dtype if dtype.__class__ is DType else convert_dtype(dtype)
@@ -295,10 +297,11 @@ def _fit_float(value, dt: DType, what: str) -> float:
         raise ScalarConversionError(f"{what} {_shown(value)} cannot be converted to {dt.name} without overflow: "
                                     f"it is beyond float64's largest value {float(np.finfo(np.float64).max)!r}") \
             from None
-    limit = _float_max(dt if dt.kind == "float" else (_BY_NAME["float32"] if dt.rank <= 2 else _BY_NAME["float64"]))
-    if (abs(value) > limit and not math.isinf(value) and dt.name not in _OVERFLOW_TO_INF) or \
-            (math.isinf(value) and dt.name == "float8_e4m3fn"):
-        raise ScalarConversionError(f"{what} {value!r} cannot be converted to {dt.name} without overflow: "
-                                    f"{dt.name} holds finite values up to {limit!r}"
-                                    + (" and has no inf" if dt.name == "float8_e4m3fn" else ""))
+    wide = dt.name in _OVERFLOW_TO_INF or (dt.kind == "complex" and dt.rank <= 2)
+    bound = _BY_NAME["float32"] if wide else dt if dt.kind == "float" else _BY_NAME["float64"]
+    limit = _float_max(bound)
+    if (abs(value) > limit and not math.isinf(value)) or (math.isinf(value) and dt.name == "float8_e4m3fn"):
+        raise ScalarConversionError(f"{what} {value!r} cannot be converted to {dt.name} without overflow: it is "
+                                    f"beyond {bound.name}'s largest finite value {limit!r}"
+                                    + (", and float8_e4m3fn has no inf" if dt.name == "float8_e4m3fn" else ""))
     return value

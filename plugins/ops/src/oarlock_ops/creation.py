@@ -67,7 +67,7 @@ def _shape(shape):
 def _count(name, value):
     """A size argument (num_rows, num): a non-negative integer (0-d integer tensors arrive as ints)."""
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {type(value).__name__} {value!r}")
+        raise ValueError(f"argument '{name}' must be a non-negative int, got {type(value).__name__} {value!r}")
     return int(value)
 
 
@@ -97,7 +97,7 @@ def _arange(xp, start=0, end=None, step=1, dtype=None):
     if end is None:  # arange(5) counts from 0 to 5
         start, end = 0, start
     if step == 0:
-        raise ValueError("step must not be 0")
+        raise ValueError("argument 'step' must not be 0")
     if dtype is None:  # Paddle: all-int arguments give int64, any float gives the default float dtype
         integral = all(isinstance(v, numbers.Integral) for v in (start, end, step))
         dtype = np.dtype(np.int64) if integral else D.get_default_dtype().np

@@ -10,6 +10,7 @@ cast to the output dtype) as the whole array did. `oarlock.seed(n)` keeps reprod
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -19,56 +20,45 @@ import numpy as np
 BLOCK = 1 << 17
 
 
-def _flat_parts(out, n_per_block=BLOCK):
-    """Consecutive 1-D views of a C-contiguous `out`, BLOCK values each."""
-    flat = out.reshape(-1)
-    for start in range(0, flat.size, n_per_block):
-        yield flat[start:start + n_per_block]
-
-
-def _contiguous_target(xp, out):
-    """(array to fill, whether it must be copied back into out): a strided view is filled through a
-    contiguous copy, since reshape(-1) would not be a view of it."""
-    if out.flags.c_contiguous:
-        return out, False
-    return xp.empty(out.shape, dtype=out.dtype), True
+def _blocks(shape):
+    """Index tuples of consecutive blocks (in C order) of at most BLOCK values of an array of `shape`: the
+    first axis whose trailing size fits a block is sliced, the axes before it are stepped one by one."""
+    shape = tuple(shape)
+    axis = next((a for a in range(len(shape)) if math.prod(shape[a + 1:]) <= BLOCK), len(shape))
+    if axis == len(shape):   # 0-d: a view of the whole (x[()] would be a scalar, not a view)
+        yield (Ellipsis,)
+        return
+    step = max(1, BLOCK // max(1, math.prod(shape[axis + 1:])))
+    for lead in itertools.product(*(range(n) for n in shape[:axis])):
+        for start in range(0, shape[axis], step):
+            yield lead + (slice(start, start + step),)
 
 
 def uniform_into(xp, generator, out, low: float, high: float):
     """Fill `out` with samples uniform in [low, high) and return it: low + (high - low) * u in float64 for
     generator.random's u, cast to out's dtype; a value that rounding carried onto `high` wraps to `low`."""
-    target, copy_back = _contiguous_target(xp, out)
     span = high - low
-    for part in _flat_parts(target):
+    for index in _blocks(out.shape):
+        part = out[index]   # a view, also of a strided `out` (x[:, ::2].uniform_())
         u = generator.random(part.shape, dtype=np.float64)
         u *= span
         u += low
         part[...] = u
         part[part >= high] = low
-    if copy_back:
-        out[...] = target
     return out
 
 
 def normal_into(xp, generator, out, mean=None, std=None):
     """Fill `out` with generator.standard_normal's float64 z (times std plus mean when they are given: in
-    float64) cast to out's dtype, and return it. mean and std are numbers or arrays that broadcast to
-    out's shape; arrays are taken a block of leading-axis rows at a time (broadcast views, never a
-    broadcast copy)."""
-    target, copy_back = _contiguous_target(xp, out)
+    float64) cast to out's dtype, and return it. mean and std are arrays that broadcast to out's shape."""
     affine = mean is not None
-    if not affine or (getattr(mean, "ndim", 0) == 0 and getattr(std, "ndim", 0) == 0) or target.ndim == 0:
-        parts = ((part, mean, std) for part in _flat_parts(target))
-    else:
-        rows = max(1, BLOCK // max(1, math.prod(target.shape[1:])))
-        mean_b, std_b = xp.broadcast_to(mean, target.shape), xp.broadcast_to(std, target.shape)
-        parts = ((target[a:a + rows], mean_b[a:a + rows], std_b[a:a + rows]) for a in range(0, len(target), rows))
-    for part, m, s in parts:
+    if affine:   # broadcast views: a block of them is as small as the block of the result
+        mean, std = xp.broadcast_to(mean, out.shape), xp.broadcast_to(std, out.shape)
+    for index in _blocks(out.shape):
+        part = out[index]
         z = generator.standard_normal(part.shape, dtype=np.float64)
         if affine:
-            z *= s
-            z += m
+            z *= std[index]
+            z += mean[index]
         part[...] = z
-    if copy_back:
-        out[...] = target
     return out

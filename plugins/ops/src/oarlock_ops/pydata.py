@@ -35,6 +35,8 @@ def _natural(data, dtype) -> np.ndarray:
     except ValueError as exc:   # ragged nesting
         raise ValueError(f"argument 'data' must be a number or nested lists of numbers of a rectangular shape: "
                          f"{exc}") from None
+    if natural.dtype.kind == "f" and dtype is None and natural.size and max(natural.max(), -natural.min()) >= 2.0 ** 63:
+        _refuse_big_ints(data)   # numpy made [1, 2**63] float64; PyTorch refuses ints beyond int64
     if natural.dtype.kind != "O":
         return natural
     # Python ints beyond int64/uint64 (numpy keeps them as objects): a float dtype takes them approximately
@@ -50,6 +52,21 @@ def _natural(data, dtype) -> np.ndarray:
             D.fit_scalar(value, target or D.int64, _WHAT)   # raises for the first one out of range
     raise TypeError(f"argument 'data' must hold numbers (bool, int, float, complex), got "
                     f"{sorted({type(v).__name__ for v in natural.flat if not isinstance(v, (int, float, complex))})}")
+
+
+def _refuse_big_ints(data) -> None:
+    """Raise for the first int beyond int64 in all-int data (data with a float in it is float data)."""
+    stack, big = [data], None
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, (float, complex, np.floating, np.complexfloating, np.ndarray)):
+            return
+        elif isinstance(item, int) and not -2 ** 63 <= item < 2 ** 63:
+            big = item
+    if big is not None:
+        D.fit_scalar(big, D.int64, _WHAT)
 
 
 def _default_dtype(natural: np.ndarray) -> np.dtype:
