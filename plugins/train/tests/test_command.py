@@ -6,9 +6,12 @@ dropout, so that equal losses also show that dropout draws from the seeded (and 
 
 import json
 import os
+import pickle
+import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from oarlock_train import command
@@ -68,6 +71,31 @@ def test_resume_refuses_other_options_or_a_missing_checkpoint(reference, tmp_pat
     assert "--no-document-mask: checkpoint False, now True" in capsys.readouterr().err
     assert command.main([*SMALL, "--out", str(tmp_path / "empty"), "--resume"]) == 2
     assert "no checkpoint" in capsys.readouterr().err
+
+
+class _Planted:
+    """Pickles as builtins.open(path, "w"): unpickling it creates `path`."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def test_resume_refuses_a_planted_optimizer_file(reference, tmp_path, capsys):
+    """optimizer.pdopt is a pickle: one that names code to run is refused (a usage error naming the file
+    and the code) and the code does not run."""
+    out, sentinel = tmp_path / "run", tmp_path / "payload-ran"
+    shutil.copytree(reference[0], out)
+    # what someone with write access to --out could leave: a state-dict-shaped pickle with a payload
+    planted = {"linear_0.w_0_moment1_0": np.zeros(2, np.float32), "LR_Scheduler": _Planted(str(sentinel))}
+    (out / "optimizer.pdopt").write_bytes(pickle.dumps(planted, protocol=4))
+    assert command.main([*SMALL, "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "--resume" in err and os.path.join(str(out), "optimizer.pdopt") in err, err
+    assert "refused to unpickle the global io.open" in err, err
+    assert not sentinel.exists(), "the planted payload ran"
 
 
 @pytest.mark.parametrize("argv, message", [
