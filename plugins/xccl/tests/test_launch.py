@@ -111,11 +111,13 @@ def start_sleeping_job(command: list[str], marker: str, size: int = 2) -> subpro
                             stdin=subprocess.DEVNULL)
     watchdog = threading.Timer(TIMEOUT_S, proc.kill)
     watchdog.start()
+    seen = ""   # plain mpiexec may interleave the ranks' writes ("ready 0ready 1\n\n"): look for the words
     try:
-        ready = [proc.stdout.readline() for _ in range(size)]
+        while not all(f"ready {rank}" in seen for rank in range(size)) and (line := proc.stdout.readline()):
+            seen += line
     finally:
         watchdog.cancel()
-    assert sorted(line.split()[-1] for line in ready) == [str(rank) for rank in range(size)], ready
+    assert all(f"ready {rank}" in seen for rank in range(size)), seen
     return proc
 
 
