@@ -342,7 +342,8 @@ def register(ops):
     ops.kernel("relu")(lambda xp, x: xp.maximum(x, 0))
     global _relu_grad_op
     _relu_grad_op = ops.define("relu_grad(out: Tensor, g: Tensor) -> Tensor", internal=True, promote=True,
-                               dtypes=("float",), doc="The first-order backward of relu from its output (g where out > 0).")
+                               dtypes=("float",),
+                               doc="The first-order backward of relu from its output (g where out > 0).")
     ops.kernel("relu_grad")(_relu_grad_kernel)
     define_variants(ops, ("exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "sigmoid"))
     define_variants(ops, ("tanh",), namespaces=("oarlock", "Tensor", "oarlock.nn.functional"))
