@@ -22,12 +22,13 @@ BLOCK = 1 << 17
 
 def _blocks(shape):
     """Index tuples of consecutive blocks (in C order) of at most BLOCK values of an array of `shape`: the
-    first axis whose trailing size fits a block is sliced, the axes before it are stepped one by one."""
+    first axis whose trailing size fits a block is sliced, the axes before it are stepped one by one.
+    (Ellipsis,) stands for the whole array: x[()] of a 0-d array would be a scalar, not a view."""
     shape = tuple(shape)
-    axis = next((a for a in range(len(shape)) if math.prod(shape[a + 1:]) <= BLOCK), len(shape))
-    if axis == len(shape):   # 0-d: a view of the whole (x[()] would be a scalar, not a view)
+    if math.prod(shape) <= BLOCK:   # one block: the common small draw pays for no block arithmetic
         yield (Ellipsis,)
         return
+    axis = next(a for a in range(len(shape)) if math.prod(shape[a + 1:]) <= BLOCK)
     step = max(1, BLOCK // max(1, math.prod(shape[axis + 1:])))
     for lead in itertools.product(*(range(n) for n in shape[:axis])):
         for start in range(0, shape[axis], step):
@@ -44,7 +45,7 @@ def uniform_into(xp, generator, out, low: float, high: float):
         u *= span
         u += low
         part[...] = u
-        part[part >= high] = low
+        xp.copyto(part, low, where=part >= high)
     return out
 
 

@@ -189,8 +189,13 @@ def _overwritten(ctx, g):
     return (None,)
 
 
-def _fill_kernel(xp, x, value=0):
+def _fill_kernel(xp, x, value):
     x[...] = D.fit_scalar(value, x.dtype, "argument 'value'")   # no nan into an int tensor (PyTorch's check)
+    return x
+
+
+def _zero_kernel(xp, x):
+    x[...] = 0
     return x
 
 
@@ -436,7 +441,7 @@ def register(ops):
     ops.define("zero_(x: Tensor) -> Tensor", public=["Tensor.zero_"], inplace="x", grad=_overwritten,
                doc="Set every element of x to zero, in place; returns x.")
     ops.kernel("fill_")(_fill_kernel)
-    ops.kernel("zero_")(_fill_kernel)
+    ops.kernel("zero_")(_zero_kernel)
     define_variants(ops, ("scale",))
     define_variants(ops, ("abs", "neg", "ceil", "floor", "trunc", "round", "square", "clip", "pow", "remainder",
                           "floor_divide",

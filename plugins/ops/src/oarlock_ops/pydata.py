@@ -35,7 +35,7 @@ def _natural(data, dtype) -> np.ndarray:
     except ValueError as exc:   # ragged nesting
         raise ValueError(f"argument 'data' must be a number or nested lists of numbers of a rectangular shape: "
                          f"{exc}") from None
-    if natural.dtype.kind == "f" and dtype is None and natural.size and max(natural.max(), -natural.min()) >= 2.0 ** 63:
+    if natural.dtype.kind == "f" and dtype is None and natural.ndim and max(natural.max(), -natural.min()) >= 2.0 ** 63:
         _refuse_big_ints(data)   # numpy made [1, 2**63] float64; PyTorch refuses ints beyond int64
     if natural.dtype.kind != "O":
         return natural
@@ -85,15 +85,15 @@ def _default_dtype(natural: np.ndarray) -> np.dtype:
 
 def _checked(a: np.ndarray, dt: D.DType) -> np.ndarray:
     """a, or its real part, after fit_scalar's checks of its values against dt (raising on the first bad one)."""
-    if dt.kind in ("bool", "complex") or a.size == 0 or np.can_cast(a.dtype, dt.np, "safe"):
+    if dt.kind in ("bool", "complex") or a.size == 0:
         return a
     if a.dtype.kind == "c":
         bad = (a.imag != 0) | np.isnan(a.imag)
         if bad.any():
             D.fit_scalar(a[bad].flat[0].item(), dt, _WHAT)
         a = a.real
-    if dt.kind != "int":
-        return a   # like torch.tensor, a float too large for the dtype becomes inf
+    if dt.kind != "int" or a.dtype.kind == "b" or a.dtype == dt.np:
+        return a   # like torch.tensor, a float too large for a float dtype becomes inf
     info = np.iinfo(dt.np)
     low = -info.max if info.min == 0 and a.dtype.kind in "iu" else info.min  # fit_scalar's unsigned wrap
     # int64's max is no float64; 2.0**63 is, and no float64 lies between them
