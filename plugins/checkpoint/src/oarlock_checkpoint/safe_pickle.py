@@ -13,11 +13,16 @@ pickle's semantics, except that
   can reach the stack;
 - a call (REDUCE, NEWOBJ, NEWOBJ_EX, INST, OBJ) must be of one of the admitted reconstructors
   with the arguments numpy / Python / Paddle write for it (`_CALLS`);
-- BUILD only sets the state of numpy arrays and dtypes (numpy's own `__setstate__`);
+- BUILD only sets the state of numpy arrays and dtypes, and only to states numpy itself writes
+  (numpy trusts a dtype state's flags, so a forged one could make it treat raw bytes as object
+  pointers); structured and subarray dtypes are refused, as checkpoints do not hold them;
 - APPEND(S), SETITEM(S) and ADDITEMS only fill lists, dicts and sets;
 - EXT1/2/4 are refused, and so are persistent ids unless the caller supplies a handler
   (oarlock's own format stores tensors as persistent-id records that only hold bytes);
-- reads are bounded by the file's size, so a corrupt length cannot ask for exabytes.
+- reads are bounded by the file's size, so a corrupt length cannot ask for exabytes, and frames
+  are checked as pickle checks them.
+
+Anything else that goes wrong on the bytes is reported as pickle.UnpicklingError naming the source.
 
 The allow-list is what genuine checkpoints reference (checked by saving Linear, Conv2D,
 BatchNorm2D, AdamW-with-scheduler and nested-container files with Paddle 3.2): numpy's
@@ -90,8 +95,13 @@ def _ints(value) -> bool:
     return isinstance(value, tuple) and all(type(v) is int and v >= 0 for v in value)
 
 
+def _is(value, kind, *allowed) -> bool:
+    """value is a `kind` equal to one of `allowed` (the type check first: == on an array is elementwise)."""
+    return type(value) is kind and value in allowed
+
+
 def _latin1(args) -> bool:
-    return len(args) == 2 and isinstance(args[0], str) and args[1] in ("latin1", "latin-1")
+    return len(args) == 2 and isinstance(args[0], str) and _is(args[1], str, "latin1", "latin-1")
 
 
 def _sequence(args) -> bool:
@@ -101,11 +111,12 @@ def _sequence(args) -> bool:
 # The admitted calls and the arguments each accepts: exactly the shapes numpy, Python and Paddle write,
 # so that no admitted callable can be talked into allocating or converting something else.
 _CALLS: dict[int, Callable[[tuple], bool]] = {
-    id(_RECONSTRUCT): lambda a: len(a) == 3 and a[0] is np.ndarray and a[1] == (0,) and a[2] in (b"b", "b"),
+    id(_RECONSTRUCT): lambda a: (len(a) == 3 and a[0] is np.ndarray and _is(a[1], tuple, (0,))
+                                 and (_is(a[2], bytes, b"b") or _is(a[2], str, "b"))),
     id(_SCALAR): lambda a: (len(a) == 2 and isinstance(a[0], np.dtype)
                             and (a[0].hasobject or isinstance(a[1], bytes))),
     id(_FROMBUFFER): lambda a: (len(a) == 4 and isinstance(a[0], (bytes, bytearray, memoryview))
-                                and isinstance(a[1], np.dtype) and _ints(a[2]) and a[3] in ("C", "F")),
+                                and isinstance(a[1], np.dtype) and _ints(a[2]) and _is(a[3], str, "C", "F")),
     # copy=True as numpy writes it: a copy=False lookup would hand BUILD numpy's shared float32 & co.
     id(np.dtype): lambda a: len(a) == 3 and isinstance(a[0], str) and a[1] is False and a[2] is True,
     id(tuple): _sequence,
