@@ -1,6 +1,7 @@
 """Python numbers going into tensors are checked as PyTorch 2.13 checks them (issue 16, finding 6): nan,
 inf or an out-of-range value into an integer dtype, a complex value with an imaginary part into a real
-dtype and a finite value beyond float32 raise instead of storing a wrong value; what torch accepts
+dtype and a finite value beyond float32 raise instead of storing a wrong value (full, full_like, new_full,
+x[i] = v, fill_, masked_fill, to_tensor/tensor of Python data); what torch accepts
 (truncation of 2.5, -1 wrapping into uint8, overflow to inf in float16 and in torch.tensor) gives torch's
 value. Each case runs in both frameworks: torch's decision is the oracle. Arrays and Tensors converted
 between dtypes keep numpy's casts (torch's too), so those cases must not raise.
@@ -15,6 +16,7 @@ import oarlock
 from oarlock.dtypes import ScalarConversionError
 
 NAN, INF = float("nan"), float("inf")
+MASK = [True, False, True]
 
 
 def _setitem(make, value):
@@ -66,6 +68,12 @@ CASES = [
     *[(f"fill_[{v!r}-{dt}]", _fill(_oz(dt), v), _fill(_tz(dt), v), ("Tensor.fill_()", "value"))
       for v, dt in [(NAN, "int32"), (2 ** 63, "int64"), (2 ** 40, "int32"), (1 + 2j, "float32"), (2.5, "int32"),
                     (1e300, "float32")]],
+    # x.masked_fill(mask, value)
+    *[(f"masked_fill[{v!r}-{dt}]", lambda v=v, dt=dt: o.zeros([3], dtype=dt).masked_fill(o.to_tensor(MASK), v),
+       lambda t, v=v, dt=dt: t.zeros(3, dtype=getattr(t, dt)).masked_fill(t.tensor(MASK), v),
+       ("oarlock.masked_fill()", "value"))
+      for v, dt in [(NAN, "int32"), (2 ** 40, "int32"), (1 + 2j, "float32"), (2.5, "int32"), (-INF, "float32"),
+                    (300, "uint8")]],
     # Python data into tensor (torch.tensor) and to_tensor
     *[(f"tensor[{d!r}-{dt}]", lambda d=d, dt=dt: o.tensor(d, dtype=dt),
        lambda t, d=d, dt=dt: t.tensor(d, dtype=_tdt(t, dt)), ("oarlock.tensor()", "data"))

@@ -13,6 +13,7 @@ with accumulate=True, so repeated indices add up and higher-order gradients work
 from __future__ import annotations
 
 import oarlock
+from oarlock import dtypes as D
 from oarlock_ops._inplace import define_variants
 from oarlock_ops._grad import sum_to_shape
 from oarlock_ops.shape import _axis
@@ -129,7 +130,12 @@ def _masked_fill_kernel(xp, x, mask, value):
         raise TypeError(f"mask must be a bool tensor, got dtype {mask.dtype}")
     if value.size != 1:
         raise ValueError(f"value must be a Python number or a tensor of one element, got shape {list(value.shape)}")
-    return xp.where(mask, xp.reshape(value, ()).astype(x.dtype), x)
+    value = xp.reshape(value, ())
+    if x.dtype.kind in "biu" or (value.dtype.kind == "c" and x.dtype.kind != "c"):
+        # PyTorch's check of the fill value (nan or 2**40 into int32, 1+2j into float32 raise); float into
+        # float is left alone, so the common float fill costs no device-to-host read of the value
+        value = D.fit_scalar(value.item(), x.dtype, "argument 'value'")
+    return xp.where(mask, xp.asarray(value, dtype=x.dtype), x)
 
 
 # -- gradients ---------------------------------------------------------------------------------------
