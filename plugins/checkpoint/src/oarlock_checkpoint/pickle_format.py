@@ -11,6 +11,13 @@ internals. Tensors come back as cpu Tensors with their dtype (bfloat16 and
 float8 included), their name and stop_gradient=True, as in Paddle; with
 `return_numpy=True` they come back as numpy arrays.
 
+Files paddle.save wrote hold no records (Paddle pickles Tensors as numpy
+arrays, with their names beside them): `load` hands what it unpickled from a
+file without records to `paddle_layout`, which does what paddle.load does to
+it (Tensors with their names, the name table dropped unless
+keep_name_table=True, split big parameters put back together). A file with
+records is oarlock's own and comes back as it was saved.
+
 Security: a pickle can name any function for the loader to call, so `load`
 unpickles through `safe_pickle` by default (`weights_only=True`): it builds
 containers, numbers, strings, Tensors, numpy arrays and the tuples Paddle
@@ -33,6 +40,7 @@ from oarlock import Tensor
 from oarlock_checkpoint._arrays import NUMPY_DTYPE, OARLOCK_NAME, cpu_tensor, from_little_endian, host_array
 from oarlock_checkpoint._arrays import little_endian_bytes
 from oarlock_checkpoint._files import atomic_write, reject_unknown_options
+from oarlock_checkpoint.paddle_layout import from_paddle
 from oarlock_checkpoint.safe_pickle import safe_load
 
 __all__ = ["save", "load", "write", "SUFFIXES"]
@@ -73,10 +81,17 @@ class _Pickler(pickle.Pickler):
         return None  # everything else is pickled as usual
 
 
-def _record_loader(return_numpy: bool):
+class _RecordLoader:
     """The persistent_load of both loaders: a record (see the module docstring) to its array, scalar or
-    Tensor. It only reads the record's dtype name, shape and bytes, so safe_pickle can admit it."""
-    def load_record(pid):
+    Tensor. It only reads the record's dtype name, shape and bytes, so safe_pickle can admit it.
+    `seen` tells whether the file held any record, i.e. whether oarlock (not Paddle) wrote it."""
+
+    def __init__(self, return_numpy: bool):
+        self.return_numpy, self.seen = return_numpy, False
+
+    def __call__(self, pid):
+        self.seen = True
+        return_numpy = self.return_numpy
         try:
             kind, record = pid
             array = from_little_endian(record["data"], _dtype_from_key(record["dtype"]), record["shape"])
@@ -94,15 +109,14 @@ def _record_loader(return_numpy: bool):
             return cpu_tensor(array, name)
         raise pickle.UnpicklingError(f"load(): unknown record kind {kind!r} in this file; it was written by a "
                                      f"newer oarlock-checkpoint or is not an oarlock checkpoint")
-    return load_record
 
 
 class _Unpickler(pickle.Unpickler):
     """Full pickle (weights_only=False): any global the file names, plus the records."""
 
-    def __init__(self, file, return_numpy: bool):
+    def __init__(self, file, records: _RecordLoader):
         super().__init__(file)
-        self.persistent_load = _record_loader(return_numpy)
+        self.persistent_load = records
 
 
 def write(obj, f, protocol: int = 4) -> None:
@@ -124,25 +138,33 @@ def save(obj, path, protocol: int = 4, **configs) -> None:
         raise TypeError(f"save(): cannot pickle the object for {os.fspath(path)!r}: {exc}") from exc
 
 
-def load(path, return_numpy: bool = False, weights_only: bool = True, **configs):
-    """`oarlock.load(path)` for this format: what `save` wrote, or what Paddle's paddle.save wrote.
+def load(path, return_numpy: bool = False, weights_only: bool = True, keep_name_table: bool = False, **configs):
+    """`oarlock.load(path)` for this format: what `save` wrote, or what paddle.load returns for a file
+    Paddle's paddle.save wrote (see `paddle_layout`).
 
-    return_numpy=True gives numpy arrays instead of Tensors (Paddle's option). By default
-    (weights_only=True) the file is unpickled by `safe_pickle`, which builds only containers, numbers,
-    strings, Tensors, numpy arrays and the tuples Paddle writes for Tensors, and refuses anything else
-    with UnsafePickleError (a pickle.UnpicklingError) without running it: safe for files from anywhere.
-    weights_only=False opts in to full pickle, which builds any object and runs any code the file
-    names: only for files you trust. paddle.load has no weights_only argument (it is always full
-    pickle); its other arguments are the same."""
-    reject_unknown_options("load()", configs, ["return_numpy", "weights_only"])
-    if not isinstance(weights_only, bool):
-        raise TypeError(f"load(): weights_only must be True or False, got {weights_only!r}")
+    return_numpy=True gives numpy arrays instead of Tensors (Paddle's option). keep_name_table=True keeps
+    the key-to-name table "StructuredToParameterName@@" paddle.save writes beside a state dict (Paddle's
+    option; oarlock's own files have none). By default (weights_only=True) the file is unpickled by
+    `safe_pickle`, which builds only containers, numbers, strings, Tensors, numpy arrays and the tuples
+    Paddle writes for Tensors, and refuses anything else with UnsafePickleError (a
+    pickle.UnpicklingError) without running it: safe for files from anywhere. weights_only=False opts in
+    to full pickle, which builds any object and runs any code the file names: only for files you trust.
+    paddle.load has no weights_only argument (it is always full pickle)."""
+    reject_unknown_options("load()", configs, ["return_numpy", "weights_only", "keep_name_table"])
+    for option, value in (("weights_only", weights_only), ("keep_name_table", keep_name_table)):
+        if not isinstance(value, bool):
+            raise TypeError(f"load(): {option} must be True or False, got {value!r}")
+    source = f"load(): {os.fspath(path)!r}"
+    records = _RecordLoader(bool(return_numpy))
     with open(os.fspath(path), "rb") as f:
         if weights_only:
-            return safe_load(f, source=f"load(): {os.fspath(path)!r}",
-                             persistent_load=_record_loader(bool(return_numpy)))
-        try:
-            return _Unpickler(f, bool(return_numpy)).load()
-        except EOFError:  # pickle says "Ran out of input"; a truncated middle gives its own clear error
-            raise pickle.UnpicklingError(f"load(): {os.fspath(path)!r} ends early: it is truncated or not a "
-                                         f"pickle checkpoint") from None
+            obj = safe_load(f, source=source, persistent_load=records)
+        else:
+            try:
+                obj = _Unpickler(f, records).load()
+            except EOFError:  # pickle says "Ran out of input"; a truncated middle gives its own clear error
+                raise pickle.UnpicklingError(f"{source} ends early: it is truncated or not a pickle "
+                                             f"checkpoint") from None
+    if records.seen:  # oarlock wrote it: the records are already the Tensors (or arrays) it saved
+        return obj
+    return from_paddle(obj, bool(return_numpy), keep_name_table, source)
