@@ -2,10 +2,13 @@
 
 Measured: in-place SUM all_reduce of one float32 buffer per rank, for message sizes from 1 KB to
 64 MB (1 KB = 1024 bytes), on 2 and 4 ranks over loopback (MPI's shared-memory transport; more
-ranks than cores are oversubscribed). Three variants run in the same processes, interleaved:
+ranks than cores are oversubscribed). Four variants run in the same processes, interleaved:
 
-- oarlock: `dist.all_reduce(tensor)` on a CPU tensor (blocking; the plugin passes the tensor's
-  numpy array to a nonblocking MPI_Iallreduce with MPI_IN_PLACE and polls it under its watchdog);
+- oarlock: `dist.all_reduce(tensor)` on a CPU tensor (blocking; the plugin checks that the ranks
+  agree on the call with one small all_gather, then passes the tensor's numpy array to a
+  nonblocking MPI_Iallreduce with MPI_IN_PLACE and polls it under its watchdog);
+- oarlock unchecked: the same with the agreement check off (`dist.set_collective_check(False)`
+  for its blocks), so the check's cost is the difference of the two;
 - raw out-of-place: `comm.Allreduce(send, recv)` on numpy arrays;
 - raw in-place: `comm.Allreduce(MPI.IN_PLACE, buf)` on a numpy array.
 
@@ -17,13 +20,16 @@ maximum over ranks (a collective is as slow as its slowest rank), divided by the
 The figure is the median over blocks. Algorithm bandwidth is bytes / time (GB/s = 1e9 bytes/s);
 bus bandwidth is algbw * 2(n-1)/n (the nccl-tests convention: what each rank's link carries in a
 ring all-reduce). "ratio" is oarlock's bandwidth over the better raw variant's (> 1: oarlock is
-faster). The goal: ratio >= 0.9 at 1 MB and above.
+faster). The goal: ratio >= 0.9 at 1 MB and above. A second table gives the agreement check's
+cost: (checked - unchecked) / unchecked time per call; it stays on by default while that is at
+most 3% at 1 MB.
 
 Run without MPI, the script is a driver: it launches itself under `mpiexec -n N` for each N of
 --ranks (setting OARLOCK_BENCH_RANK_MODE=1 so the copies know they are ranks), relays the table
 that rank 0 prints, and prints the machine line.
 
     python bench/allreduce.py [--ranks 2 4] [--sizes 1K 1M 64M] [--quick] [--json out.json]
+    python bench/allreduce.py --ranks 2 --sizes 1K 1M 64M      # the check's cost table
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ DEFAULT_SIZES = ["1K", "4K", "16K", "64K", "256K", "1M", "4M", "16M", "64M"]
 QUICK_SIZES = ["4K", "1M", "16M"]
 GOAL_RATIO = 0.9
 GOAL_MIN_BYTES = 1 << 20
-VARIANTS = ("oarlock", "raw_oop", "raw_ip")
+VARIANTS = ("oarlock", "oarlock_unchecked", "raw_oop", "raw_ip")
+CHECK_BUDGET = 0.03         # the agreement check stays on by default while it costs at most this at 1 MB
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "G": 1 << 30, "GB": 1 << 30}
 
 
@@ -139,11 +146,17 @@ def measure(oarlock, dist, MPI, comm, count, args):
     inplace = np.zeros(count, dtype=np.float32)
     calls = {
         "oarlock": lambda: dist.all_reduce(tensor),
+        "oarlock_unchecked": lambda: dist.all_reduce(tensor),
         "raw_oop": lambda: comm.Allreduce(send, recv, op=MPI.SUM),
         "raw_ip": lambda: comm.Allreduce(MPI.IN_PLACE, inplace, op=MPI.SUM),
     }
+    # every rank switches the check alike, outside the timed calls
+    checked = {name: name != "oarlock_unchecked" for name in VARIANTS}
     # the same repetitions for every variant, sized by the slowest, so blocks are alike in length
-    per_call = max(calibrate(comm, MPI, fn) for fn in calls.values())
+    per_call = 0.0
+    for name, fn in calls.items():
+        dist.set_collective_check(checked[name])
+        per_call = max(per_call, calibrate(comm, MPI, fn))
     reps = max(3, int(round(args.target_ms / 1e3 / per_call)))
 
     local = np.zeros((len(VARIANTS), args.blocks))
@@ -151,7 +164,9 @@ def measure(oarlock, dist, MPI, comm, count, args):
         # rotate the order so that no variant always runs first (right after a Barrier) or last
         for shift in range(len(VARIANTS)):
             index = (block + shift) % len(VARIANTS)
+            dist.set_collective_check(checked[VARIANTS[index]])
             local[index, block] = timed_block(comm, calls[VARIANTS[index]], reps)
+    dist.set_collective_check(True)
     # per block, the slowest rank's time; reduced after the timing so it costs the blocks nothing
     worst = np.zeros_like(local) if comm.rank == 0 else None
     comm.Reduce(local, worst, op=MPI.MAX, root=0)
@@ -212,6 +227,7 @@ def make_row(nbytes: int, nranks: int, reps: int, per_call: np.ndarray) -> dict:
         "busbw_gbs": {name: bw * 2 * (nranks - 1) / nranks for name, bw in algbw.items()},
         "ratio_vs_best_raw": ratio,
         "overhead_us": (medians["oarlock"] - min(medians["raw_oop"], medians["raw_ip"])) * 1e6,
+        "check_cost": medians["oarlock"] / medians["oarlock_unchecked"] - 1,
         "meets_goal": (ratio >= GOAL_RATIO) if nbytes >= GOAL_MIN_BYTES else None,
     }
 
@@ -233,6 +249,20 @@ def render_table(nranks: int, args, rows: list) -> str:
     if judged:
         met = sum(row["meets_goal"] for row in judged)
         lines += ["", f"{met} of {len(judged)} sizes >= 1 MB meet the goal on {nranks} ranks."]
+    return "\n".join(lines + ["", render_check_table(nranks, args, rows)])
+
+
+def render_check_table(nranks: int, args, rows: list) -> str:
+    """The agreement check's cost per size: the same medians, checked against unchecked."""
+    lines = [f"### {nranks} ranks: the agreement check on and off (all_reduce float32 SUM, median of {args.blocks} "
+             "blocks, max over ranks)",
+             "",
+             "| size | check on us | check off us | check cost | within budget (<=3% at 1 MB) |",
+             "|---:|---:|---:|---:|:---:|"]
+    for row in rows:
+        budget = ("yes" if row["check_cost"] <= CHECK_BUDGET else "**NO**") if row["bytes"] == GOAL_MIN_BYTES else "-"
+        lines.append(f"| {size_label(row['bytes'])} | {row['us']['oarlock']:.1f} | {row['us']['oarlock_unchecked']:.1f} "
+                     f"| {100 * row['check_cost']:+.1f}% | {budget} |")
     return "\n".join(lines)
 
 

@@ -105,6 +105,11 @@ def is_enabled() -> bool:
     return _enabled
 
 
+def applies(group) -> bool:
+    """Whether collectives on `group` are checked: the check is on and the group has peers."""
+    return is_enabled() and group.nranks > 1
+
+
 def set_collective_check(enabled: bool) -> bool:
     """Turn the check that every rank of a group calls the same collective, with the same dtype,
     element count, root and op, on or off (default: on, or OARLOCK_COLLECTIVE_CHECK). Returns
@@ -118,19 +123,26 @@ def set_collective_check(enabled: bool) -> bool:
 
 
 # -- the exchange --------------------------------------------------------------------------------------
-class Records:
-    """A group's private communicator for agreement checks and its record buffers, made at the
-    group's first checked collective (every member reaches it at the same point)."""
+class Records(Work):
+    """A group's private communicator for agreement checks, its record buffers and a persistent
+    all_gather of them (MPI_Allgather_init: started per check, cheaper than a fresh MPI_Iallgather);
+    made at the group's first checked collective, which every member reaches at the same point.
+    As a Work it is that all_gather in flight."""
 
-    __slots__ = ("comm", "mine", "everyone")
+    __slots__ = ("comm", "mine", "everyone", "exchange")
 
     def __init__(self, group):
         from oarlock.registry import default_registry
         self.comm = group.communicator(default_registry().comms["mpi"]).Dup()
         self.mine = bytearray(_RECORD.size)
         self.everyone = bytearray(_RECORD.size * group.nranks)
+        self.exchange = self.comm.Allgather_init(self.mine, self.everyone)
+
+    def test(self) -> bool:
+        return self.exchange.Test()
 
     def free(self) -> None:
+        self.exchange.Free()
         self.comm.Free()
 
 
@@ -160,13 +172,13 @@ def _all_gather(call, records, send, recv) -> None:
 def check(call, dtype, numel: int, root: int, op: int) -> None:
     """Raise CollectiveMismatchError on every member unless all of them called `call.name` as
     the same collective of the group with the same dtype, element count, root (group rank) and
-    op; NONE stands for a field the collective lacks."""
+    op; NONE stands for a field the collective lacks. Only where `applies(call.group)`."""
     group = call.group
-    if group.nranks == 1 or not is_enabled():
-        return
-    records = _records(group)
-    _RECORD.pack_into(records.mine, 0, call.sequence, _KIND_CODES[call.name], dtype_code(dtype), numel, root, op)
-    _all_gather(call, records, records.mine, records.everyone)
+    records = group.agreement or _records(group)
+    _RECORD.pack_into(records.mine, 0, call.sequence, _KIND_CODES[call.name], _DTYPE_CODES[dtype.name], numel, root,
+                      op)
+    records.exchange.Start()
+    watchdog.wait(records, group, call.sequence, call.name)
     if records.everyone != records.mine * group.nranks:
         raise CollectiveMismatchError(_disagreement(call, records.everyone))
 

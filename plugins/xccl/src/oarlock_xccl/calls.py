@@ -21,6 +21,8 @@ from oarlock_xccl.backend import ReduceOp
 
 # read once: the ranks of a job get it from their environment (`oarlock launch --debug`)
 _DEBUG = os.environ.get("OARLOCK_DISTRIBUTED_DEBUG", "0") not in ("", "0")
+# collectives whose first tensor is one rank's block of what moves
+_PER_RANK_BLOCKS = frozenset({"all_gather", "gather", "scatter", "reduce_scatter", "alltoall"})
 
 
 class Task:
@@ -34,7 +36,7 @@ class Task:
         if self._call is not None:
             call = self._call
             try:
-                watchdog.wait(self._work, call.group, call.sequence, call.name, call.peers)
+                watchdog.wait(self._work, call.group, call.sequence, call.name, call.peers, call.nbytes)
             except MessageMismatch as exc:
                 self._call = None
                 raise agreement.received_mismatch(exc, call) from None
@@ -65,12 +67,13 @@ class Call:
     """The state of one collective on one group (see `begin`)."""
 
     __slots__ = ("name", "group", "place", "backend", "comm", "staged", "xp", "sequence", "peers", "root",
-                 "afterwards", "writebacks")
+                 "nbytes", "afterwards", "writebacks")
 
     def __init__(self, name, group, place, route, sequence, peers):
         self.name, self.group, self.place, self.sequence, self.peers = name, group, place, sequence, peers
         self.backend, self.comm, self.staged = route
         self.root = NONE                # the root's group rank, for collectives that have one
+        self.nbytes = 0                 # about what the call moves: how long its wait polls without pause
         self.xp = np if self.staged else place.backend.xp
         self.afterwards: list = []      # steps once the backend is done (fill lists, unpack buffers)
         self.writebacks: list = []      # then: copy staged arrays back into their tensors
@@ -163,11 +166,14 @@ def begin(name: str, group, tensors: list, *, op=None, root=None, counted=True, 
     call = Call(name, group, place, _route(group, place, name), watchdog.enter(group.id) if peers is None else None,
                 peers)
     call.root = root_index
+    first = tensors[0]
+    numel = first.size
+    call.nbytes = numel * first.dtype.itemsize * (group.nranks if name in _PER_RANK_BLOCKS else 1)
     if peers is None:
-        dtype = tensors[0].dtype
-        agreement.check(call, dtype, tensors[0].size if counted else NONE, root_index, NONE if op is None else int(op))
+        if agreement.applies(group):
+            agreement.check(call, first.dtype, numel if counted else NONE, root_index, NONE if op is None else op)
         if _DEBUG:
-            agreement.check_debug(call, (name, dtype.name, *([f"{agreement.root_argument(name)}={root}"]
+            agreement.check_debug(call, (name, tensors[0].dtype.name, *([f"{agreement.root_argument(name)}={root}"]
                                                              if root is not None else []),
                                          *([op.name] if op is not None else []),
                                          *([tensors[0].shape] if same_shape else [])))

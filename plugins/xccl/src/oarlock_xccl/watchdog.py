@@ -8,9 +8,9 @@ got; a small responder thread in every rank answers (it polls, so an idle rank
 costs nothing), even while its main thread computes or waits elsewhere. A rank
 that does not answer is reported as such: hung outside oarlock, or gone.
 
-A waiting rank polls at full speed for a millisecond, then sleeps between polls
-with a pause that doubles up to 1 ms, so ranks blocked on late peers leave their
-cores to others (see `wait`).
+A waiting rank polls at full speed for a millisecond (longer for large payloads),
+then sleeps between polls with a pause that doubles up to 1 ms, so ranks blocked
+on late peers leave their cores to others (see `wait`).
 """
 
 from __future__ import annotations
@@ -24,14 +24,15 @@ from oarlock_xccl import world
 
 _QUERY, _REPLY = 1, 2
 _POLL_S = 0.05
-# Waiting: poll without pause for _SPIN_S (small collectives finish within it, at full speed),
-# then sleep between polls, the pause doubling from _FIRST_PAUSE_S up to a cap, so a rank whose
-# peers are late does not burn a core (MPICH busy-polls in its blocking calls, and its ch4 device
-# has no sleeping wait: MPIR_CVAR_CH4_PROGRESS_THROTTLE only adds usleep(1) after 4096 idle
-# polls). MPI moves data only inside a poll, so a poll that took _BUSY_POLL_S or more (it copied
-# or reduced data: a large transfer is under way) restarts the pause-free stretch.
+# Waiting: poll without pause for _SPIN_S plus the time the payload's bytes take at
+# _SPIN_BYTES_PER_S (MPI moves data only inside polls, so a transfer under way needs them back to
+# back), then sleep between polls, the pause doubling from _FIRST_PAUSE_S up to a cap, so a rank
+# whose peers are late does not burn a core. MPICH busy-polls in its blocking calls and its ch4
+# device has no sleeping wait (MPIR_CVAR_CH4_PROGRESS_THROTTLE only adds usleep(1) after 4096
+# idle polls). With the agreement check on, waiting for late peers happens in the check's small
+# all_gather, so the payload starts with every rank present and ends within its spin.
 _SPIN_S = 1e-3
-_BUSY_POLL_S = 20e-6
+_SPIN_BYTES_PER_S = 1e9
 _FIRST_PAUSE_S = 10e-6
 _MAX_PAUSE_S = 1e-3
 _MAX_PAUSE_OVERSUBSCRIBED_S = 100e-6    # more ranks than cores: peers need this rank's core, answer them soon
@@ -52,32 +53,27 @@ def enter(group_id: int) -> int:
     return sequence
 
 
-def wait(work, group, sequence: int | None, name: str, peers=None) -> None:
+def wait(work, group, sequence: int | None, name: str, peers=None, nbytes: int = 0) -> None:
     """Poll `work` until it completes; past the group's timeout, raise CollectiveTimeoutError.
     `sequence` is the collective's number on the group; point-to-point calls pass None and
-    their `peers` instead."""
+    their `peers` instead. `nbytes`, the data the call moves, lengthens the pause-free polling."""
     if work.test():
         return
     global _waiting
     _waiting = (group.id, sequence, name)
     clock = time.monotonic
     start = clock()
-    deadline, spin_until, pause = start + group.timeout, start + _SPIN_S, _FIRST_PAUSE_S
+    deadline, spin_until, pause = start + group.timeout, start + _SPIN_S + nbytes / _SPIN_BYTES_PER_S, _FIRST_PAUSE_S
     # With more ranks than cores a polling rank takes the core a peer needs to arrive: it yields
     # between polls (Open MPI's yield_when_idle) and caps its pauses lower.
     oversubscribed = world.oversubscribed()
     max_pause = _MAX_PAUSE_OVERSUBSCRIBED_S if oversubscribed else _MAX_PAUSE_S
     try:
-        while True:
-            before = clock()
-            if work.test():
-                return
+        while not work.test():
             now = clock()
             if now > deadline:
                 raise _timed_out(group, sequence, name, peers)
-            if now - before >= _BUSY_POLL_S:
-                spin_until, pause = now + _SPIN_S, _FIRST_PAUSE_S
-            elif now >= spin_until:
+            if now >= spin_until:
                 time.sleep(pause)
                 pause = min(2 * pause, max_pause)
             elif oversubscribed:
