@@ -48,12 +48,18 @@ def _waiting() -> str:
             f"import of {', '.join(waits)} to finish")
 
 
-def _registry_for_use():
+def _registry_for_use(wait: bool = True):
     """The process-wide registry, loading the plugins if that has not happened. While a plugin manager is
-    loading, the process-wide registry as filled so far (None before it exists): nothing loads then."""
-    from oarlock.plugins import plugins_importing
+    loading in this thread, the process-wide registry as filled so far (None before it exists): nothing
+    loads then. While another thread loads them: wait for it, or with wait=False (the caller holds a module's
+    import lock, which that load may need) None."""
+    from oarlock.plugins import default_manager, plugins_importing
     from oarlock.registry import default_registry, peek_default_registry
-    return peek_default_registry() if plugins_importing() else default_registry()
+    if plugins_importing():
+        return peek_default_registry()
+    if wait:
+        return default_registry()
+    return None if default_manager(wait=False) is None else peek_default_registry()
 
 
 def disabled_provider(namespace: str, name: str | None = None) -> str | None:
@@ -146,7 +152,7 @@ class NamespaceLoader(importlib.abc.Loader):
         module.__doc__ = f"{name}: names exported by plugins; dir() lists them and the child namespaces."
         # The plugins load here, not in find_spec: the module is in sys.modules by now, so a plugin that
         # imports it while loading gets this very module.
-        registry = _registry_for_use()
+        registry = _registry_for_use(wait=False)   # holding this module's import lock: see _registry_for_use
         if registry is not None and registry_complete():
             _check_namespace(registry, name)
             module.__doc__ = namespace_doc(registry, name)
@@ -171,8 +177,13 @@ class NamespaceFinder(importlib.abc.MetaPathFinder):
         parts = fullname.split(".")
         if not all(part.isidentifier() and not part.startswith("_") for part in parts):
             return None
-        from oarlock.plugins import loaded_default_registry
-        registry = loaded_default_registry()   # never loads: exec_module does, once the module is in sys.modules
+        # Never load nor import here: find_spec runs under the interpreter's global import lock, which a
+        # thread importing oarlock.plugins (or loading plugins) needs for each of its own imports
+        plugins = sys.modules.get("oarlock.plugins")
+        if plugins is None or getattr(plugins.__spec__, "_initializing", False):
+            registry = None    # nothing is loaded before that module is
+        else:
+            registry = plugins.loaded_default_registry()   # exec_module loads, once the module is in sys.modules
         if registry is not None and registry_complete() and not registry.has_namespace(fullname):
             if disabled_provider(fullname) is not None:
                 _check_namespace(registry, fullname)   # raises, naming the disabled plugin

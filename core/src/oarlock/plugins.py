@@ -10,8 +10,10 @@ import is reported by name with its error; the others still load.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+import threading
 import traceback
 import warnings
 from dataclasses import dataclass, field
@@ -98,7 +100,7 @@ class PluginManager:
         # loads them once those imports are done.
         busy = _modules_being_imported()
         self.loading = True
-        _importing[0] += 1
+        _IMPORTING.count += 1
         try:
             for ep in eps:
                 if self.pm.is_registered(ep.name) or self.pm.has_plugin(ep.name):
@@ -121,7 +123,7 @@ class PluginManager:
                               dist.version if dist else None)
         finally:
             self.loading = False
-            _importing[0] -= 1
+            _IMPORTING.count -= 1
 
     def load_deferred(self) -> None:
         """Load the entry points deferred by load() once the imports they waited for are done (the process-wide
@@ -134,6 +136,18 @@ class PluginManager:
         self.deferred.clear()
         self._load_entry_points(eps)
 
+    def wait_for_deferring_imports(self) -> None:
+        """Wait until the half-done imports that deferred entry points wait for are finished, where other
+        threads run them (importing a module another thread is importing waits for it; this thread's own
+        half-done import returns at once, and it stays deferred). Never call it holding _LOAD_LOCK: the
+        importing thread may need that lock before its import finishes."""
+        for name in sorted({name for _, waiting in list(self.deferred.values()) for name in waiting}):
+            if _being_imported(name):
+                try:
+                    importlib.import_module(name)
+                except Exception:   # noqa: BLE001 - that import's own thread reports its failure
+                    pass
+
     def autoload_disabled(self) -> bool:
         return self.environ.get("OARLOCK_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0")
 
@@ -143,7 +157,7 @@ class PluginManager:
         is imported once and registers its ops and public names into a throwaway Registry (its backends,
         formats and commands are not registered, so nothing of it becomes usable)."""
         blocked = self.disabled()
-        if not blocked or self.autoload_disabled() or _importing[0]:   # not while plugins are being imported
+        if not blocked or self.autoload_disabled() or _IMPORTING.count:   # not while plugins are being imported
             return None
         if self._blocked_eps is None or self._blocked_eps[0] != blocked:   # entry points are read once
             self._blocked_eps = (blocked, sorted((ep for ep in entry_points(group=self.group) if ep.name in blocked),
@@ -164,7 +178,7 @@ class PluginManager:
     def _probe(self, ep) -> Registry | None:
         probe = PluginManager(group=self.group, environ={})
         before = set(sys.modules)
-        _importing[0] += 1
+        _IMPORTING.count += 1
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -174,7 +188,7 @@ class PluginManager:
         except Exception:  # a plugin blocked because it is broken: nothing it provides can be named
             return None
         finally:
-            _importing[0] -= 1
+            _IMPORTING.count -= 1
             # the namespace modules the blocked plugin imported exist only for it: forget them
             for name in sorted(set(sys.modules) - before, key=lambda n: -n.count(".")):
                 module = sys.modules[name]
@@ -257,36 +271,80 @@ def device_reuse(registry: Registry, device: str) -> dict:
 _default_manager: PluginManager | None = None
 
 
-def default_manager() -> PluginManager:
-    """The process-wide manager; its registry becomes the default one before plugins load."""
+LOAD_WAIT_S = 120.0   # the longest a thread waits for another thread's plugin load (see default_manager)
+_LOAD_LOCK = threading.RLock()   # held while the process-wide plugins load (re-entered by their own imports)
+_loader = [None]                 # the ident of the thread loading them, None when none is
+
+
+def default_manager(wait: bool = True) -> PluginManager | None:
+    """The process-wide manager; its registry becomes the default one before plugins load. One thread loads
+    them; meanwhile registry users in other threads wait here (set_registry_pending(True) sends them here)
+    rather than see a half-filled registry; entry points deferred for a plugin module that another thread
+    is importing are loaded once that import is done. wait=False: None instead of waiting (a namespace
+    module being imported: the load may import it too, and would wait for its import lock). A wait is
+    bounded as well: a thread that holds the import of a plugin module the load also imports would otherwise
+    wait forever; after LOAD_WAIT_S it goes on with the registry as filled so far."""
+    manager = _load_once(wait)
+    # came while another thread was loading, and entry points stayed deferred for a module being imported:
+    # now that no thread loads, wait for that import (outside _LOAD_LOCK, see wait_for_deferring_imports)
+    if wait and manager is not None and manager.deferred and _loader[0] is None:
+        manager = _load_once(wait)
+    return manager
+
+
+def _load_once(wait: bool) -> PluginManager | None:
     global _default_manager
-    if _default_manager is None:
-        _default_manager = PluginManager()
-        set_default_registry(_default_manager.registry)
-        _default_manager.load()
-    elif _default_manager.deferred:
-        _default_manager.load_deferred()
-    set_registry_pending(bool(_default_manager.deferred))
+    if wait and _loader[0] is None and _default_manager is not None and _default_manager.deferred:
+        _default_manager.wait_for_deferring_imports()
+    if not _LOAD_LOCK.acquire(timeout=LOAD_WAIT_S if wait else 0):
+        if not wait:
+            return None
+        warnings.warn(f"oarlock: waited {LOAD_WAIT_S:.0f} s for another thread to load the plugins; going on with "
+                      f"the plugins registered so far", PluginLoadWarning, stacklevel=3)
+        return _default_manager
+    try:
+        if _default_manager is None or _default_manager.deferred:
+            outer = _loader[0] is None
+            if outer:
+                _loader[0] = threading.get_ident()
+            set_registry_pending(True)
+            try:
+                if _default_manager is None:
+                    _default_manager = PluginManager()
+                    set_default_registry(_default_manager.registry)
+                    _default_manager.load()
+                else:
+                    _default_manager.load_deferred()
+            finally:
+                if outer:
+                    _loader[0] = None
+        # pending while anything is left to load, or while this thread (re-entering from a plugin's import)
+        # is still loading: other threads keep coming here to wait
+        set_registry_pending(bool(_default_manager.deferred) or _loader[0] is not None)
+    finally:
+        _LOAD_LOCK.release()
     return _default_manager
 
 
 def plugins_importing() -> bool:
     """Whether a plugin manager is loading plugins (or probing a disabled one) right now. Namespace modules
     then neither load the plugins nor judge whether a namespace exists (oarlock._namespace)."""
-    return _importing[0] > 0
+    return _IMPORTING.count > 0
 
 
 def registry_complete() -> bool:
     """Whether the process-wide registry holds every plugin it will: loaded, not loading, nothing deferred."""
     manager = _default_manager
     return manager is not None and manager.loaded and not manager.loading and not manager.deferred \
-        and not _importing[0]
+        and not _IMPORTING.count and _loader[0] is None
 
 
 def loaded_default_registry() -> Registry | None:
-    """The process-wide registry when its plugins are loaded (not loading); None otherwise. Loads nothing."""
+    """The process-wide registry when its plugins are loaded (not loading, in any thread); None otherwise.
+    Loads nothing."""
     manager = _default_manager
-    return manager.registry if manager is not None and manager.loaded and not manager.loading else None
+    loaded = manager is not None and manager.loaded and not manager.loading and _loader[0] is None
+    return manager.registry if loaded else None
 
 
 def _being_imported(name: str) -> bool:
@@ -300,7 +358,15 @@ def _modules_being_imported() -> list[str]:
             and _being_imported(name)]
 
 
-_importing = [0]   # how many managers are loading or probing plugins now
+class _Importing(threading.local):
+    """How many managers are loading or probing plugins now, in this thread: per thread, so that another
+    thread, which must not see the registry half filled, waits in default_manager() instead of being
+    served it the way a plugin's own imports are."""
+
+    count = 0
+
+
+_IMPORTING = _Importing()
 
 
 def register_plugin(plugin, name: str):

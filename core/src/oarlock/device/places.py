@@ -28,7 +28,9 @@ class Place:
             place.type, place.index = type, index
             place.backend = None  # bound lazily by the registry
             place._str = type if type == "cpu" else f"{type}:{index}"
-            cls._interned[key] = place
+            # setdefault, not a store: two threads making the first Place of a key at once must both
+            # get the one kept (places compare with `is`)
+            place = cls._interned.setdefault(key, place)
         return place
 
     def __repr__(self):
