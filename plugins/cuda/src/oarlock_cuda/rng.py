@@ -18,6 +18,8 @@ device round trip). Conversions, identical in both engines:
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 MASK64 = (1 << 64) - 1
@@ -173,15 +175,21 @@ class CounterGenerator:
 
     def __init__(self, seed: int = 0, engine=None):
         self.engine = engine if engine is not None else self._host
+        # Threads share a device's generator (as in Paddle and PyTorch): the lock makes taking a range of
+        # draw numbers, seeding and reading or writing the state atomic, so no two draws get the same
+        # numbers and no state is read half-updated. The numbers are computed outside it.
+        self._lock = threading.Lock()
         self.seed(seed)
 
     # -- state ---------------------------------------------------------------------------------------
     def seed(self, seed: int) -> None:
-        self._seed, self._key, self.offset = int(seed), key_of(int(seed)), 0
+        with self._lock:
+            self._seed, self._key, self.offset = int(seed), key_of(int(seed)), 0
 
     @property
     def state(self) -> dict:
-        return {"bit_generator": ALGORITHM, "seed": self._seed, "offset": self.offset}
+        with self._lock:
+            return {"bit_generator": ALGORITHM, "seed": self._seed, "offset": self.offset}
 
     @state.setter
     def state(self, state) -> None:
@@ -189,21 +197,24 @@ class CounterGenerator:
                 or not isinstance(state.get("seed"), int) or not isinstance(state.get("offset"), int):
             raise ValueError(f"set_rng_state(): a gpu generator state is a dict {{'bit_generator': {ALGORITHM!r}, "
                              f"'seed': int, 'offset': int}} as get_rng_state returns, got {state!r}")
-        self.seed(state["seed"])
-        self.offset = state["offset"]
+        seed = int(state["seed"])
+        with self._lock:
+            self._seed, self._key, self.offset = seed, key_of(seed), state["offset"]
 
-    def _advance(self, n: int) -> int:
-        offset = self.offset
-        self.offset = (offset + n) & MASK64
-        return offset
+    def _advance(self, n: int) -> tuple[int, int]:
+        """(key, first draw number) of the next n draws, which it takes."""
+        with self._lock:
+            offset = self.offset
+            self.offset = (offset + n) & MASK64
+            return self._key, offset
 
     def _draw(self, method, size, dtype, per_value, *args):
         """`per_value` draws per output value; size None: one value, computed on the host."""
         shape = () if size is None else _shape(size)
-        offset = self._advance(per_value * _count(shape))
+        key, offset = self._advance(per_value * _count(shape))
         if size is None:
-            return getattr(self._host, method)(self._key, offset, (1,), dtype, *args)[0]
-        return getattr(self.engine, method)(self._key, offset, shape, dtype, *args)
+            return getattr(self._host, method)(key, offset, (1,), dtype, *args)[0]
+        return getattr(self.engine, method)(key, offset, shape, dtype, *args)
 
     # -- numpy.random.Generator methods ------------------------------------------------------------------
     def random(self, size=None, dtype=np.float64):
