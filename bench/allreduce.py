@@ -261,7 +261,8 @@ def render_check_table(nranks: int, args, rows: list) -> str:
              "|---:|---:|---:|---:|:---:|"]
     for row in rows:
         budget = ("yes" if row["check_cost"] <= CHECK_BUDGET else "**NO**") if row["bytes"] == GOAL_MIN_BYTES else "-"
-        lines.append(f"| {size_label(row['bytes'])} | {row['us']['oarlock']:.1f} | {row['us']['oarlock_unchecked']:.1f} "
+        us = row["us"]
+        lines.append(f"| {size_label(row['bytes'])} | {us['oarlock']:.1f} | {us['oarlock_unchecked']:.1f} "
                      f"| {100 * row['check_cost']:+.1f}% | {budget} |")
     return "\n".join(lines)
 

@@ -144,7 +144,7 @@ def test_matching_calls_after_the_mismatches_are_right(reports, size, how):
     expected_sum = np.arange(4, dtype=np.float64) * sum(rank + 1 for rank in range(size))
     expected_gather = [[rank, rank] for rank in range(size)]
     for rank, record in enumerate(reports(size, how)["cases"]["after"]):
-        assert record["error"] is None, record
+        assert record["error"] is None, f"rank {rank}: {record}"
         np.testing.assert_array_equal(record["result"][0], expected_sum)
         assert record["result"][1:] == expected_gather
 

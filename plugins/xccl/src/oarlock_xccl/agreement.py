@@ -53,9 +53,10 @@ _enabled: bool | None = None    # read from the environment at the first collect
 
 
 class CollectiveMismatchError(RuntimeError):
-    """Ranks of a group called different collectives, or the same one with a different dtype,
-    element count, root or reduce op (or a receive does not match its message); every member of
-    the group raises it and no data was exchanged."""
+    """The ranks of a group disagree on a collective: which one, or its dtype, size, root or op.
+
+    Every member of the group raises it, before any data was exchanged. A receive whose message
+    has another dtype or size raises it on the receiving rank."""
 
 
 class MessageMismatch(CollectiveMismatchError):
@@ -111,9 +112,11 @@ def applies(group) -> bool:
 
 
 def set_collective_check(enabled: bool) -> bool:
-    """Turn the check that every rank of a group calls the same collective, with the same dtype,
-    element count, root and op, on or off (default: on, or OARLOCK_COLLECTIVE_CHECK). Returns
-    the previous setting. Every rank must call it at the same point of the program."""
+    """Turn the collective agreement check on or off; returns the previous setting.
+
+    The check (on by default; OARLOCK_COLLECTIVE_CHECK=0 turns it off) makes every rank of a
+    group raise CollectiveMismatchError when they do not all call the same collective with the
+    same dtype, element count, root and op. Every rank must switch it at the same point."""
     global _enabled
     if not isinstance(enabled, bool):
         raise TypeError(f"set_collective_check(): enabled must be True or False, got {enabled!r}")
