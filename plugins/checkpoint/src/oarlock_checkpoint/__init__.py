@@ -1,6 +1,7 @@
 """oarlock-checkpoint: the checkpoint formats behind oarlock.save / oarlock.load.
 
 pickle_format.py  "pickle", the default: paddle.save/paddle.load semantics (.pdparams, .pdopt, .pdtensor, .pkl)
+paddle_layout.py  what paddle.load does to the object of a file paddle.save wrote (names, tables, split params)
 safetensors.py    "safetensors" (.safetensors), written and read directly; also save_file / load_file /
                   load_metadata for use without oarlock.save
 flex/             FlexCheckpoint: sharded, re-shardable checkpoints (oarlock.distributed.save_state_dict, ...)
