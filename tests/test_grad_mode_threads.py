@@ -9,15 +9,14 @@ concurrent threads and requires bit-identical losses to the same runs done seque
 
 from __future__ import annotations
 
-import sys
 import threading
 
 import numpy as np
 import pytest
 
 import oarlock
-
-TIMEOUT = 20.0
+from threads import TIMEOUT, fast_switching
+from threads import run_threads as _run_threads
 
 
 @pytest.fixture(params=["oarlock", "torch", "paddle"])
@@ -41,30 +40,6 @@ def _records_graph(fw) -> bool:
         return (x * x).requires_grad
     x = fw.to_tensor([1.0, 2.0], stop_gradient=False)
     return not (x * x).stop_gradient
-
-
-def _run_threads(*targets, barrier: threading.Barrier | None = None):
-    """Run each target in its own thread; re-raise the first exception any of them raised (aborting the
-    barrier so the others stop waiting), and fail if one is still running after the timeout."""
-    errors = []
-
-    def guarded(target):
-        try:
-            target()
-        except BaseException as e:  # noqa: BLE001 - reported in the main thread
-            errors.append(e)
-            if barrier is not None:
-                barrier.abort()
-
-    threads = [threading.Thread(target=guarded, args=(t,), daemon=True) for t in targets]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT)
-    assert not any(t.is_alive() for t in threads), "a thread did not finish (deadlock?)"
-    real = [e for e in errors if not isinstance(e, threading.BrokenBarrierError)]
-    if errors:
-        raise (real or errors)[0]
 
 
 # -- (1) no_grad in one thread does not turn grad off in another ---------------------------------------------
@@ -236,9 +211,7 @@ def test_concurrent_training_matches_sequential_bit_for_bit():
     seeds = [100 + i for i in range(N_MODELS)]
     expected = {s: _train(s) for s in seeds}
     assert all(np.all(np.isfinite(v)) for v in expected.values())
-    old_interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)        # switch threads as often as possible: maximal interleaving
-    try:
+    with fast_switching():             # switch threads as often as possible: maximal interleaving
         for rep in range(REPEATS):
             got = {}
             barrier = threading.Barrier(N_MODELS, timeout=TIMEOUT)
@@ -250,6 +223,4 @@ def test_concurrent_training_matches_sequential_bit_for_bit():
             _run_threads(*[lambda s=s: worker(s) for s in seeds], barrier=barrier)
             for s in seeds:
                 assert got[s] == expected[s], f"repetition {rep}, model {s}: losses differ from the sequential run"
-    finally:
-        sys.setswitchinterval(old_interval)
     assert oarlock.is_grad_enabled()

@@ -177,18 +177,19 @@ class CounterGenerator:
         self.engine = engine if engine is not None else self._host
         # Threads share a device's generator (as in Paddle and PyTorch): the lock makes taking a range of
         # draw numbers, seeding and reading or writing the state atomic, so no two draws get the same
-        # numbers and no state is read half-updated. The numbers are computed outside it.
-        self._lock = threading.Lock()
+        # numbers and no state is read half-updated. The numbers are computed outside it. Re-entrant and
+        # public, like numpy's BitGenerator.lock: a kernel drawing in blocks holds it across them.
+        self.lock = threading.RLock()
         self.seed(seed)
 
     # -- state ---------------------------------------------------------------------------------------
     def seed(self, seed: int) -> None:
-        with self._lock:
+        with self.lock:
             self._seed, self._key, self.offset = int(seed), key_of(int(seed)), 0
 
     @property
     def state(self) -> dict:
-        with self._lock:
+        with self.lock:
             return {"bit_generator": ALGORITHM, "seed": self._seed, "offset": self.offset}
 
     @state.setter
@@ -198,12 +199,12 @@ class CounterGenerator:
             raise ValueError(f"set_rng_state(): a gpu generator state is a dict {{'bit_generator': {ALGORITHM!r}, "
                              f"'seed': int, 'offset': int}} as get_rng_state returns, got {state!r}")
         seed = int(state["seed"])
-        with self._lock:
+        with self.lock:
             self._seed, self._key, self.offset = seed, key_of(seed), state["offset"]
 
     def _advance(self, n: int) -> tuple[int, int]:
         """(key, first draw number) of the next n draws, which it takes."""
-        with self._lock:
+        with self.lock:
             offset = self.offset
             self.offset = (offset + n) & MASK64
             return self._key, offset

@@ -10,8 +10,10 @@ cast to the output dtype) as the whole array did. `oarlock.seed(n)` keeps reprod
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
+import threading
 
 import numpy as np
 
@@ -35,17 +37,29 @@ def _blocks(shape):
             yield lead + (slice(start, start + step),)
 
 
+_RLOCK = type(threading.RLock())
+
+
+def _one_draw(generator):
+    """Held across the blocks of one fill, so that for other threads sharing the generator the fill is one
+    draw (PyTorch holds its generator's mutex for a whole op): the re-entrant lock numpy's bit generators
+    take around every draw, or the gpu CounterGenerator's. Nothing for a generator without one."""
+    lock = getattr(getattr(generator, "bit_generator", generator), "lock", None)
+    return lock if isinstance(lock, _RLOCK) else contextlib.nullcontext()
+
+
 def uniform_into(xp, generator, out, low: float, high: float):
     """Fill `out` with samples uniform in [low, high) and return it: low + (high - low) * u in float64 for
     generator.random's u, cast to out's dtype; a value that rounding carried onto `high` wraps to `low`."""
     span = high - low
-    for index in _blocks(out.shape):
-        part = out[index]   # a view, also of a strided `out` (x[:, ::2].uniform_())
-        u = generator.random(part.shape, dtype=np.float64)
-        u *= span
-        u += low
-        part[...] = u
-        xp.copyto(part, low, where=part >= high)
+    with _one_draw(generator):
+        for index in _blocks(out.shape):
+            part = out[index]   # a view, also of a strided `out` (x[:, ::2].uniform_())
+            u = generator.random(part.shape, dtype=np.float64)
+            u *= span
+            u += low
+            part[...] = u
+            xp.copyto(part, low, where=part >= high)
     return out
 
 
@@ -55,11 +69,12 @@ def normal_into(xp, generator, out, mean=None, std=None):
     affine = mean is not None
     if affine:   # broadcast views: a block of them is as small as the block of the result
         mean, std = xp.broadcast_to(mean, out.shape), xp.broadcast_to(std, out.shape)
-    for index in _blocks(out.shape):
-        part = out[index]
-        z = generator.standard_normal(part.shape, dtype=np.float64)
-        if affine:
-            z *= std[index]
-            z += mean[index]
-        part[...] = z
+    with _one_draw(generator):
+        for index in _blocks(out.shape):
+            part = out[index]
+            z = generator.standard_normal(part.shape, dtype=np.float64)
+            if affine:
+                z *= std[index]
+                z += mean[index]
+            part[...] = z
     return out
