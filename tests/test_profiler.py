@@ -108,8 +108,11 @@ def test_chrome_trace_of_a_few_steps(tmp_path):
     ops = [e for e in events if e["cat"] == "Operator"]
     count = lambda name: sum(e["name"] == name for e in ops)  # noqa: E731
     assert count("linear") == 4 and count("relu") == 2 and count("mean") == 2   # 2 steps
-    assert count("linear_grad") == 4 and count("relu_grad") == 2 and count("mean_grad") == 2
-    assert all(e["args"].get("backward") for e in ops if e["name"].endswith("_grad") and e["name"] != "silu_grad")
+    nodes = lambda name: sum(e["name"] == name and bool(e["args"].get("backward")) for e in ops)  # noqa: E731
+    assert nodes("linear_grad") == 4 and nodes("relu_grad") == 2 and nodes("mean_grad") == 2
+    # the other *_grad events are the fused internal ops that relu's and silu's nodes call (nested in them)
+    fused = [e for e in ops if e["name"].endswith("_grad") and not e["args"].get("backward")]
+    assert {e["name"] for e in fused} <= {"relu_grad", "silu_grad"} and len(fused) == 2
     first_linear = next(e for e in ops if e["name"] == "linear")
     assert first_linear["args"]["input_shapes"] == [[4, 8], [8, 16], [16]]
     # nesting: the matmuls of linear's backward rule lie inside the linear_grad events
