@@ -60,8 +60,7 @@ def _the_worker() -> _Worker:
     return _worker
 
 
-def two_cores() -> bool:
-    """Whether two cores are free for one call (the BLAS thread policy's answer for a large product)."""
+def _two_cores() -> bool:
     from oarlock_cpu import blas   # here, not at the top: blas imports kernels, which imports this module
 
     policy = blas.policy()
@@ -76,7 +75,7 @@ def split_ufunc(ufunc, *inputs):
     if (n < MIN_ELEMENTS or x.__class__ is not np.ndarray
             or not all(a.__class__ is np.ndarray and a.shape == x.shape and a.dtype == x.dtype
                        and a.flags.c_contiguous for a in inputs)
-            or not two_cores()):
+            or not _two_cores()):
         result = ufunc(*inputs)
         return result if result.__class__ is np.ndarray else np.asarray(result)
     out = np.empty(x.shape, dtype=x.dtype)
@@ -89,16 +88,3 @@ def split_ufunc(ufunc, *inputs):
     finally:
         wait()
     return out
-
-
-def run_halves(fn, n: int):
-    """(fn(slice(0, n // 2)), fn(slice(n // 2, n))), the second on the worker thread while this thread runs
-    the first: for kernels whose work splits along an axis of independent entries (a batch)."""
-    mid = n // 2
-    results = [None]
-    wait = _the_worker().run(lambda: results.__setitem__(0, fn(slice(mid, n))))
-    try:
-        first = fn(slice(0, mid))
-    finally:
-        wait()
-    return first, results[0]

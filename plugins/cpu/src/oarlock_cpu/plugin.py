@@ -1,12 +1,11 @@
 """Entry point of oarlock-cpu: registers the "cpu" device, its own C kernels (oarlock_cpu.kernels, and the
 fused RMSNorm / LayerNorm rows of oarlock_cpu.rows), its
 matrix-product kernels that choose the BLAS thread count per call (oarlock_cpu.blas) and its fused Adam
-update (oarlock_cpu.optim_kernels) and its attention and rotary kernels over both halves of a batch at
-once (oarlock_cpu.batch_halves)."""
+update (oarlock_cpu.optim_kernels)."""
 
 from oarlock import hookimpl
 
-from oarlock_cpu import batch_halves, blas, kernels, optim_kernels, rows
+from oarlock_cpu import blas, kernels, optim_kernels, rows
 from oarlock_cpu.backend import CPUBackend
 
 
@@ -21,4 +20,3 @@ def oarlock_register_ops(ops):
     rows.register(ops)
     blas.register(ops)
     optim_kernels.register(ops)
-    batch_halves.register(ops)

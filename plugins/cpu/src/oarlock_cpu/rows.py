@@ -11,11 +11,6 @@ kernels take and return what the generic ones do:
     rms_norm(input, weight, normalized_shape, eps) -> (out, rstd)
     _normalize_grad(x, weight, g, mean, rstd, view, stats, affine, fixed, bias) -> (dx, dweight, dbias)
 
-Inputs of at least MIN_ELEMENTS elements are done in two halves of rows, on two cores when two are free
-(the C loops release the GIL). Forward rows are independent, so that gives the same bits. The backward's
-weight and bias gradients are sums over rows: for such inputs they are always the sum of the two halves'
-sums, split or not, so the result does not depend on the machine's load.
-
 Anything else (other layouts, batch_norm's and group_norm's plans, fixed statistics, mixed dtypes, empty
 inputs, shapes that do not match, which the generic kernel reports) goes to the generic kernel.
 """
@@ -27,7 +22,6 @@ import math
 import numpy as np
 
 from oarlock_cpu.kernels import generic, register_all
-from oarlock_cpu.parallel import run_halves, two_cores
 
 try:
     from oarlock_cpu import _rows
@@ -52,20 +46,6 @@ def _affine_ok(a, x, n):
                          and a.shape in ((n,), x.shape[x.ndim - a.ndim:]))
 
 
-MIN_ELEMENTS = 1 << 17  # below this (tens of microseconds) one call beats the hand-off to a second core
-
-
-def _by_halves(fn, rows: int, n: int) -> None:
-    """fn(row slice) over all rows: once when small, else over two halves (on two cores when free)."""
-    if rows < 2 or rows * n < MIN_ELEMENTS:
-        fn(slice(0, rows))
-    elif two_cores():
-        run_halves(fn, rows)
-    else:
-        fn(slice(0, rows // 2))
-        fn(slice(rows // 2, rows))
-
-
 def _flat(a, n):
     return None if a is None else a.reshape(n)
 
@@ -85,8 +65,7 @@ def layer_norm(xp, x, weight=None, bias=None, normalized_shape=(), epsilon=1e-05
     rows, n = shape
     out = np.empty_like(x)
     mean, rstd = np.empty((rows, 1), dtype=x.dtype), np.empty((rows, 1), dtype=x.dtype)
-    x2, out2, w, b, eps = x.reshape(rows, n), out.reshape(rows, n), _flat(weight, n), _flat(bias, n), float(epsilon)
-    _by_halves(lambda part: _rows.layer_norm(x2[part], w, b, eps, out2[part], mean[part], rstd[part]), rows, n)
+    _rows.layer_norm(x.reshape(rows, n), _flat(weight, n), _flat(bias, n), float(epsilon), out, mean, rstd)
     return out, mean, rstd
 
 
@@ -97,9 +76,7 @@ def rms_norm(xp, input, weight=None, normalized_shape=(), eps=None):
     rows, n = shape
     out = np.empty_like(input)
     rstd = np.empty((rows, 1), dtype=input.dtype)
-    x2, out2, w = input.reshape(rows, n), out.reshape(rows, n), _flat(weight, n)
-    eps = float(_rms_epsilon(eps, input.dtype))
-    _by_halves(lambda part: _rows.rms_norm(x2[part], w, eps, out2[part], rstd[part]), rows, n)
+    _rows.rms_norm(input.reshape(rows, n), _flat(weight, n), float(_rms_epsilon(eps, input.dtype)), out, rstd)
     return out, rstd
 
 
@@ -116,18 +93,11 @@ def normalize_grad(xp, x, weight, g, mean, rstd, view=(), stats=(), affine=(), f
                                           fixed=fixed, bias=bias)
     rows, n = shape
     dx = np.empty_like(x)
-    # the weight and bias gradients of each half of the rows in its own row of these (a single call fills row 0)
-    dweights = np.zeros((2, n), dtype=x.dtype)
-    dbiases = np.zeros((2, n if bias else 0), dtype=x.dtype)
-    x2, g2, dx2, w = x.reshape(rows, n), g.reshape(rows, n), dx.reshape(rows, n), _flat(weight, n)
-
-    def part_grad(part):
-        half = 1 if part.start else 0
-        _rows.norm_grad(x2[part], w, g2[part], None if mean is None else mean.reshape(-1)[part],
-                        rstd.reshape(-1)[part], dx2[part], dweights[half], dbiases[half] if bias else None)
-
-    _by_halves(part_grad, rows, n)
-    return dx, dweights[0] + dweights[1], dbiases[0] + dbiases[1]
+    dweight = np.empty((n,), dtype=x.dtype)
+    dbias = np.empty((n if bias else 0,), dtype=x.dtype)
+    _rows.norm_grad(x.reshape(rows, n), _flat(weight, n), g.reshape(rows, n), mean, rstd, dx, dweight,
+                    dbias if bias else None)
+    return dx, dweight, dbias
 
 
 KERNELS = {"layer_norm": layer_norm, "rms_norm": rms_norm, "_normalize_grad": normalize_grad}
