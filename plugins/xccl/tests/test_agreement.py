@@ -170,12 +170,27 @@ def test_the_check_can_be_turned_off_and_on(tmp_path):
     assert [r["error"] for r in cases["unchecked_again"]] == [None, None]
 
 
+def test_the_default_check_samples_after_the_first_calls(tmp_path):
+    """By default a group's first 64 collectives are checked, then one in 64: a mismatch at #100
+    passes unchecked (as with the check off), every_call=True catches it, #128 is checked."""
+    out = tmp_path / "report.json"
+    done, _ = _run(2, "mpiexec", out, "sampled")
+    assert done.returncode == 0, done.stdout + done.stderr
+    cases = json.loads(out.read_text())["cases"]
+    assert cases["due_100"] == [[False], [False]]
+    assert [r["error"] for r in cases["not_due"]] == [None, None]
+    assert [r["error"] for r in cases["every_call"]] == ["CollectiveMismatchError"] * 2
+    assert [r["error"] for r in cases["due"]] == ["CollectiveMismatchError"] * 2
+    assert "collective #128" in cases["due"][0]["message"]
+
+
 def test_a_bad_switch_value_is_named():
     script = "import oarlock, oarlock.distributed as d; d.init_parallel_env(); d.all_reduce(oarlock.ones([2]))"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, OARLOCK_COLLECTIVE_CHECK="yes"))
     assert done.returncode != 0
     assert "OARLOCK_COLLECTIVE_CHECK='yes' must be 1" in done.stderr
+    assert "all (every collective)" in done.stderr
 
 
 def test_set_collective_check_rejects_a_non_bool():

@@ -170,7 +170,7 @@ def begin(name: str, group, tensors: list, *, op=None, root=None, counted=True, 
     numel = first.size
     call.nbytes = numel * first.dtype.itemsize * (group.nranks if name in _PER_RANK_BLOCKS else 1)
     if peers is None:
-        if agreement.applies(group):
+        if agreement.applies(group, call.sequence):
             agreement.check(call, first.dtype, numel if counted else NONE, root_index, NONE if op is None else op)
         if _DEBUG:
             agreement.check_debug(call, (name, tensors[0].dtype.name, *([f"{agreement.root_argument(name)}={root}"]

@@ -300,7 +300,7 @@ def barrier(group=None):
     """Wait until every rank of the group has reached the barrier."""
     token = oarlock.zeros([1], dtype="int32")
     call = begin("barrier", group, [token])
-    if call is None or applies(call.group):
+    if call is None or applies(call.group, call.sequence):
         return None         # begin's agreement check, an all_gather over every member, was the barrier
     array = call.inout(token)
     call.finish(call.backend.all_reduce(array, array, 1, token.dtype, ReduceOp.SUM, call.comm), True)

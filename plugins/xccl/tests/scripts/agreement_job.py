@@ -12,6 +12,10 @@ argv[2] picks the run:
   uncaught  only "numel", with the error left uncaught (the job must fail, not hang);
   switch    run under OARLOCK_COLLECTIVE_CHECK=0: "reduce_op" unchecked, then checked after
             set_collective_check(True), then unchecked again after set_collective_check(False).
+  sampled   the default sampling: matching calls up to collective #100 of the group (past the
+            first 64, all checked), "reduce_op" there (not due: unchecked), again with
+            set_collective_check(True, every_call=True) (checked), then back to sampling and
+            matching calls up to #128, "reduce_op" there (due: checked).
 """
 
 from __future__ import annotations
@@ -189,6 +193,20 @@ def main(out_path: str, mode: str) -> int:
         records["checked"] = run("reduce_op", rank, n)
         dist.set_collective_check(False)
         records["unchecked_again"] = run("reduce_op", rank, n)
+    elif mode == "sampled":
+        from oarlock_xccl import agreement, watchdog   # white box: the group's collective count
+
+        def advance_to(sequence):   # matching calls until the next collective is number `sequence`
+            while watchdog._entered.get(0, 0) + 1 < sequence:
+                dist.all_reduce(ones(1))
+
+        advance_to(100)
+        records = {"not_due": run("reduce_op", rank, n), "due_100": [agreement.is_due(100)]}
+        dist.set_collective_check(True, every_call=True)
+        records["every_call"] = run("reduce_op", rank, n)
+        dist.set_collective_check(True, every_call=False)
+        advance_to(2 * agreement.EVERY)
+        records["due"] = run("reduce_op", rank, n)
     else:
         records = {name: run(name, rank, n) for name in CASES}
     from mpi4py import MPI
