@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import oarlock
+from same_structure import assert_same
 
 paddle = pytest.importorskip("paddle")
 
@@ -71,8 +72,9 @@ def files(tmp_path_factory):
     return out
 
 
-def _same(ours, theirs, where="") -> None:
-    """The same type, keys, names (where Paddle keeps one), dtype, shape and bits."""
+def _tensors_same(ours, theirs, where):
+    """A Paddle Tensor: oarlock gives a Tensor of the same dtype, shape, place, bits and (where Paddle keeps one)
+    name."""
     if isinstance(theirs, paddle.Tensor):
         assert isinstance(ours, oarlock.Tensor), f"{where}: {type(ours).__name__}, Paddle gives a Tensor"
         assert ours.dtype.name == str(theirs.dtype).removeprefix("paddle."), where
@@ -81,20 +83,13 @@ def _same(ours, theirs, where="") -> None:
         assert ours.numpy().tobytes() == theirs.numpy().tobytes(), where  # bfloat16: Paddle's numpy is uint16
         if not theirs.name.startswith("generated_tensor"):  # Paddle names the Tensors it makes of bare arrays
             assert ours.name == theirs.name, where
-        return
-    assert type(ours) is type(theirs), f"{where}: {type(ours).__name__} vs {type(theirs).__name__}"
-    if isinstance(theirs, np.ndarray):
-        assert (ours.dtype, ours.shape, ours.tobytes()) == (theirs.dtype, theirs.shape, theirs.tobytes()), where
-    elif isinstance(theirs, dict):
-        assert list(ours) == list(theirs), where
-        for key in theirs:
-            _same(ours[key], theirs[key], f"{where}[{key!r}]")
-    elif isinstance(theirs, (list, tuple)):
-        assert len(ours) == len(theirs), where
-        for i, (a, b) in enumerate(zip(ours, theirs)):
-            _same(a, b, f"{where}[{i}]")
-    else:
-        assert ours == theirs, where
+        return True
+    return False
+
+
+def _same(ours, theirs, where="") -> None:
+    """The same type, keys, names (where Paddle keeps one), dtype, shape and bits."""
+    assert_same(ours, theirs, where, _tensors_same)
 
 
 FILES = ["linear.pdparams", "conv.pdparams", "bn.pdparams", "adamw.pdopt", "dtypes.pdparams", "tensor.pdtensor",

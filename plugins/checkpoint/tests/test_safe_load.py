@@ -20,6 +20,7 @@ import pytest
 
 import oarlock
 from oarlock_checkpoint.safe_pickle import UnsafePickleError, safe_load, safe_loads
+from same_structure import assert_same
 
 PAYLOADS = ["open", "os.system", "eval", "exec", "numpy.load", "numpy.testing.runstring", "functools.partial"]
 FUNCTION_PAYLOADS = PAYLOADS[:-1]  # what copyreg's extension registry can name (module + qualified name)
@@ -129,22 +130,7 @@ def paddle_files(tmp_path_factory):
     return paddle, out
 
 
-def _same(ours, theirs, where="") -> None:
-    """Equal structure, equal types and bit-equal arrays of equal dtype."""
-    assert type(ours) is type(theirs), f"{where}: {type(ours).__name__} vs {type(theirs).__name__}"
-    if isinstance(theirs, np.ndarray):
-        assert ours.dtype == theirs.dtype and ours.shape == theirs.shape, where
-        assert ours.tobytes() == theirs.tobytes(), where
-    elif isinstance(theirs, dict):
-        assert list(ours) == list(theirs), where
-        for key in theirs:
-            _same(ours[key], theirs[key], f"{where}[{key!r}]")
-    elif isinstance(theirs, (list, tuple)):
-        assert len(ours) == len(theirs), where
-        for i, (a, b) in enumerate(zip(ours, theirs)):
-            _same(a, b, f"{where}[{i}]")
-    else:
-        assert ours == theirs or (ours != ours and theirs != theirs), where  # NaN equals NaN here
+_same = assert_same
 
 
 @pytest.mark.parametrize("name", ["linear.pdparams", "conv.pdparams", "bn.pdparams", "adamw.pdopt", "nested.pkl",
