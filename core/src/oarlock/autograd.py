@@ -248,6 +248,19 @@ def _check_grad(node, i, g):
     return g
 
 
+# one list per running backward (backward may nest: a hook or PyLayer can run its own)
+_CALLBACKS: list = []
+
+
+def queue_callback(callback) -> None:
+    """Run `callback()` when the innermost running backward has put every gradient in place (after
+    the leaves' hooks and .grad accumulation), before backward returns; torch's
+    Variable._execution_engine.queue_callback. Only valid while a backward runs (e.g. in a hook)."""
+    if not _CALLBACKS:
+        raise RuntimeError("queue_callback(): no backward is running; call it from a gradient hook")
+    _CALLBACKS[-1].append(callback)
+
+
 def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inputs=None, allow_unused=False,
                  blocked=()):
     """The engine. With `inputs` it returns their gradients and leaves `.grad` alone (grad());
@@ -292,15 +305,35 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
         active = set(nodes)
 
     deps = dict.fromkeys(active, 0)
+    # a leaf's gradient is final once every active node with an edge to it has run: its hooks fire
+    # then, during backward (as torch's AccumulateGrad does), so that e.g. DataParallel can start
+    # reducing early gradients while later layers still run their backward rules
+    leaf_deps: dict = {}
     for node in active:
         for edge in node.edges:
-            if edge is not None and edge[0] in deps:
-                deps[edge[0]] += 1
+            if edge is not None:
+                if edge[0] in deps:
+                    deps[edge[0]] += 1
+                elif edge[0].__class__ is not Node:
+                    leaf_deps[id(edge[0])] = leaf_deps.get(id(edge[0]), 0) + 1
     ready = [n for n in active if deps[n] == 0]
+
+    def finish_leaf(leaf, g):
+        hooks = getattr(leaf, "_hooks", None)
+        if hooks:
+            g = _run_hooks(hooks, g)
+        if inputs is not None:
+            for position in wanted_leaves.get(id(leaf), ()):
+                captured[position] = g
+        else:
+            g = g if create_graph else g.detach()
+            leaf.grad = g if leaf.grad is None else (leaf.grad + g if create_graph else (leaf.grad + g).detach())
 
     previous_mode = GRAD_MODE.enabled
     GRAD_MODE.enabled = create_graph
     observer = OBSERVER.current
+    callbacks: list = []
+    _CALLBACKS.append(callbacks)
     try:
         while ready:
             node = ready.pop()
@@ -328,26 +361,31 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
             if not retain_graph:
                 node.released = True
                 node._saved_in = node._saved_out = None
+            finished = []
             for edge in node.edges:
-                if edge is not None and edge[0] in deps:
-                    deps[edge[0]] -= 1
-                    if deps[edge[0]] == 0:
-                        ready.append(edge[0])
+                if edge is not None:
+                    if edge[0] in deps:
+                        deps[edge[0]] -= 1
+                        if deps[edge[0]] == 0:
+                            ready.append(edge[0])
+                    elif id(edge[0]) in leaf_deps:
+                        leaf_deps[id(edge[0])] -= 1
+                        if leaf_deps[id(edge[0])] == 0:
+                            finished.append(id(edge[0]))
             if observer is not None:
                 observer.end(token)
+            for key in finished:
+                entry = leaf_grads.pop(key, None)
+                if entry is not None:
+                    finish_leaf(*entry)
 
-        for leaf, g in leaf_grads.values():
-            hooks = getattr(leaf, "_hooks", None)
-            if hooks:
-                g = _run_hooks(hooks, g)
-            if inputs is not None:
-                for position in wanted_leaves.get(id(leaf), ()):
-                    captured[position] = g
-            else:
-                g = g if create_graph else g.detach()
-                leaf.grad = g if leaf.grad is None else (leaf.grad + g if create_graph else (leaf.grad + g).detach())
+        for leaf, g in leaf_grads.values():    # leaves that were roots themselves
+            finish_leaf(leaf, g)
+        while callbacks:                       # queue_callback(): after every gradient is in place
+            callbacks.pop(0)()
     finally:
         GRAD_MODE.enabled = previous_mode
+        _CALLBACKS.pop()
 
     if inputs is None:
         return None
