@@ -39,7 +39,8 @@ def site(tmp_path_factory):
 
 
 def _run(code, site, **env):
-    environ = dict(os.environ, **env)
+    # the demo plugin's oarlock.distributed.fleet stands in for oarlock-parallel's, which would clash with it
+    environ = dict(os.environ, **{"OARLOCK_DISABLE_PLUGINS": "parallel", **env})
     environ["PYTHONPATH"] = str(site) + os.pathsep + environ.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           env=environ, timeout=300)
@@ -138,7 +139,7 @@ def test_disabled_plugin_is_named_for_its_names_namespaces_and_methods(site):
                 get()
             except (AttributeError, ImportError) as exc:
                 print(what, type(exc).__name__, "|", exc)
-    ''', site, OARLOCK_DISABLE_PLUGINS="nsdemo")
+    ''', site, OARLOCK_DISABLE_PLUGINS="nsdemo,parallel")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert [line.split(" |")[0] for line in lines] == ["module ModuleNotFoundError", "attribute AttributeError",

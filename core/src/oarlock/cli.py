@@ -35,6 +35,8 @@ def _plugins_command(args) -> int:
         print(f"    kernels: {row.kernels}")
         if row.comms:
             print(f"    comms:   {', '.join(_describe_comm(name) for name in row.comms)}")
+        for strategy in row.strategies:
+            print(f"    parallel strategy: {strategy}")
         for entry in row.reuse:
             print(f"    reuse:   {describe_reuse(entry)}")
             for problem in entry["problems"]:

@@ -67,6 +67,19 @@ def oarlock_register_comm_backends(comms):
 
 
 @hookspec
+def oarlock_register_parallel_strategies(strategies):
+    """Add parallel strategies (data, tensor, pipeline, sharding, sep, a vendor's own).
+
+    ``strategies.register(strategy)``: ``strategy.name`` names it ("data"), ``strategy.description``
+    says what it does in one line, ``strategy.degree_key`` is its degree in
+    ``DistributedStrategy.hybrid_configs`` ("dp_degree") and ``strategy.order_key`` its name in
+    ``hybrid_configs["order"]`` ("dp"). Fleet resolves the degrees a program asks for to strategies
+    through this table; ``oarlock_parallel.ParallelStrategy`` documents the rest (the topology axis,
+    the default degree, and how a strategy wraps a model and an optimizer).
+    """
+
+
+@hookspec
 def oarlock_register_checkpoint_formats(formats):
     """Add save/load formats for `oarlock.save` and `oarlock.load`.
 

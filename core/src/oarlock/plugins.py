@@ -23,7 +23,7 @@ import pluggy
 
 from oarlock import hookspecs
 from oarlock.registry import (ApiRegistrar, BackendRegistrar, CommandRegistrar, CommRegistrar, FormatRegistrar,
-                               Registry, set_default_registry, set_registry_pending)
+                               Registry, StrategyRegistrar, set_default_registry, set_registry_pending)
 
 ENTRY_POINT_GROUP = "oarlock.plugins"
 
@@ -33,6 +33,7 @@ _REGISTRATION_HOOKS = (
     ("oarlock_register_ops", "ops", None),       # OpRegistrar lives in dispatch (imported lazily)
     ("oarlock_register_api", "api", ApiRegistrar),
     ("oarlock_register_comm_backends", "comms", CommRegistrar),
+    ("oarlock_register_parallel_strategies", "strategies", StrategyRegistrar),
     ("oarlock_register_checkpoint_formats", "formats", FormatRegistrar),
     ("oarlock_register_commands", "cli", CommandRegistrar),
 )
@@ -53,6 +54,7 @@ class PluginInfo:
     devices: list[str] = field(default_factory=list)
     kernels: int = 0
     comms: list[str] = field(default_factory=list)
+    strategies: list[str] = field(default_factory=list)   # parallel strategies, "name: description"
     error: str | None = None
     # one entry per device of this plugin that derives from another (its backend names a parent):
     # {"device", "parent", "reused", "overridden", "total", "problems"}; see device_reuse()
@@ -245,8 +247,10 @@ class PluginManager:
             devices = list(self.registry.devices_of.get(name, []))
             reuse = [device_reuse(self.registry, device) for device in devices
                      if getattr(self.registry.backends.get(device), "parent", None) is not None]
+            strategies = [f"{s.name}: {s.description}" for s in self.registry.strategies.values()
+                          if s.plugin == name]
             rows.append(PluginInfo(name, dist, version, hooks, devices, self.registry.kernel_count.get(name, 0),
-                                   comms, self.failures.get(name), reuse))
+                                   comms, strategies, self.failures.get(name), reuse))
         for name, error in sorted(self.failures.items()):
             if not self.pm.has_plugin(name):
                 rows.append(PluginInfo(name, error=error))

@@ -79,6 +79,7 @@ class Registry:
         self.commands: dict[str, tuple] = {}       # name -> (help, configure, run, plugin)
         self.formats: dict[str, object] = {}       # checkpoint format name -> CheckpointFormat
         self.comms: dict[str, object] = {}         # communication backend name -> backend
+        self.strategies: dict[str, object] = {}    # parallel strategy name -> strategy (registration order)
         self.owner: dict[tuple, str] = {}          # (table, key) -> plugin
         self.kernel_count: Counter = Counter()
         self.devices_of: dict[str, list[str]] = defaultdict(list)
@@ -324,6 +325,15 @@ class Registry:
         backend.plugin = plugin
         self.comms[name] = backend
 
+    def add_strategy(self, strategy, plugin: str):
+        name = getattr(strategy, "name", None)
+        if not name or not isinstance(getattr(strategy, "description", None), str):
+            raise ValueError(f"plugin {plugin!r} registered a parallel strategy without a name or a "
+                             f"description: {strategy!r}")
+        self._claim("strategy", name, plugin, f"parallel strategy {name!r}")
+        strategy.plugin = plugin
+        self.strategies[name] = strategy
+
     def comms_for_device(self, device_type: str) -> list:
         """The communication backends that move arrays of `device_type` (or of the device it derives from)."""
         for current in self.parent_chain(device_type):
@@ -390,6 +400,18 @@ class CommRegistrar:
 
     def register(self, backend):
         self._registry.add_comm(backend, self.plugin)
+
+    __call__ = register
+
+
+class StrategyRegistrar:
+    """Passed to `oarlock_register_parallel_strategies`."""
+
+    def __init__(self, registry: Registry, plugin: str):
+        self._registry, self.plugin = registry, plugin
+
+    def register(self, strategy):
+        self._registry.add_strategy(strategy, self.plugin)
 
     __call__ = register
 
