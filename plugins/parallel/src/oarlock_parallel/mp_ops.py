@@ -1,0 +1,123 @@
+"""The communication ops of tensor parallelism (Paddle's fleet/layers/mpu/mp_ops.py), each an autograd
+PyLayer whose backward is the conjugate collective:
+
+- `c_identity`: forward identity, backward all-reduce (sum) of the gradient over the group: the input
+  of a column-parallel layer is replicated, so its gradient is the sum of every rank's contribution.
+- `mp_allreduce`: forward all-reduce (sum), backward identity: the partial products of a row-parallel
+  layer are summed, and every rank already holds the whole output gradient.
+- `c_split`: forward this rank's slice of the last dim, backward all-gather on the last dim.
+- `c_concat`: forward all-gather on the last dim, backward this rank's slice.
+
+With a one-rank group each is the identity (as Paddle skips them when mp is off).
+"""
+
+from __future__ import annotations
+
+import oarlock
+import oarlock.distributed as dist
+from oarlock import PyLayer
+
+__all__ = ["c_identity", "mp_allreduce", "c_split", "c_concat", "group_rank_size", "hybrid_group"]
+
+
+def group_rank_size(group) -> tuple:
+    """(this process's rank in `group`, the group's size); `group` is an oarlock.distributed Group."""
+    return group.rank, group.nranks
+
+
+def hybrid_group(where: str):
+    """fleet's HybridCommunicateGroup; `where` names the caller in the error raised before fleet.init."""
+    try:
+        return oarlock.distributed.fleet.get_hybrid_communicate_group()
+    except RuntimeError:
+        raise RuntimeError(f"{where}: needs fleet's hybrid communicate group, but fleet is not initialised (call "
+                           f"oarlock.distributed.fleet.init(is_collective=True, strategy=...) first)") from None
+
+
+def _all_reduce(tensor, group):
+    # a fresh copy: the collective writes in place and the input may be a user's tensor
+    out = tensor.clone()
+    dist.all_reduce(out, group=group)
+    return out
+
+
+def _slice_last(tensor, group):
+    rank, size = group_rank_size(group)
+    width = tensor.shape[-1]
+    if width % size:
+        raise ValueError(f"c_split(): the last dim ({width}) must be divisible by the model-parallel "
+                         f"group size ({size})")
+    return oarlock.split(tensor, size, axis=-1)[rank].clone()
+
+
+def _gather_last(tensor, group):
+    pieces: list = []
+    dist.all_gather(pieces, tensor, group=group)
+    return oarlock.concat(pieces, axis=-1)
+
+
+class _Identity(PyLayer):
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _all_reduce(grad, ctx.group)
+
+
+class _AllReduce(PyLayer):
+    @staticmethod
+    def forward(ctx, x, group):
+        return _all_reduce(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class _Split(PyLayer):
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _slice_last(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _gather_last(grad, ctx.group)
+
+
+class _Concat(PyLayer):
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _gather_last(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _slice_last(grad, ctx.group)
+
+
+def _run(op, x, group):
+    return x if group.nranks == 1 else op.apply(x, group)
+
+
+def c_identity(x, group):
+    """x unchanged; in backward its gradient is summed over `group`."""
+    return _run(_Identity, x, group)
+
+
+def mp_allreduce(x, group):
+    """x summed over `group`; in backward the gradient passes unchanged."""
+    return _run(_AllReduce, x, group)
+
+
+def c_split(x, group):
+    """This rank's equal slice of x's last dim; in backward the slices' gradients are gathered."""
+    return _run(_Split, x, group)
+
+
+def c_concat(x, group):
+    """Every rank's x concatenated on the last dim (rank order); in backward each rank keeps its slice."""
+    return _run(_Concat, x, group)

@@ -1,0 +1,87 @@
+"""Tensor-parallel layers (fleet.meta_parallel): a real 2-rank job under `oarlock launch` runs
+tests/scripts/tensor_parallel_job.py, whose every check compares the layers with one process (plain
+Linear / Embedding with the full weights, PyTorch's float64 cross_entropy); one pytest test per check
+reports its failures from every rank. The RNG tracker's bookkeeping and the errors raised before fleet
+is initialised are checked in-process.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import oarlock
+
+pytest.importorskip("mpi4py")
+
+JOB = Path(__file__).parent / "scripts" / "tensor_parallel_job.py"
+_spec = importlib.util.spec_from_file_location("tensor_parallel_job", JOB)
+job = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(job)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tp") / "report.json"
+    env = dict(os.environ, OARLOCK_COLLECTIVE_TIMEOUT="120", PYTHONWARNINGS="ignore")
+    done = subprocess.run([sys.executable, "-m", "oarlock.cli", "launch", "-n", "2", str(JOB), str(out)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and out.exists(), (
+        f"2-rank job failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("check", list(job.CHECKS))
+def test_two_ranks(report, check):
+    assert report["size"] == 2
+    failures = report["failures"][check]
+    assert not failures, "\n".join(failures)
+
+
+def test_tracker_bookkeeping():
+    from oarlock.distributed.fleet.meta_parallel import RNGStatesTracker
+    tracker = RNGStatesTracker()
+    tracker.add("a", 11)
+    with pytest.raises(ValueError, match="seed 11 already exists"):
+        tracker.add("b", 11)
+    with pytest.raises(ValueError, match="state 'a' already exists"):
+        tracker.add("a", 12)
+    with pytest.raises(ValueError, match="state 'missing' does not exist"):
+        with tracker.rng_state("missing"):
+            pass
+    oarlock.seed(3)
+    saved = tracker.get_states_tracker()
+    with tracker.rng_state("a"):
+        first = oarlock.rand([5]).numpy()
+    outside = oarlock.rand([5]).numpy()
+    oarlock.seed(3)
+    np.testing.assert_array_equal(outside, oarlock.rand([5]).numpy())     # the default state was untouched
+    oarlock.seed(11)
+    np.testing.assert_array_equal(first, oarlock.rand([5]).numpy())       # 'a' draws from seed 11
+    tracker.set_states_tracker(saved)                                      # rewinds 'a'
+    with tracker.rng_state("a"):
+        np.testing.assert_array_equal(first, oarlock.rand([5]).numpy())
+    with pytest.raises(ValueError, match=r"state\(s\) \['zz'\] do not exist"):
+        tracker.set_states_tracker({"zz": saved["a"]})
+    tracker.reset()
+    tracker.add("b", 11)                                                   # reset forgets seeds too
+
+
+def test_errors_name_the_function():
+    from oarlock.distributed.fleet.meta_parallel import ParallelCrossEntropy, RowParallelLinear, get_rng_state_tracker
+    with pytest.raises(TypeError, match=r"RNGStatesTracker.add\(\): seed must be an int, got str"):
+        get_rng_state_tracker().add("x", "1")
+    with pytest.raises(ValueError, match="RowParallelLinear: in_features must be a positive int, got 0"):
+        RowParallelLinear(0, 4)
+    with pytest.raises(TypeError, match="ParallelCrossEntropy: ignore_index must be an int"):
+        ParallelCrossEntropy(mp_group=object(), ignore_index=1.5)
+    with pytest.raises(TypeError, match="ParallelCrossEntropy: mp_group must be an oarlock.distributed Group or None, "
+                                        "got object"):
+        ParallelCrossEntropy(mp_group=object())
