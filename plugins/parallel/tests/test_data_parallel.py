@@ -71,6 +71,24 @@ def test_bad_arguments_are_named():
         oarlock.DataParallel(_mlp(), group="world")
 
 
+def test_utilities_with_one_process():
+    """With one process (hcg None) the utilities leave gradients and weights as they are; a wrong
+    hcg is named."""
+    from oarlock.distributed.fleet.utils.hybrid_parallel_util import (broadcast_dp_parameters,
+                                                                      fused_allreduce_gradients)
+    model = _mlp()
+    model(oarlock.ones([2, 4])).sum().backward()
+    before = [(p.numpy().copy(), p.grad.numpy().copy()) for p in model.parameters()]
+    broadcast_dp_parameters(model, None)
+    fused_allreduce_gradients(list(model.parameters()), None)
+    for p, (value, grad) in zip(model.parameters(), before):
+        np.testing.assert_array_equal(p.numpy(), value)
+        np.testing.assert_array_equal(p.grad.numpy(), grad)
+    with pytest.raises(TypeError, match=r"fused_allreduce_gradients\(\): hcg must be a HybridCommunicateGroup or "
+                                        r"None, got str"):
+        fused_allreduce_gradients(list(model.parameters()), "dp")
+
+
 def test_buckets_follow_paddles_sizes():
     """Reverse registration order, the first bucket under its own limit, one dtype per bucket,
     and a bucket closes once it reaches its limit."""
