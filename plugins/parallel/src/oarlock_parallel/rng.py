@@ -18,6 +18,7 @@ import contextlib
 import numpy as np
 
 import oarlock
+from oarlock.device import default_place
 from oarlock_parallel.mp_ops import hybrid_group
 
 __all__ = ["MODEL_PARALLEL_RNG", "RNGStatesTracker", "get_rng_state_tracker", "model_parallel_random_seed"]
@@ -49,7 +50,8 @@ class RNGStatesTracker:
             raise ValueError(f"RNGStatesTracker.add(): state {name!r} already exists")
         self.seeds_.add(int(seed))
         original = oarlock.get_rng_state()
-        oarlock.seed(int(seed))
+        # only the current device type's generators (oarlock.seed would reseed every backend's)
+        default_place().backend.seed(int(seed))
         self.states_[name] = oarlock.get_rng_state()
         oarlock.set_rng_state(original)
 

@@ -244,19 +244,25 @@ def sharded_state_dicts(group, failures):
 
 
 @check
-def bad_sizes(group, failures):
-    """Sizes that do not divide by the mp degree raise on every rank, naming the argument."""
-    cases = [("out_features", lambda: ColumnParallelLinear(4, 5, mp_group=group)),
-             ("in_features", lambda: RowParallelLinear(5, 4, mp_group=group)),
-             ("num_embeddings", lambda: VocabParallelEmbedding(7, 4, mp_group=group))]
-    for argument, make in cases:
+def bad_input(group, failures):
+    """Sizes that do not divide by the mp degree, and bad ids, raise on every rank, naming the argument."""
+    logits = oarlock.zeros([2, 6 // group.nranks])
+    cases = [("out_features", "divisible", lambda: ColumnParallelLinear(4, 5, mp_group=group)),
+             ("in_features", "divisible", lambda: RowParallelLinear(5, 4, mp_group=group)),
+             ("num_embeddings", "divisible", lambda: VocabParallelEmbedding(7, 4, mp_group=group)),
+             ("label ids", "[0, 6)", lambda: ParallelCrossEntropy(mp_group=group)(logits, oarlock.to_tensor([1, 6]))),
+             ("label must have shape", "[2, 1]",
+              lambda: ParallelCrossEntropy(mp_group=group)(logits, oarlock.to_tensor([[1, 2]]))),
+             ("x must be an int32/int64", "float32",
+              lambda: VocabParallelEmbedding(4, 2, mp_group=group)(oarlock.zeros([3])))]
+    for argument, detail, make in cases:
         try:
             make()
-        except ValueError as error:
-            if argument not in str(error) or "divisible" not in str(error):
+        except (ValueError, TypeError) as error:
+            if argument not in str(error) or detail not in str(error):
                 failures.append(f"{argument}: unclear message {error}")
         else:
-            failures.append(f"{argument} not divisible by {group.nranks}: no error")
+            failures.append(f"{argument}: no error")
 
 
 @check
