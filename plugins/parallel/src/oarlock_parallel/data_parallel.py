@@ -102,6 +102,14 @@ class _Reducer:
                 task.wait()
             self._reset()
 
+    def abandon(self):
+        """After a backward that raised before its end (its callback never ran): wait for the
+        all-reduces it started, so the group's collectives stay matched, and forget its state."""
+        if self.round_open:
+            for _, _, task in self.launched:
+                task.wait()
+            self._reset()
+
     def _write_back(self):
         for bucket, flat, task in self.launched:
             task.wait()
@@ -139,6 +147,8 @@ class DataParallel(Layer):
             self._reducer = _Reducer(trainable, self.group, limits, find_unused_parameters)
 
     def forward(self, *inputs, **kwargs):
+        if self._reducer is not None:
+            self._reducer.abandon()       # a new forward: any backward before it is over
         return self._layers(*inputs, **kwargs)
 
     @contextlib.contextmanager

@@ -108,6 +108,46 @@ def missing_gradient():
     assert float(probe) == sum(range(1, dist.get_world_size() + 1)), probe
 
 
+class FailOnce(oarlock.autograd.PyLayer):
+    """The identity, whose backward raises the first time: a backward that fails half-way."""
+
+    failed = False
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not FailOnce.failed:
+            FailOnce.failed = True
+            raise ValueError("backward failed on purpose")
+        return grad
+
+
+def failed_backward():
+    """A backward that raises after some buckets' all-reduces started: the next step still averages
+    correctly (the started all-reduces are waited for, the state is reset)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    inner, reference = mlp(0), mlp(0)
+    model = oarlock.DataParallel(inner, comm_buffer_size=0.001, last_comm_buffer_size=0.0005)
+    x, y = next(batches(3))
+    share = slice(rank * BATCH // world, (rank + 1) * BATCH // world)
+    hidden = oarlock.to_tensor(x[share], stop_gradient=False)
+    try:
+        F.mse_loss(model(FailOnce.apply(hidden)), oarlock.to_tensor(y[share])).backward()
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("the backward did not fail")
+    for p in inner.parameters():
+        p.clear_grad()
+    F.mse_loss(model(oarlock.to_tensor(x[share])), oarlock.to_tensor(y[share])).backward()
+    F.mse_loss(reference(oarlock.to_tensor(x)), oarlock.to_tensor(y)).backward()
+    for (name, p), q in zip(inner.named_parameters(), reference.parameters()):
+        close(p.grad.numpy(), q.grad.numpy(), f"failed_backward: gradient of {name} in the next step")
+
+
 def utilities():
     """broadcast_dp_parameters and fused_allreduce_gradients (hcg None: the world) by hand: the
     averaged gradients of the shares are the whole batch's."""
@@ -136,6 +176,7 @@ def main() -> int:
         "find_unused": lambda: train("find_unused", branchy=True, find_unused_parameters=True),
         "missing": missing_gradient,
         "utilities": utilities,
+        "failed_backward": failed_backward,
     }
     for name in sys.argv[1:] or scenarios:
         result = scenarios[name]()
