@@ -4,7 +4,8 @@ The multi-rank behaviour runs in one real 2-rank job (scripts/dp_job.py under `o
 per-step losses and final weights against a one-process replica on the whole batch (SGD, AdamW
 with several buckets, no_sync accumulation, find_unused_parameters), the broadcast at wrap time,
 buckets in flight while backward still runs, the error for a missing gradient, a backward that
-fails half-way, and broadcast_dp_parameters / fused_allreduce_gradients. One process: the
+fails half-way, fleet.distributed_model with dp_degree 2, and broadcast_dp_parameters /
+fused_allreduce_gradients. One process: the
 wrapper is the plain model.
 """
 
@@ -24,7 +25,8 @@ from oarlock_parallel import buckets
 pytest.importorskip("mpi4py")
 
 JOB = Path(__file__).parent / "scripts" / "dp_job.py"
-SCENARIOS = ["sgd", "adamw-buckets", "no_sync", "find_unused", "missing", "utilities", "failed_backward"]
+SCENARIOS = ["sgd", "adamw-buckets", "no_sync", "find_unused", "missing", "utilities", "failed_backward",
+             "fleet"]
 
 
 def test_two_ranks_match_one_process():

@@ -77,6 +77,7 @@ class DistributedStrategy:
         self._amp = copy.deepcopy(AMP_CONFIGS)
         self.find_unused_parameters = False
         self.fuse_grad_size_in_MB = 32
+        self.last_comm_group_size_MB = 1.0     # DataParallel's first (last-layers) bucket, as in Paddle
         self.tensor_parallel = False
         self.amp = False
         self.heter_ccl_mode = False

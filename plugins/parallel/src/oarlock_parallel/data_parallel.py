@@ -189,3 +189,19 @@ class DataParallel(Layer):
 
     set_dict = set_state_dict
     load_dict = set_state_dict
+
+
+def wrap_model(strategy, model, hcg, user_strategy):
+    """The data-parallel step of fleet.distributed_model (Paddle's fleet/model.py): DataParallel over
+    the data-parallel group, its buffers from the DistributedStrategy's fuse_grad_size_in_MB,
+    last_comm_group_size_MB and find_unused_parameters."""
+    return DataParallel(model, comm_buffer_size=getattr(user_strategy, "fuse_grad_size_in_MB", 25),
+                        last_comm_buffer_size=getattr(user_strategy, "last_comm_group_size_MB", 1),
+                        find_unused_parameters=getattr(user_strategy, "find_unused_parameters", False),
+                        group=hcg.get_data_parallel_group())
+
+
+def wrap_optimizer(strategy, optimizer, hcg, user_strategy):
+    """The data-parallel step of fleet.distributed_optimizer: the optimizer as it is (DataParallel
+    has averaged the gradients before step())."""
+    return optimizer

@@ -20,6 +20,11 @@ def _not_implemented(kind: str):
     return wrap
 
 
+def _data_parallel():
+    from oarlock_parallel import data_parallel    # loads oarlock.nn: only when a model is wrapped
+    return data_parallel
+
+
 @dataclass
 class ParallelStrategy:
     """One axis of hybrid parallelism.
@@ -46,7 +51,9 @@ class ParallelStrategy:
 # Paddle's axes, in its d_hybrid_degree order (fleet.py _init_hybrid_parallel_env)
 BUILTIN = (
     ParallelStrategy("data", "data parallel: replicas on different batches, gradients averaged",
-                     "dp_degree", "dp", "data", default_degree=-1),
+                     "dp_degree", "dp", "data", default_degree=-1,
+                     wrap_model=lambda *a: _data_parallel().wrap_model(*a),
+                     wrap_optimizer=lambda *a: _data_parallel().wrap_optimizer(*a)),
     ParallelStrategy("pipeline", "pipeline parallel: layers split into stages", "pp_degree", "pp", "pipe"),
     ParallelStrategy("sharding", "sharding: optimizer states (and gradients, parameters) partitioned",
                      "sharding_degree", "sharding", "sharding"),

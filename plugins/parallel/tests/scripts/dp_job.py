@@ -54,11 +54,13 @@ def close(a, b, what: str):
     np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL, err_msg=what)
 
 
-def train(scenario: str, kind="sgd", micro=1, branchy=False, **dp_args):
+def train(scenario: str, kind="sgd", micro=1, branchy=False, wrap=None, **dp_args):
     rank, world = dist.get_rank(), dist.get_world_size()
     reference = mlp(0, branchy)
     inner = mlp(rank, branchy)
-    model = oarlock.DataParallel(inner, **dp_args)     # the seeds differ: the wrap broadcasts rank 0's
+    # the seeds differ: the wrap broadcasts rank 0's weights
+    model = oarlock.DataParallel(inner, **dp_args) if wrap is None else wrap(inner)
+    assert isinstance(model, oarlock.DataParallel), type(model)
     for key, value in reference.state_dict().items():
         close(model.state_dict()[key].numpy(), value.numpy(), f"{scenario}: {key} after the wrap")
     opt, ref_opt = optimizer_for(kind, model), optimizer_for(kind, reference)
@@ -148,6 +150,18 @@ def failed_backward():
         close(p.grad.numpy(), q.grad.numpy(), f"failed_backward: gradient of {name} in the next step")
 
 
+def through_fleet():
+    """fleet.distributed_model with dp_degree 2 is DataParallel over the data-parallel group, with
+    the strategy's bucket sizes."""
+    from oarlock.distributed import fleet
+    strategy = fleet.DistributedStrategy()
+    strategy.hybrid_configs = {"dp_degree": dist.get_world_size()}
+    strategy.fuse_grad_size_in_MB, strategy.last_comm_group_size_MB = 0.001, 0.0005
+    fleet.init(is_collective=True, strategy=strategy)
+    model, _ = train("fleet", wrap=fleet.distributed_model)
+    assert model.bucket_count == 3 and model.group.ranks == list(range(dist.get_world_size())), model.group
+
+
 def utilities():
     """broadcast_dp_parameters and fused_allreduce_gradients (hcg None: the world) by hand: the
     averaged gradients of the shares are the whole batch's."""
@@ -177,6 +191,7 @@ def main() -> int:
         "missing": missing_gradient,
         "utilities": utilities,
         "failed_backward": failed_backward,
+        "fleet": through_fleet,
     }
     for name in sys.argv[1:] or scenarios:
         result = scenarios[name]()
