@@ -248,17 +248,24 @@ def _check_grad(node, i, g):
     return g
 
 
-# one list per running backward (backward may nest: a hook or PyLayer can run its own)
-_CALLBACKS: list = []
+class _Callbacks(threading.local):
+    """Per thread (threads run their own backwards), one list of queued callbacks per running
+    backward, innermost last (backward may nest: a hook or PyLayer can run its own)."""
+
+    stack = None
+
+
+_CALLBACKS = _Callbacks()
 
 
 def queue_callback(callback) -> None:
-    """Run `callback()` when the innermost running backward has put every gradient in place (after
-    the leaves' hooks and .grad accumulation), before backward returns; torch's
+    """Run `callback()` when this thread's innermost running backward has put every gradient in
+    place (after the leaves' hooks and .grad accumulation), before backward returns; torch's
     Variable._execution_engine.queue_callback. Only valid while a backward runs (e.g. in a hook)."""
-    if not _CALLBACKS:
+    stack = _CALLBACKS.stack
+    if not stack:
         raise RuntimeError("queue_callback(): no backward is running; call it from a gradient hook")
-    _CALLBACKS[-1].append(callback)
+    stack[-1].append(callback)
 
 
 def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inputs=None, allow_unused=False,
@@ -333,7 +340,10 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
     GRAD_MODE.enabled = create_graph
     observer = OBSERVER.current
     callbacks: list = []
-    _CALLBACKS.append(callbacks)
+    stack = _CALLBACKS.stack
+    if stack is None:
+        stack = _CALLBACKS.stack = []
+    stack.append(callbacks)
     try:
         while ready:
             node = ready.pop()
@@ -385,7 +395,7 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
             callbacks.pop(0)()
     finally:
         GRAD_MODE.enabled = previous_mode
-        _CALLBACKS.pop()
+        stack.pop()
 
     if inputs is None:
         return None
