@@ -44,6 +44,10 @@ def init(role_maker=None, is_collective=False, strategy=None, log_level="INFO"):
                          f"the job has {world} rank(s); their product must equal the world size")
     _state.update(strategy=strategy, topology=topology, degrees=degrees,
                   hcg=HybridCommunicateGroup(topology, strategy.hybrid_configs))
+    if degrees.get("tensor", 1) > 1:   # as Paddle: tensor-parallel weights and dropout draw per mp rank
+        from oarlock_parallel.rng import model_parallel_random_seed
+        seed = strategy.tensor_parallel_configs["tensor_init_seed"]
+        model_parallel_random_seed(None if seed == -1 else seed)
     import sys
     return sys.modules[__name__]
 

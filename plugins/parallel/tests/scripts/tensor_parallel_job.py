@@ -274,8 +274,17 @@ def fleet_defaults(group, failures):
     from oarlock.distributed.fleet.meta_parallel import model_parallel_random_seed
     strategy = fleet.DistributedStrategy()
     strategy.hybrid_configs = {"dp_degree": 1, "mp_degree": group.nranks, "pp_degree": 1}
+    strategy.tensor_parallel_configs = {"tensor_init_seed": 7}
     fleet.init(is_collective=True, strategy=strategy)
     hcg = fleet.get_hybrid_communicate_group()
+    # fleet.init with mp > 1 seeds the tracker itself, as Paddle does (tensor_init_seed; -1 would be random)
+    if "model_parallel_rng" not in get_rng_state_tracker().get_states_tracker():
+        failures.append("fleet.init with mp > 1 did not register 'model_parallel_rng'")
+    else:
+        with get_rng_state_tracker().rng_state():
+            seeded = oarlock.rand([4]).numpy()
+        oarlock.seed(7 + 1 + hcg.get_model_parallel_rank())
+        close(failures, "fleet.init's model_parallel_rng draws", seeded, oarlock.rand([4]), rtol=0, atol=0)
     layer = ColumnParallelLinear(4, 2 * group.nranks)
     if layer.model_parallel_group is not hcg.get_model_parallel_group() or layer.weight.shape != [4, 2]:
         failures.append(f"mp_group=None: group {layer.model_parallel_group}, weight {layer.weight.shape}")
