@@ -86,8 +86,10 @@ def _active(what: str):
 
 def distributed_model(model):
     """The model wrapped by every strategy whose degree is above 1 (each strategy's `wrap_model`); with one
-    process, or every degree 1, the model itself. Strategies not implemented yet (data, tensor, pipeline,
-    sharding, sep: later parts of issue 17) raise NotImplementedError naming themselves."""
+    process, or every degree 1, the model itself. Data parallel wraps in oarlock.DataParallel; the strategies
+    not implemented yet (the tensor wrapper's parameter syncing, pipeline, sharding, sep: later parts of
+    issue 17) raise NotImplementedError naming themselves. The tensor-parallel layers themselves
+    (fleet.meta_parallel) work without the wrapper."""
     hcg, active = _active("distributed_model")
     for s in active:
         model = s.wrap_model(s, model, hcg, _state["strategy"])
