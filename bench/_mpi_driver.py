@@ -82,3 +82,11 @@ def run_ranks(launcher: str, nranks: int, script: str, arguments: list, timeout:
             return None
         with open(result_path) as fh:
             return json.load(fh)
+
+
+def run_world_sizes(launcher: str, ranks: list, script: str, arguments: list, timeout: float,
+                    env: dict | None = None) -> tuple[list, int]:
+    """run_ranks for each world size in `ranks`: (rank 0's results of the runs that gave one, exit status 1
+    if any gave none else 0)."""
+    runs = [run_ranks(launcher, nranks, script, arguments, timeout, env) for nranks in ranks]
+    return [run for run in runs if run is not None], int(any(run is None for run in runs))

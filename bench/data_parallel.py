@@ -36,7 +36,7 @@ import time
 import numpy as np
 
 # bench/ is sys.path[0] when this script runs
-from _mpi_driver import find_launcher, main as entry, mpi_library, run_ranks, save_json, write_result
+from _mpi_driver import find_launcher, main as entry, mpi_library, run_world_sizes, save_json, write_result
 
 VARIANTS = ("single", "dp-overlap", "dp-after", "torch-ddp")
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -174,14 +174,8 @@ def drive(args) -> int:
     print(machine, flush=True)
     arguments = ["--width", str(args.width), "--layers", str(args.layers), "--batch", str(args.batch),
                  "--steps", str(args.steps), "--blocks", str(args.blocks)]
-    results, status = {"machine": machine, "runs": []}, 0
-    for nranks in args.ranks:
-        run = run_ranks(launcher, nranks, __file__, arguments, args.timeout, env=ONE_THREAD)
-        if run is None:
-            status = 1
-        else:
-            results["runs"].append(run)
-    save_json(args.json, results)
+    runs, status = run_world_sizes(launcher, args.ranks, __file__, arguments, args.timeout, env=ONE_THREAD)
+    save_json(args.json, {"machine": machine, "runs": runs})
     return status
 
 
