@@ -56,47 +56,23 @@ def _gather_last(tensor, group):
     return oarlock.concat(pieces, axis=-1)
 
 
-class _Identity(PyLayer):
-    @staticmethod
-    def forward(ctx, x, group):
+def _conjugate_pair(name: str, forward, backward):
+    """A PyLayer computing forward(x, group), whose backward is backward(grad, group)."""
+    def forward_rule(ctx, x, group):
         ctx.group = group
-        return x.clone()
+        return forward(x, group)
 
-    @staticmethod
-    def backward(ctx, grad):
-        return _all_reduce(grad, ctx.group)
+    def backward_rule(ctx, grad):
+        return backward(grad, ctx.group)
 
-
-class _AllReduce(PyLayer):
-    @staticmethod
-    def forward(ctx, x, group):
-        return _all_reduce(x, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad
+    return type(name, (PyLayer,), {"forward": staticmethod(forward_rule), "backward": staticmethod(backward_rule)})
 
 
-class _Split(PyLayer):
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _slice_last(x, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _gather_last(grad, ctx.group)
-
-
-class _Concat(PyLayer):
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _gather_last(x, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _slice_last(grad, ctx.group)
+# each op with its conjugate (see the module docstring); the identity's output is a copy, as Paddle's
+_Identity = _conjugate_pair("_Identity", lambda x, group: x.clone(), _all_reduce)
+_AllReduce = _conjugate_pair("_AllReduce", _all_reduce, lambda grad, group: grad)
+_Split = _conjugate_pair("_Split", _slice_last, _gather_last)
+_Concat = _conjugate_pair("_Concat", _gather_last, _slice_last)
 
 
 def _run(op, x, group):
