@@ -12,6 +12,7 @@ included). Every job costs about half a second of mpiexec start-up, so the
 failure cases use a short --grace and the helper scripts live in tests/scripts.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -104,8 +105,21 @@ def leftovers_after(marker: str, seconds: float) -> list[str]:
     return found
 
 
-def start_sleeping_job(command: list[str], marker: str, size: int = 2) -> subprocess.Popen:
-    """Start a job of `size` ranks that sleep (launch_fail.py's mode none) and wait until every rank runs."""
+@contextlib.contextmanager
+def sleeping_job(command: list[str], marker: str, size: int = 2):
+    """A job of `size` ranks that sleep (launch_fail.py's mode none), yielded as its Popen once every rank
+    runs; on exit the launching process is killed and waited for and its pipes are closed."""
+    proc = _start_sleeping_job(command, marker, size)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(TIMEOUT_S)
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def _start_sleeping_job(command: list[str], marker: str, size: int) -> subprocess.Popen:
     proc = subprocess.Popen([*command, "-n", str(size), *_RANK_PREFIX.get(command[0], []), FAIL, marker, "none",
                              "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment(marker),
                             stdin=subprocess.DEVNULL)
@@ -217,12 +231,9 @@ def test_a_failing_rank_ends_the_job_and_is_named_with_its_cause(mode, size, fai
 
 def test_ctrl_c_to_the_launcher_stops_the_job():
     marker = new_marker()
-    proc = start_sleeping_job(OARLOCK_LAUNCH, marker)
-    try:
+    with sleeping_job(OARLOCK_LAUNCH, marker) as proc:
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=TIMEOUT_S)
-    finally:
-        proc.kill()
     assert proc.returncode == 130, stderr
     assert "oarlock launch: got SIGINT; stopping the job" in stderr
     assert "failed" not in stderr  # ranks the launcher stopped are not failures
@@ -232,17 +243,12 @@ def test_ctrl_c_to_the_launcher_stops_the_job():
 def test_sigkill_of_the_launcher_ends_every_process_of_the_job(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # where the launcher makes its launch directory
     marker = new_marker()
-    proc = start_sleeping_job(OARLOCK_LAUNCH, marker)
-    try:
+    with sleeping_job(OARLOCK_LAUNCH, marker) as proc:
         # mpiexec, its proxy, and per rank the wrapper, the script and the script's child
         assert len(leftovers(marker)) >= 2 + 3 * 2
         proc.kill()
         proc.wait(TIMEOUT_S)
         assert leftovers_after(marker, GONE_WITHIN_S) == []
-    finally:
-        proc.kill()
-        proc.stdout.close()
-        proc.stderr.close()
     assert list(tmp_path.iterdir()) == []  # the ranks removed the launch directory the launcher could not
 
 
@@ -250,8 +256,7 @@ def test_ranks_of_plain_mpiexec_end_when_mpiexec_and_its_proxy_are_killed():
     # e.g. by the OOM killer or `kill -9` of the job's Hydra processes: nothing is left to stop the ranks
     marker = new_marker()
     mpiexec = launch.find_mpiexec()
-    proc = start_sleeping_job([mpiexec], marker)
-    try:
+    with sleeping_job([mpiexec], marker) as proc:
         hydra = [int(row.split(":")[0]) for row in leftovers(marker) if "hydra_pmi_proxy" in row or
                  row.split(": ", 1)[1].split()[0] == mpiexec]
         assert len(hydra) >= 2, leftovers(marker)
@@ -259,10 +264,6 @@ def test_ranks_of_plain_mpiexec_end_when_mpiexec_and_its_proxy_are_killed():
             os.kill(pid, signal.SIGKILL)
         proc.wait(TIMEOUT_S)
         assert leftovers_after(marker, GONE_WITHIN_S) == []
-    finally:
-        proc.kill()
-        proc.stdout.close()
-        proc.stderr.close()
 
 
 def rank_processes(marker: str) -> dict[int, int]:
@@ -277,24 +278,20 @@ def test_the_script_of_a_rank_dies_with_the_process_mpiexec_started():
     # Hydra's clean-up SIGKILLs the process it started, which is the rank's supervisor: the script it runs
     # must not live on as an orphan
     marker = new_marker()
-    proc = start_sleeping_job([launch.find_mpiexec()], marker)
-    try:
-        ranks = rank_processes(marker)
-        supervisors = [pid for pid, parent in ranks.items() if parent not in ranks]  # the scripts' parents
-        assert len(ranks) == 4 and len(supervisors) == 2, leftovers(marker)
-        os.kill(supervisors[0], signal.SIGKILL)
-        deadline = time.monotonic() + GONE_WITHIN_S
-        while rank_processes(marker) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert rank_processes(marker) == {}
-    finally:
-        # the scripts' own children are left: Hydra ends only the processes it started, and waits for the
-        # children's end of its output pipes
-        leftovers_after(marker, 0)
-        proc.kill()
-        proc.wait(TIMEOUT_S)
-        proc.stdout.close()
-        proc.stderr.close()
+    with sleeping_job([launch.find_mpiexec()], marker):
+        try:
+            ranks = rank_processes(marker)
+            supervisors = [pid for pid, parent in ranks.items() if parent not in ranks]  # the scripts' parents
+            assert len(ranks) == 4 and len(supervisors) == 2, leftovers(marker)
+            os.kill(supervisors[0], signal.SIGKILL)
+            deadline = time.monotonic() + GONE_WITHIN_S
+            while rank_processes(marker) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert rank_processes(marker) == {}
+        finally:
+            # the scripts' own children are left: Hydra ends only the processes it started, and waits for the
+            # children's end of its output pipes
+            leftovers_after(marker, 0)
 
 
 @pytest.mark.parametrize("record, ending, code", [
