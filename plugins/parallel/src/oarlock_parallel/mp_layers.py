@@ -19,7 +19,7 @@ import numbers
 import oarlock
 import oarlock.nn as nn
 import oarlock.nn.functional as F
-from oarlock_parallel import mp_ops
+from oarlock_parallel import marks, mp_ops
 from oarlock_parallel.parallel_cross_entropy import parallel_cross_entropy
 from oarlock_parallel.rng import MODEL_PARALLEL_RNG, get_rng_state_tracker
 
@@ -73,6 +73,15 @@ class _ParallelLayer(nn.Layer):
                 return self.create_parameter(shape, attr=attr)
         return self.create_parameter(shape, attr=attr)
 
+    def _mark_split(self):
+        """Mark this rank's slices (Paddle's is_distributed / split_axis): global-norm clipping sums
+        their squares over the model-parallel group, checkpoints shard them."""
+        if self.is_mp:
+            for key, axis in self.SPLIT_AXES.items():
+                param = getattr(self, key, None)
+                if param is not None:
+                    marks.mark(param, is_distributed=True, split_axis=axis)
+
     def sharded_state_dict(self, structured_name_prefix: str = ""):
         """{prefix + key: ShardedWeight}: split weights as this rank's shard along their split axis over
         the model-parallel group, the rest replicated (needs oarlock-checkpoint's FlexCheckpoint)."""
@@ -105,6 +114,7 @@ class ColumnParallelLinear(_ParallelLayer):
         # Megatron's (and Paddle's) bias starts at zero whatever weight_attr says
         self.bias = (self.create_parameter([self.output_size_per_partition], attr=nn.initializer.Constant(0.0),
                                            is_bias=True) if has_bias else None)
+        self._mark_split()
 
     def forward(self, x):
         _check_last_dim("ColumnParallelLinear", x, self.in_features, f"in_features={self.in_features}")
@@ -135,6 +145,7 @@ class RowParallelLinear(_ParallelLayer):
         self.weight = self._sliced_parameter([self.input_size_per_partition, self.out_features], weight_attr)
         self.bias = (self.create_parameter([self.out_features], attr=nn.initializer.Constant(0.0), is_bias=True)
                      if has_bias else None)
+        self._mark_split()
 
     def forward(self, x):
         group = self.model_parallel_group
@@ -170,6 +181,7 @@ class VocabParallelEmbedding(_ParallelLayer):
         self.vocab_start_index = self.rank * per_part
         self._size, self._name = [per_part, self.embedding_dim], name
         self.weight = self._sliced_parameter(self._size, weight_attr)
+        self._mark_split()
 
     def forward(self, x):
         if not isinstance(x, oarlock.Tensor) or x.dtype not in (oarlock.int32, oarlock.int64):

@@ -28,3 +28,7 @@ def oarlock_register_api(api):
             api.export(namespace, name, getattr(meta_parallel, name))
     from oarlock_parallel import dp_api      # oarlock.DataParallel, fleet.utils.hybrid_parallel_util
     dp_api.register(api)
+    from oarlock_parallel import hybrid_api, sequence_parallel_api, sharding_api
+    hybrid_api.register(api)              # TensorParallel, HybridParallelOptimizer, HybridParallelClipGrad
+    sequence_parallel_api.register(api)   # fleet.utils.sequence_parallel_utils
+    sharding_api.register(api)            # oarlock.distributed.sharding, DygraphShardingOptimizer

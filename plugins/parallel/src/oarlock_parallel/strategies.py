@@ -20,9 +20,14 @@ def _not_implemented(kind: str):
     return wrap
 
 
-def _data_parallel():
-    from oarlock_parallel import data_parallel    # loads oarlock.nn: only when a model is wrapped
-    return data_parallel
+def _lazy(module: str, function: str):
+    """module.function, imported on first call (the strategy modules load oarlock.nn: only when a model
+    or optimizer is wrapped)."""
+    def call(*args):
+        import importlib
+        return getattr(importlib.import_module(f"oarlock_parallel.{module}"), function)(*args)
+    call.__name__ = f"{module}.{function}"
+    return call
 
 
 @dataclass
@@ -45,21 +50,30 @@ class ParallelStrategy:
     default_degree: int = 1
     wrap_model: Callable = _not_implemented("model")
     wrap_optimizer: Callable = _not_implemented("optimizer")
+    # Paddle wraps the model once, by the first of its parallel modes that is on (pipeline, tensor, sep,
+    # sharding, data): the active strategy with the lowest model_priority wraps the model
+    model_priority: int = 100
     plugin: str | None = None     # set by the registry
 
 
 # Paddle's axes, in its d_hybrid_degree order (fleet.py _init_hybrid_parallel_env)
 BUILTIN = (
     ParallelStrategy("data", "data parallel: replicas on different batches, gradients averaged",
-                     "dp_degree", "dp", "data", default_degree=-1,
-                     wrap_model=lambda *a: _data_parallel().wrap_model(*a),
-                     wrap_optimizer=lambda *a: _data_parallel().wrap_optimizer(*a)),
-    ParallelStrategy("pipeline", "pipeline parallel: layers split into stages", "pp_degree", "pp", "pipe"),
+                     "dp_degree", "dp", "data", default_degree=-1, model_priority=4,
+                     wrap_model=_lazy("data_parallel", "wrap_model"),
+                     wrap_optimizer=_lazy("data_parallel", "wrap_optimizer")),
+    ParallelStrategy("pipeline", "pipeline parallel: layers split into stages", "pp_degree", "pp", "pipe",
+                     model_priority=0),
     ParallelStrategy("sharding", "sharding: optimizer states (and gradients, parameters) partitioned",
-                     "sharding_degree", "sharding", "sharding"),
+                     "sharding_degree", "sharding", "sharding", model_priority=3,
+                     wrap_model=_lazy("sharding_stage1", "wrap_model"),
+                     wrap_optimizer=_lazy("sharding_stage1", "wrap_optimizer")),
     ParallelStrategy("tensor", "tensor (model) parallel: weight matrices split over ranks",
-                     "mp_degree", "mp", "model"),
-    ParallelStrategy("sep", "segment parallel: the sequence split over ranks", "sep_degree", "sep", "sep"),
+                     "mp_degree", "mp", "model", model_priority=1,
+                     wrap_model=_lazy("tensor_parallel", "wrap_model"),
+                     wrap_optimizer=_lazy("tensor_parallel", "wrap_optimizer")),
+    ParallelStrategy("sep", "segment parallel: the sequence split over ranks", "sep_degree", "sep", "sep",
+                     model_priority=2),
     ParallelStrategy("context", "context parallel: attention over a split sequence", "cp_degree", "cp", "context"),
     ParallelStrategy("expert", "expert parallel: mixture-of-experts experts split over ranks",
                      "ep_degree", "ep", "expert"),
