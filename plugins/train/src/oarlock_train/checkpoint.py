@@ -42,8 +42,13 @@ def _write_json(obj):
 
 
 def save(trainer: Trainer, out_dir) -> None:
+    """Write the checkpoint of the full model. With several ranks every rank calls it (the full state is
+    gathered from their slices) and the main rank writes."""
+    model_state, optimizer_state = trainer.full_state()
+    if not trainer.is_main:
+        return
     os.makedirs(out_dir, exist_ok=True)
-    optimizer_state = dict(trainer.optimizer.state_dict())
+    optimizer_state = dict(optimizer_state)
     optimizer_state[SCHEDULER_KEY] = trainer.scheduler.state_dict()
     state = {
         "step": trainer.step,
@@ -51,7 +56,7 @@ def save(trainer: Trainer, out_dir) -> None:
         "rng_state": oarlock.get_rng_state(),
         "history": {"train": trainer.history.train, "valid": trainer.history.valid},
     }
-    _replace_into(out_dir, MODEL_FILE, lambda p: oarlock.save(trainer.model.state_dict(), p))
+    _replace_into(out_dir, MODEL_FILE, lambda p: oarlock.save(model_state, p))
     _replace_into(out_dir, OPTIMIZER_FILE, lambda p: oarlock.save(optimizer_state, p))
     _replace_into(out_dir, STATE_FILE, _write_json(state))
 
@@ -86,12 +91,13 @@ def config_mismatches(saved: dict, cfg: TrainConfig) -> list[str]:
 
 
 def load(trainer: Trainer, out_dir, state: dict | None = None) -> None:
-    """Restore model, optimizer, scheduler, step, history and RNG state from out_dir into trainer."""
+    """Restore model, optimizer, scheduler, step, history and RNG state from out_dir into trainer (each
+    rank of a parallel run takes its slices of the full weights, whatever layout wrote them)."""
     state = state or read_state(out_dir)
-    trainer.model.set_state_dict(oarlock.load(os.path.join(out_dir, MODEL_FILE)))
+    model_state = oarlock.load(os.path.join(out_dir, MODEL_FILE))
     optimizer_state = dict(oarlock.load(os.path.join(out_dir, OPTIMIZER_FILE), weights_only=True))
     scheduler_state = optimizer_state.pop(SCHEDULER_KEY, None)
-    trainer.optimizer.set_state_dict(optimizer_state)
+    trainer.load_full_state(model_state, optimizer_state)
     if scheduler_state is not None:
         trainer.scheduler.set_state_dict(scheduler_state)
     trainer.step = int(state["step"])

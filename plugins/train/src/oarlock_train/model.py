@@ -105,19 +105,26 @@ class CausalSelfAttention(nn.Layer):
         self.dropout = cfg.dropout
 
     def forward(self, x, cos, sin, startend_row_indices=None):
-        batch, seq, width = x.shape
-        # One matmul for q, k and v, and one rotary call for q and k together ([B, T, 2H, D]): on numpy
-        # every op call costs, so fewer, larger ones are faster.
-        qkv = self.qkv(x).reshape([batch, seq, 3 * self.heads, self.head_dim])
-        qk, v = oarlock.split(qkv, [2 * self.heads, self.heads], axis=2)
-        q, k = oarlock.split(apply_rotary(qk, cos, sin), 2, axis=2)
-        if startend_row_indices is None:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout, is_causal=True,
-                                               training=self.training)
-        else:
-            y = F.flashmask_attention(q, k, v, startend_row_indices, dropout=self.dropout, causal=True,
-                                      training=self.training)
-        return self.proj(y.reshape([batch, seq, width]))
+        y = attend(self.qkv(x), self.heads, self.head_dim, cos, sin, startend_row_indices, self.dropout,
+                   self.training)
+        return self.proj(y)
+
+
+def attend(qkv, heads, head_dim, cos, sin, startend_row_indices=None, dropout=0.0, training=True):
+    """Causal attention of the fused projection qkv [B, T, 3 * heads * head_dim] (columns: the q of every
+    head, then the k's, then the v's) -> [B, T, heads * head_dim]. The tensor-parallel model
+    (parallel_model) calls it with the heads of one rank."""
+    batch, seq = qkv.shape[0], qkv.shape[1]
+    # One matmul for q, k and v, and one rotary call for q and k together ([B, T, 2H, D]): on numpy
+    # every op call costs, so fewer, larger ones are faster.
+    qkv = qkv.reshape([batch, seq, 3 * heads, head_dim])
+    qk, v = oarlock.split(qkv, [2 * heads, heads], axis=2)
+    q, k = oarlock.split(apply_rotary(qk, cos, sin), 2, axis=2)
+    if startend_row_indices is None:
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, training=training)
+    else:
+        y = F.flashmask_attention(q, k, v, startend_row_indices, dropout=dropout, causal=True, training=training)
+    return y.reshape([batch, seq, heads * head_dim])
 
 
 class MLP(nn.Layer):
@@ -134,16 +141,22 @@ class MLP(nn.Layer):
         return self.proj(F.silu(self.fc(x)))
 
 
+def residual_std(cfg: GPTConfig) -> float:
+    """GPT-2 scales the init of the layers that write into the residual stream by 1/sqrt(2 * layers),
+    so the residual's variance does not grow with depth."""
+    return 0.02 / (2 * cfg.layers) ** 0.5
+
+
 class Block(nn.Layer):
-    def __init__(self, cfg: GPTConfig):
+    """x + attn(rmsnorm(x)), then + mlp(rmsnorm(x)). `attn` and `mlp` default to this module's; the
+    tensor-parallel model passes its own (same parameter names and order)."""
+
+    def __init__(self, cfg: GPTConfig, attn: nn.Layer | None = None, mlp: nn.Layer | None = None):
         super().__init__()
-        # GPT-2 scales the init of the layers that write into the residual stream by 1/sqrt(2 * layers),
-        # so the residual's variance does not grow with depth.
-        out_std = 0.02 / (2 * cfg.layers) ** 0.5
         self.attn_norm = nn.RMSNorm(cfg.width)
-        self.attn = CausalSelfAttention(cfg, out_std)
+        self.attn = attn if attn is not None else CausalSelfAttention(cfg, residual_std(cfg))
         self.mlp_norm = nn.RMSNorm(cfg.width)
-        self.mlp = MLP(cfg, out_std)
+        self.mlp = mlp if mlp is not None else MLP(cfg, residual_std(cfg))
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x, cos, sin, startend_row_indices=None):
@@ -185,11 +198,12 @@ class GPT(nn.Layer):
     def num_parameters(self) -> int:
         return sum(int(p.size) for p in self.parameters())
 
-    def loss(self, rows, document_mask: bool = False):
+    def loss(self, rows, document_mask: bool = False, forward=None):
         """Mean next-byte cross entropy (nats per byte) of rows [B, T + 1]: inputs rows[:, :-1], targets rows[:, 1:].
 
         With document_mask, attention does not cross the document separators of the inputs (see `document_mask_of`).
+        forward: what runs the model (a wrapper of it such as DataParallel; default the model itself).
         """
         inputs = rows[:, :-1]
-        logits = self(inputs, document_mask_of(inputs) if document_mask else None)
+        logits = (forward or self)(inputs, document_mask_of(inputs) if document_mask else None)
         return F.cross_entropy(logits.reshape([-1, self.cfg.vocab_size]), rows[:, 1:].reshape([-1]))

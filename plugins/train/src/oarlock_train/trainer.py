@@ -54,14 +54,22 @@ def build_schedule(cfg: TrainConfig):
 
 
 class Trainer:
+    """One process training model.GPT. parallel.ParallelTrainer overrides the hooks below (the model this
+    process holds, its share of each batch, the sums over data-parallel ranks, full-weight checkpoints)."""
+
+    is_main = True  # this process prints, plots and writes the checkpoint
+    data_ranks = 1  # processes that take different shares of each batch
+
     def __init__(self, cfg: TrainConfig, corpus: Corpus):
         self.cfg, self.corpus = cfg, corpus
         oarlock.seed(cfg.seed)  # before the model is built: initialisation is the first use of the stream
-        self.model = GPT(GPTConfig(max_seq_len=cfg.seq_len, dropout=cfg.dropout))
+        # model: the Layer this process holds (its loss(), its state); wrapped: what runs forward in training
+        self.model = self._local_model(GPT(GPTConfig(max_seq_len=cfg.seq_len, dropout=cfg.dropout)))
         self.scheduler = build_schedule(cfg)
-        self.optimizer = oarlock.optimizer.AdamW(
+        optimizer = oarlock.optimizer.AdamW(
             learning_rate=self.scheduler, parameters=self.model.parameters(), beta1=0.9, beta2=0.95,
             weight_decay=cfg.weight_decay, grad_clip=oarlock.nn.ClipGradByGlobalNorm(cfg.clip_norm))
+        self.wrapped, self.optimizer = self._distribute(self.model, optimizer)
         self.train_rows = oarlock.to_tensor(corpus.train)
         self.valid_rows = oarlock.to_tensor(corpus.valid)
         self.step = 0
@@ -69,24 +77,64 @@ class Trainer:
         self.measure_grad_norm = False  # set by --log-dir: train_step then fills grad_norm
         self.grad_norm: float | None = None
 
+    # -- hooks of the parallel trainer ------------------------------------------------------------------------
+    def _local_model(self, full: GPT):
+        """The model this process trains, made from the freshly initialised full model."""
+        return full
+
+    def _distribute(self, model, optimizer):
+        """(the model that runs forward in training, the optimizer that steps)."""
+        return model, optimizer
+
+    def _batch_share(self, index):
+        """This process's rows of the global batch `index`."""
+        return index
+
+    def _valid_share(self) -> range:
+        """The validation rows this process evaluates."""
+        return range(0, len(self.corpus.valid))
+
+    def _sum_over_data(self, *values: float) -> tuple:
+        """The values summed over the processes that hold different data."""
+        return values
+
+    def _global_grad_norm(self):
+        """The norm ClipGradByGlobalNorm clips (after backward, before step), or None where not measured."""
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        return float(oarlock.global_norm(grads))
+
+    def full_state(self) -> tuple[dict, dict]:
+        """(model state_dict, optimizer state_dict) of the full model: what a checkpoint holds."""
+        return self.model.state_dict(), self.optimizer.state_dict()
+
+    def load_full_state(self, model_state: dict, optimizer_state: dict) -> None:
+        self.model.set_state_dict(model_state)
+        self.optimizer.set_state_dict(optimizer_state)
+
+    def full_model(self) -> GPT:
+        """A model.GPT with the trained weights (on the main process; what generates the sample)."""
+        return self.model
+
+    # ----------------------------------------------------------------------------------------------------------
     @property
     def tokens_per_step(self) -> int:
         return self.cfg.batch_size * self.cfg.seq_len
 
     def train_step(self) -> float:
         """One optimisation step on a batch of rows drawn uniformly (with replacement) from the train split."""
-        index = oarlock.randint(0, len(self.corpus.train), [self.cfg.batch_size])
-        loss = self.model.loss(oarlock.index_select(self.train_rows, index, axis=0), self.cfg.document_mask)
+        index = self._batch_share(oarlock.randint(0, len(self.corpus.train), [self.cfg.batch_size]))
+        loss = self.model.loss(oarlock.index_select(self.train_rows, index, axis=0), self.cfg.document_mask,
+                               forward=self.wrapped)
         loss.backward()
         if self.measure_grad_norm:
             # the norm the global-norm clip computes inside step(): one more pass over the gradients
-            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-            self.grad_norm = float(oarlock.global_norm(grads))
+            self.grad_norm = self._global_grad_norm()
         self.optimizer.step()
         self.optimizer.clear_grad()
         self.scheduler.step()
         self.step += 1
-        value = float(loss.item())
+        # every data rank's loss is the mean over an equal share of the batch: their mean is the batch's
+        value = self._sum_over_data(float(loss.item()))[0] / self.data_ranks
         self.history.train.append(value)
         return value
 
@@ -94,14 +142,16 @@ class Trainer:
         """Mean loss per byte over the whole validation split (dropout off, no graph)."""
         self.model.eval()
         total, count = 0.0, 0
+        rows_of = self._valid_share()
         try:
             with oarlock.no_grad():
-                for start in range(0, len(self.corpus.valid), EVAL_BATCH):
-                    rows = self.valid_rows[start:start + EVAL_BATCH]
+                for start in range(rows_of.start, rows_of.stop, EVAL_BATCH):
+                    rows = self.valid_rows[start:min(start + EVAL_BATCH, rows_of.stop)]
                     total += float(self.model.loss(rows, self.cfg.document_mask).item()) * rows.shape[0]
                     count += rows.shape[0]
         finally:
             self.model.train()
+        total, count = self._sum_over_data(total, count)
         value = total / count
         self.history.valid.append((self.step, value))
         return value
