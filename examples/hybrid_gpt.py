@@ -211,7 +211,7 @@ def global_batch(step: int, seed: int, batch: int, seq_len: int, vocab: int):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="The number of ranks must equal dp x sharding x mp (x the group-"
                                             "sharded ranks: --group-sharded uses the whole world and needs "
