@@ -1,0 +1,116 @@
+"""`oarlock.distributed.sharding`: group_sharded_parallel and save_group_sharded_model (Paddle's
+paddle/distributed/sharding/group_sharded.py).
+
+Levels 'os' and 'os_g' both give stage 2 (GroupShardedOptimizerStage2 + GroupShardedStage2: optimizer state
+and gradients partitioned), as in Paddle; 'p_g_os' gives stage 3 (oarlock_parallel.sharding_stage3:
+parameters partitioned too). CPU tensors are allowed (Paddle asserts a GPU).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+import oarlock
+import oarlock.distributed as dist
+from oarlock.nn import Layer
+
+from oarlock_parallel import sharding_common as common
+from oarlock_parallel.sharding_stage2 import GroupShardedOptimizerStage2, GroupShardedStage2
+
+LEVELS = ("os", "os_g", "p_g_os")
+
+
+def _stage3_class():
+    from oarlock_parallel.sharding_stage3 import GroupShardedStage3
+    return GroupShardedStage3
+
+
+def group_sharded_parallel(model, optimizer, level, scaler=None, group=None, offload=False, sync_buffers=False,
+                           buffer_max_size=2**23, segment_size=2**20, sync_comm=False, dp_group=None,
+                           exclude_layer=None):
+    """Wrap `model` and `optimizer` for sharded data parallelism over `group` (the world when None); each rank
+    trains on its own batch. Returns (model, optimizer, scaler). `scaler` comes back as it is (oarlock's
+    GradScaler works on the sharded optimizer: its unscale sees the gradients each rank holds).
+    level: 'os' or 'os_g' (stage 2), 'p_g_os' (stage 3). buffer_max_size: the largest gradient bucket of
+    stage 2, in elements; segment_size, sync_comm, exclude_layer: stage 3's."""
+    what = "group_sharded_parallel()"
+    # every check before any collective, so a bad argument fails on every rank alike
+    if not isinstance(model, Layer):
+        raise TypeError(f"{what}: model must be an oarlock.nn.Layer, got {type(model).__name__}")
+    common.check_optimizer(optimizer, what)
+    if level not in LEVELS:
+        raise ValueError(f"{what}: level must be one of {', '.join(repr(v) for v in LEVELS)} ('os' and 'os_g' are "
+                         f"both stage 2, 'p_g_os' stage 3), got {level!r}")
+    common.check_member(group, what, "group")
+    common.check_member(dp_group, what, "dp_group")
+    if level in ("os", "os_g"):
+        optimizer = GroupShardedOptimizerStage2(common.parameters_of(optimizer), optimizer, group=group,
+                                                offload=offload, dp_group=dp_group)
+        model = GroupShardedStage2(model, optimizer, group=group, sync_buffers=sync_buffers,
+                                   buffer_max_size=buffer_max_size, dp_group=dp_group)
+    else:
+        model = _stage3_class()(model, optimizer, group=group, sync_buffers=sync_buffers, segment_size=segment_size,
+                                offload=offload, sync_comm=sync_comm, dp_group=dp_group, exclude_layer=exclude_layer)
+    return model, optimizer, scaler
+
+
+def _gathered_state(optimizer) -> dict:
+    """Every parameter's optimizer state: each rank's owned states, gathered over the sharding group (on every
+    rank: oarlock.distributed has no object gather to one rank)."""
+    mine = optimizer._optim.state_dict()
+    group = optimizer._group
+    if group is None or group.nranks <= 1:
+        return mine
+    host = {k: (v.numpy() if isinstance(v, oarlock.Tensor) else v) for k, v in mine.items()}
+    everyone: list = []
+    dist.all_gather_object(everyone, host, group=group)
+    merged = {}
+    for part in everyone:
+        for key, value in part.items():
+            if key == "master_weights":
+                merged.setdefault(key, {}).update(value)
+            else:
+                merged[key] = value
+    return {k: (oarlock.to_tensor(v) if isinstance(v, np.ndarray) else
+                {n: oarlock.to_tensor(t) for n, t in v.items()} if k == "master_weights" else v)
+            for k, v in merged.items()}
+
+
+def _is_writer(group, dp_group) -> bool:
+    """One rank writes: the first of the sharding group (and of its data-parallel group)."""
+    return all(g is None or g.rank == 0 for g in (group, dp_group))
+
+
+def save_group_sharded_model(model, output, optimizer=None):
+    """Save a group_sharded_parallel model (and optimizer) into the directory `output`, with Paddle's file
+    names: output/model.pdmodel holds the full model state_dict (stage 3 gathers the parameters first),
+    output/model.pdopt the optimizer state of every parameter (gathered from their owners). Every rank of
+    the group calls it; one rank writes. Read them back with oarlock.load."""
+    what = "save_group_sharded_model()"
+    if not isinstance(output, (str, os.PathLike)):
+        raise TypeError(f"{what}: output must be a directory path, got {type(output).__name__}")
+    output = os.fspath(output)
+    if os.path.isfile(output):
+        raise ValueError(f"{what}: saving directory ({output}) should be a directory, not a file")
+    if isinstance(model, GroupShardedStage2):
+        group, dp_group = model._group, model._dp_group
+    elif isinstance(model, _stage3_class()):
+        group, dp_group = model._group, model._dp_group
+        model.get_all_parameters(convert2cpu=bool(getattr(model, "_offload", False)))
+    else:
+        raise ValueError(f"{what}: model must be the layer group_sharded_parallel returned, got "
+                         f"{type(model).__name__}")
+    if optimizer is not None and not isinstance(optimizer, GroupShardedOptimizerStage2):
+        raise ValueError(f"{what}: optimizer must be the optimizer group_sharded_parallel returned for level 'os' or "
+                         f"'os_g' (Paddle saves optimizer._optim.state_dict()), got {type(optimizer).__name__}")
+    state = _gathered_state(optimizer) if optimizer is not None else None   # collective: every rank
+    if _is_writer(group, dp_group):
+        os.makedirs(output, exist_ok=True)
+        oarlock.save(model._layer.state_dict(), os.path.join(output, "model.pdmodel"))
+        if state is not None:
+            oarlock.save(state, os.path.join(output, "model.pdopt"))
+
+
+__all__ = ["group_sharded_parallel", "save_group_sharded_model"]

@@ -1,0 +1,145 @@
+"""What the sharded optimizers (stage 1: DygraphShardingOptimizer, stage 2: GroupShardedOptimizerStage2) share:
+checking their arguments, assigning parameters to owner ranks, handing the inner optimizer only what its rank
+owns, stepping with the clips called on every rank, and broadcasting each updated parameter from its owner.
+
+The inner optimizer is an ordinary oarlock optimizer whose parameter groups are cut down to the owned
+parameters (each group kept, possibly empty, with its hyperparameters), so it creates moments only for them:
+the ~1/N optimizer state is the point of sharding. The optimizer keys its state by the names it gave the
+parameters when it was built (before the cut), so state_dict() keys are those of the unsharded optimizer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import oarlock
+import oarlock.distributed as dist
+from oarlock.optimizer import Optimizer
+
+from oarlock_parallel.clip import HybridParallelClipGrad, wrap_clip
+
+
+def check_optimizer(optimizer, what: str) -> None:
+    if not isinstance(optimizer, Optimizer):
+        raise TypeError(f"{what}: optimizer must be an oarlock.optimizer.Optimizer (AdamW, SGD, ...), got "
+                        f"{type(optimizer).__name__} {optimizer!r}")
+
+
+def check_member(group, what: str, argument: str) -> None:
+    """A process group (or None) that this rank belongs to."""
+    if group is None:
+        return
+    if not (hasattr(group, "ranks") and hasattr(group, "nranks") and hasattr(group, "rank")):
+        raise TypeError(f"{what}: {argument} must be a process group (oarlock.distributed.new_group) or None, got "
+                        f"{type(group).__name__} {group!r}")
+    if group.rank < 0:
+        raise ValueError(f"{what}: {argument} has ranks {group.ranks}, which do not include this rank "
+                         f"({dist.get_rank()}); every rank must pass a group it belongs to")
+
+
+def parameters_of(optimizer) -> list:
+    """Every parameter of the optimizer, group by group (the order every rank sees)."""
+    return [p for group in optimizer._param_groups for p in group["params"]]
+
+
+def partition(params: list, nranks: int, sort_by_size: bool) -> list:
+    """The owner (rank in the sharding group) of each parameter: each goes to the rank with the fewest elements
+    so far (the first such rank), as Paddle does. Stage 1 assigns the largest parameters first
+    (FLAGS_sharding_sort_parameters, on by default); stage 2 in the given order, counting trainable ones only."""
+    order = sorted(range(len(params)), key=lambda i: -params[i].size) if sort_by_size else range(len(params))
+    sizes, owners = [0] * nranks, [0] * len(params)
+    for i in order:
+        rank = sizes.index(min(sizes))
+        owners[i] = rank
+        if sort_by_size or not params[i].stop_gradient:
+            sizes[rank] += params[i].size
+    return owners
+
+
+def keep_owned(optimizer, owned: set) -> None:
+    """Cut each parameter group of `optimizer` down to the parameters whose id is in `owned`."""
+    for group in optimizer._param_groups:
+        group["params"] = [p for p in group["params"] if id(p) in owned]
+
+
+def wrap_clips(optimizer, split_group, shard_groups) -> None:
+    """Make the global-norm clips of `optimizer` (per group, and _grad_clip) count every rank's gradients."""
+    optimizer._grad_clip = wrap_clip(optimizer._grad_clip, split_group, shard_groups)
+    for group in optimizer._param_groups:
+        group["grad_clip"] = wrap_clip(group["grad_clip"], split_group, shard_groups)
+
+
+@contextlib.contextmanager
+def _clips_off(optimizer):
+    saved = [group["grad_clip"] for group in optimizer._param_groups]
+    for group in optimizer._param_groups:
+        group["grad_clip"] = None
+    try:
+        yield
+    finally:
+        for group, clip in zip(optimizer._param_groups, saved):
+            group["grad_clip"] = clip
+
+
+def step_owned(optimizer) -> None:
+    """Clip, then update the owned parameters. The optimizer skips a group without gradients, clip included,
+    but a rank-aware clip all-reduces: so the clips are called here, for every group on every rank in the
+    same order (with whatever gradients this rank owns, maybe none), and the inner step runs without them."""
+    with oarlock.no_grad():
+        for group in optimizer._param_groups:
+            clip = group["grad_clip"]
+            pairs = [(p, p.grad) for p in group["params"] if not p.stop_gradient and p.grad is not None]
+            if clip is not None and (pairs or isinstance(clip, HybridParallelClipGrad)):
+                clip(pairs)
+    with _clips_off(optimizer):
+        optimizer.step()
+
+
+def broadcast_from_owners(params: list, owners: list, group) -> None:
+    """Copy each trainable parameter from its owner (a rank of `group`) to the rest of the group."""
+    if group is None or group.nranks <= 1:
+        return
+    with oarlock.no_grad():
+        tasks = [dist.broadcast(p, src=group.ranks[owner], group=group, sync_op=False)
+                 for p, owner in zip(params, owners) if not p.stop_gradient]
+        for task in tasks:
+            task.wait()
+
+
+def _owner_key(key: str, names: set):
+    """The parameter name a state_dict key of the optimizer belongs to ("<name>_step", "<name>_<state>_0"), the
+    longest name that fits (a name may be a prefix of another)."""
+    if key.endswith("_step") and key[:-5] in names:
+        return key[:-5]
+    best = None
+    for cut in range(len(key)):
+        if key[cut] == "_" and key[:cut] in names and key.endswith("_0"):
+            best = key[:cut]
+    return best
+
+
+def owned_state(optimizer, state_dict: dict) -> dict:
+    """The entries of a (full or sharded) optimizer state_dict that belong to the parameters `optimizer` holds
+    now. The optimizer still names every parameter it was built with (_keys), owned or not."""
+    every = set(optimizer._keys.values())
+    mine = {optimizer._keys[id(p)] for p in parameters_of(optimizer)}
+    out = {}
+    for key, value in state_dict.items():
+        if key == "LR_Scheduler":
+            out[key] = value
+        elif key == "master_weights":
+            out[key] = {name: v for name, v in value.items() if name in mine}
+        else:
+            owner = _owner_key(key, every)
+            if owner is None or owner in mine:   # unknown keys go on: the inner optimizer warns about them
+                out[key] = value
+    return out
+
+
+def fleet_model_parallel_group():
+    """The model-parallel group of fleet when fleet.init ran with mp_degree > 1, else None."""
+    from oarlock_parallel import fleet
+    hcg = fleet._state["hcg"]
+    if hcg is None or hcg.get_model_parallel_world_size() <= 1:
+        return None
+    return hcg.get_model_parallel_group()
