@@ -1,5 +1,13 @@
-"""Public names of one part of oarlock-parallel, registered by oarlock_parallel.plugin (filled in as the part lands)."""
+"""The public names of sequence parallelism, registered by oarlock_parallel.plugin: Paddle's
+paddle.distributed.fleet.utils.sequence_parallel_utils (oarlock_parallel.sequence_parallel)."""
+
+from __future__ import annotations
+
+NAMESPACE = "oarlock.distributed.fleet.utils.sequence_parallel_utils"
 
 
 def register(api) -> None:
-    pass
+    from oarlock_parallel import sequence_parallel
+    api.namespace(NAMESPACE, doc=sequence_parallel.__doc__)
+    for name in sequence_parallel.__all__:
+        api.export(NAMESPACE, name, getattr(sequence_parallel, name))
