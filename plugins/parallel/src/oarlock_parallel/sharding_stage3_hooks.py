@@ -1,0 +1,251 @@
+"""The machinery under GroupShardedStage3 (sharding_stage3.py): flat parameter pieces, gathering and
+freeing the full parameters, the recompute op that runs a sublayer with its full parameters, and the
+global-norm clip of a stage-3 optimizer.
+
+Why recompute: oarlock's autograd keeps the tensors an op used until backward, so a parameter that is
+used by a recorded op cannot be freed after forward. Each parameter-owning sublayer's forward therefore
+runs inside `_GatheredForward`, a PyLayer whose forward gathers the sublayer's parameters, runs the
+sublayer without recording and frees them; its backward gathers them again, re-runs the sublayer with
+grad enabled on detached inputs (with the forward's RNG state and buffers, so dropout and running
+statistics match), back-propagates, reduce-scatters each full parameter gradient into this rank's piece
+(the PyLayer's gradient for the piece, which autograd accumulates into piece.grad) and frees them.
+
+A freed parameter keeps its shape but holds one NaN broadcast to it (no memory): an accidental use
+outside its owner shows as NaN, and a gradient reaching it from outside its owner's recompute raises.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import oarlock
+import oarlock.distributed as dist
+from oarlock import PyLayer, Tensor
+from oarlock.plugin_api import array_of, rebind
+
+from oarlock_parallel.clip import HybridParallelClipGrad, _reduced, _sum_squares, wrap_clip
+
+
+class _Gathered(threading.local):
+    """ids of the parameters whose full values a recompute on this thread is using right now."""
+
+    def __init__(self):
+        self.ids: set = set()
+
+
+_GATHERED = _Gathered()
+
+
+class Partition:
+    """One parameter split over a group: each rank keeps `piece`, a flat Parameter of ceil(numel / nranks)
+    elements (the last rank's padded with zeros), with the parameter's attributes and name, which the
+    optimizer updates in place of the parameter."""
+
+    def __init__(self, param, group, owner: str):
+        self.param, self.group, self.owner = param, group, owner
+        self.shape, self.numel = list(param.shape), int(param.size)
+        self.length = math.ceil(self.numel / group.nranks)
+        flat = param.detach().reshape([-1])
+        padding = self.length * group.nranks - self.numel
+        if padding:
+            flat = oarlock.concat([flat, oarlock.zeros([padding], dtype=param.dtype)])
+        start = group.rank * self.length
+        self.piece = oarlock.nn.Parameter(flat[start:start + self.length].clone(), attr=param.param_attrs)
+        self.piece.name = param.name
+        self.piece.stop_gradient = param.stop_gradient
+        if not param.stop_gradient:
+            param.register_hook(self._outside_owner)
+
+    def _outside_owner(self, grad):
+        if id(self.param) not in _GATHERED.ids:
+            raise RuntimeError(
+                f"GroupShardedStage3: parameter {self.param.name!r} of sublayer {self.owner!r} received a "
+                f"gradient from outside that sublayer's forward (a tied or shared weight used by another "
+                f"layer?); stage 3 frees it after its owner's forward, so such uses are not supported: put "
+                f"its owner in exclude_layer (kept whole) or give the other layer its own parameter")
+        return grad
+
+    def gather(self):
+        """Give the parameter its full values again (a collective over the group)."""
+        pieces: list = []
+        dist.all_gather(pieces, self.piece.detach(), group=self.group)
+        full = oarlock.concat(pieces)[:self.numel].reshape(self.shape)
+        rebind(self.param, array_of(full))
+
+    def free(self):
+        xp = self.param.place.backend.xp
+        dtype = array_of(self.param).dtype
+        fill = float("nan") if xp.issubdtype(dtype, xp.floating) else 0
+        rebind(self.param, xp.broadcast_to(xp.full((), fill, dtype=dtype), tuple(self.shape)))
+
+    def scatter_grad(self, full_grad, dp_group):
+        """This rank's piece of `full_grad` averaged over the group (and over dp_group when given)."""
+        if full_grad is None:    # unused in this forward: every rank still joins the collective
+            full_grad = oarlock.zeros(self.shape, dtype=self.piece.dtype)
+        flat = full_grad.reshape([-1])
+        padding = self.length * self.group.nranks - self.numel
+        if padding:
+            flat = oarlock.concat([flat, oarlock.zeros([padding], dtype=flat.dtype)])
+        piece = oarlock.zeros([self.length], dtype=flat.dtype)
+        dist.reduce_scatter(piece, list(oarlock.split(flat, self.group.nranks)), group=self.group)
+        piece = piece / self.group.nranks
+        if dp_group is not None and dp_group.nranks > 1:
+            dist.all_reduce(piece, group=dp_group)
+            piece = piece / dp_group.nranks
+        return piece
+
+    def load_full(self, value):
+        """Take this rank's piece of the full `value` (a Tensor of the parameter's shape) and free it."""
+        flat = value.detach().reshape([-1]).astype(self.piece.dtype)
+        padding = self.length * self.group.nranks - self.numel
+        if padding:
+            flat = oarlock.concat([flat, oarlock.zeros([padding], dtype=flat.dtype)])
+        start = self.group.rank * self.length
+        self.piece.set_value(flat[start:start + self.length])
+
+
+# -- nested inputs and outputs ----------------------------------------------------------------------------
+def flatten(obj, out: list):
+    """The Tensors inside obj (nested tuples, lists, dicts) appended to `out`; returns a template."""
+    if isinstance(obj, Tensor):
+        out.append(obj)
+        return _Slot(len(out) - 1)
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(flatten(o, out) for o in obj)
+    if isinstance(obj, dict):
+        return {k: flatten(v, out) for k, v in obj.items()}
+    return obj
+
+
+def fill(template, tensors):
+    if isinstance(template, _Slot):
+        return tensors[template.index]
+    if isinstance(template, (tuple, list)):
+        return type(template)(fill(t, tensors) for t in template)
+    if isinstance(template, dict):
+        return {k: fill(v, tensors) for k, v in template.items()}
+    return template
+
+
+class _Slot:
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+
+# -- the recompute op ---------------------------------------------------------------------------------------
+class Plan:
+    """What one wrapped sublayer needs to run: its original forward, its partitions, its buffers."""
+
+    def __init__(self, layer, forward, partitions, dp_group):
+        self.layer, self.forward, self.partitions, self.dp_group = layer, forward, partitions, dp_group
+
+    def gather(self):
+        with oarlock.no_grad():
+            for part in self.partitions:
+                part.gather()
+
+    def free(self):
+        with oarlock.no_grad():
+            for part in self.partitions:
+                part.free()
+
+
+class _GatheredForward(PyLayer):
+    @staticmethod
+    def forward(ctx, plan, template, out_holder, n_inputs, *tensors):
+        ctx.plan, ctx.template = plan, template
+        ctx.inputs = [t.detach() for t in tensors[:n_inputs]]
+        ctx.input_flags = [t.stop_gradient for t in tensors[:n_inputs]]
+        ctx.rng = oarlock.get_rng_state()
+        ctx.buffers = [b.clone() for b in plan.layer.buffers()]
+        plan.gather()
+        try:
+            args, kwargs = fill(template, list(tensors[:n_inputs]))
+            outputs = plan.forward(*args, **kwargs)
+        finally:
+            plan.free()
+        flat: list = []
+        out_holder.append(flatten(outputs, flat))   # apply() hides ctx: the caller reads the structure here
+        if not flat:
+            raise RuntimeError(f"GroupShardedStage3: sublayer {type(plan.layer).__name__} returned no Tensor; "
+                               f"a sublayer owning sharded parameters must return Tensors")
+        return tuple(flat)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        plan = ctx.plan
+        inputs = [t.detach() for t in ctx.inputs]
+        for t, stop in zip(inputs, ctx.input_flags):
+            t.stop_gradient = stop
+        later_rng, later_buffers = oarlock.get_rng_state(), [b.clone() for b in plan.layer.buffers()]
+        oarlock.set_rng_state(ctx.rng)
+        for b, saved in zip(plan.layer.buffers(), ctx.buffers):
+            b.set_value(saved)
+        plan.gather()
+        ids = {id(part.param) for part in plan.partitions}
+        _GATHERED.ids |= ids
+        try:
+            with oarlock.enable_grad():
+                args, kwargs = fill(ctx.template, inputs)
+                flat: list = []
+                flatten(plan.forward(*args, **kwargs), flat)
+            roots = [(o, g) for o, g in zip(flat, grads) if not o.stop_gradient and o.dtype.is_floating_point]
+            if roots:
+                oarlock.autograd.backward([o for o, _ in roots], [g for _, g in roots])
+            piece_grads = []
+            with oarlock.no_grad():
+                for part in plan.partitions:
+                    full, part.param.grad = part.param.grad, None
+                    piece_grads.append(part.scatter_grad(full, plan.dp_group) if part.piece.trainable else None)
+        finally:
+            _GATHERED.ids -= ids
+            plan.free()
+            oarlock.set_rng_state(later_rng)
+            for b, saved in zip(plan.layer.buffers(), later_buffers):
+                b.set_value(saved)
+        input_grads = [None if stop else t.grad for t, stop in zip(inputs, ctx.input_flags)]
+        return (*input_grads, *piece_grads)
+
+
+def run_gathered(plan, args, kwargs):
+    """plan's sublayer called on (args, kwargs) with its full parameters, recorded as one op."""
+    inputs: list = []
+    template = flatten((args, kwargs), inputs)
+    pieces = [part.piece for part in plan.partitions]
+    holder: list = []
+    flat = _GatheredForward.apply(plan, template, holder, len(inputs), *inputs, *pieces)
+    flat = [flat] if isinstance(flat, Tensor) else list(flat)
+    return fill(holder[0], flat)
+
+
+# -- gradient clipping -----------------------------------------------------------------------------------------
+class Stage3ClipGrad(HybridParallelClipGrad):
+    """Global-norm clipping of a stage-3 optimizer: the pieces' squares are summed over the sharding group
+    (each piece lives on one rank), the replicated (unsliced) parameters' squares are counted once."""
+
+    def __init__(self, clip, group, replicated_ids):
+        super().__init__(clip, split_group=None, shard_groups=[group])
+        self._group, self._replicated = group, replicated_ids
+
+    def __call__(self, params_grads):
+        chosen = [(p, g) for p, g in params_grads
+                  if g is not None and (p.param_attrs is None or p.param_attrs.need_clip)]
+        with oarlock.no_grad():
+            self._clip([g for _, g in chosen], [id(p) in self._replicated for p, _ in chosen])
+        return params_grads
+
+    def global_norm(self, grads, replicated) -> Tensor:
+        pieces = _reduced(_sum_squares([g for g, r in zip(grads, replicated) if not r]), self._group)
+        total = pieces + _sum_squares([g for g, r in zip(grads, replicated) if r])
+        return oarlock.sqrt(oarlock.reshape(total, []))
+
+
+def stage3_clip(clip, group, replicated_ids):
+    """`clip` made piece-aware when it is a global-norm clip (others act per tensor: returned unchanged)."""
+    wrapped = wrap_clip(clip, split_group=None, shard_groups=[group])
+    if not isinstance(wrapped, HybridParallelClipGrad):
+        return wrapped
+    return Stage3ClipGrad(wrapped._clip_inner, group, replicated_ids)
