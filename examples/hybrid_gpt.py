@@ -182,8 +182,9 @@ def slice_full_state(model: nn.Layer, full_state: dict, mp_rank: int, mp_degree:
     axes = _split_axes()
     for prefix, layer in model.named_sublayers():
         for cls, by_name in axes.items():
-            if type(layer) is cls:
+            if isinstance(layer, cls):
                 split.update({f"{prefix}.{name}": axis for name, axis in by_name.items()})
+                break
     own = model.state_dict()
     missing = sorted(set(own) - set(full_state))
     if missing:
