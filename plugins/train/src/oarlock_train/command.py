@@ -34,6 +34,19 @@ Writes to --out: model.safetensors, optimizer.pdopt and trainer.json (the
 checkpoint, also written at every evaluation), loss.png (train and validation
 loss against step) and sample.txt (text generated from --prompt).
 
+--nproc N trains the same GPT on N ranks of this machine: the command starts them with `oarlock launch
+-n N` (MPI, oarlock-xccl) and every rank trains through oarlock.distributed.fleet with hybrid_configs
+dp_degree --dp, mp_degree --mp and sharding_degree --sharding, whose product must be N (--dp defaults to
+what --mp and --sharding leave). --mp splits the model over its ranks (tensor parallel: vocabulary-parallel
+embedding and head with a vocabulary-parallel cross entropy, the attention heads and MLP units split by
+column- and row-parallel linears; it must divide the 4 heads), --sp adds sequence parallel inside those
+ranks, --sharding partitions the optimizer states (stage 1), and the --dp x --sharding data ranks each
+take an equal share of every batch (--batch-size must be a multiple of their number). Every layout starts
+from the weights one process initialises with the same --seed and draws the same batches, so with
+--dropout 0 its per-step losses equal a one-process run's (up to float32 rounding). Rank 0 alone prints,
+plots and writes the checkpoint, which holds the full weights and optimizer states: a run on any layout
+(or one process) resumes it.
+
 --log-dir DIR also writes TensorBoard event files to DIR (view them with
 `tensorboard --logdir DIR`): train/loss, train/lr, train/tokens_per_s and
 train/grad_norm (before clipping) at every step, val/loss at every evaluation,
@@ -105,6 +118,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "options that shape the run (--steps, --seed, --batch-size, --seq-len, --lr, --warmup, --dropout, "
              "--no-document-mask) "
              "must equal the checkpoint's, and the losses then equal an uninterrupted run's")
+    add("--nproc", type=positive_int, default=1, metavar="N",
+        help="ranks to train on, started on this machine by `oarlock launch -n N` (MPI); must equal --dp x --mp x "
+             "--sharding (default 1: this process)")
+    add("--dp", type=positive_int, default=None, metavar="D",
+        help="data-parallel degree: replicas that average their gradients, each on its share of every batch "
+             "(default: --nproc / (--mp x --sharding))")
+    add("--mp", type=positive_int, default=1, metavar="M",
+        help="tensor-parallel degree: the embedding, attention heads, MLP and output head split over M ranks; "
+             "must divide the 4 heads (default 1)")
+    add("--sharding", type=positive_int, default=1, metavar="S",
+        help="sharding degree (stage 1): the optimizer states partitioned over S ranks, which also take "
+             "different shares of every batch (default 1)")
+    add("--sp", action="store_true",
+        help="sequence parallel inside the --mp ranks (needs --mp 2 or more and --seq-len divisible by it): "
+             "norms and residuals on 1/M of the sequence each")
     add("--device", default="cpu",
         help="device passed to oarlock.set_device(): cpu, or gpu, gpu:N or another plugin device when one is "
              "installed (default cpu)")
@@ -144,6 +172,7 @@ def run(args) -> int:
 
 def _run(args) -> int:
     from oarlock_train.corpus import build_corpus
+    from oarlock_train.parallel import layout_of
     from oarlock_train.trainer import TrainConfig
 
     warmup = min(100, args.steps // 20) if args.warmup is None else args.warmup
@@ -154,12 +183,21 @@ def _run(args) -> int:
     cfg = TrainConfig(steps=args.steps, seed=args.seed, batch_size=args.batch_size, seq_len=args.seq_len,
                       lr=args.lr, warmup=warmup, dropout=args.dropout, document_mask=not args.no_document_mask)
     try:
+        layout = layout_of(args.nproc, args.dp, args.mp, args.sharding, args.sp, args.batch_size, args.seq_len)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    launched = getattr(args, "launched", False)
+    if layout.nproc > 1 and not launched:
+        return _launch(args, cfg, layout)
+    if launched and not _is_rank_zero():
+        sys.stdout = open(os.devnull, "w")  # rank 0 alone prints; errors still reach stderr
+    try:
         corpus = build_corpus(cfg.seq_len)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     print(corpus.summary(), flush=True)
     t0 = time.perf_counter()
-    trainer = _start(args, cfg, corpus)
+    trainer = _start(args, cfg, corpus, layout if launched else None)
     log = _open_log(args, trainer)
     try:
         if not _train(args, trainer, log):
@@ -171,26 +209,64 @@ def _run(args) -> int:
     return 0
 
 
-def _start(args, cfg, corpus):
-    """A new Trainer, restored from the checkpoint in --out with --resume."""
+def _launch(args, cfg, layout) -> int:
+    """Start the ranks of a --nproc run (after the checks that need no rank) and return the launcher's status."""
+    from oarlock_train.parallel import launch
+
+    if args.resume:
+        _saved_state(args, cfg)  # a refusal should come at once, not from every rank
+    argv = []
+    for dest in vars(build_parser().parse_args([])):  # this command's options, not the `oarlock` CLI's
+        value = getattr(args, dest)
+        if dest in ("out", "log_dir") and value is not None:
+            value = os.path.abspath(value)  # the ranks need not share this process's idea of "."
+        if value is None or value is False:
+            continue
+        argv += [f"--{dest.replace('_', '-')}"] + ([] if value is True else [str(value)])
+    print(f"oarlock train: starting {layout.nproc} ranks ({layout.describe()}) with oarlock launch", flush=True)
+    return launch(layout.nproc, argv)
+
+
+def _is_rank_zero() -> bool:
+    import oarlock.distributed as dist
+
+    dist.init_parallel_env()
+    return dist.get_rank() == 0
+
+
+def _saved_state(args, cfg) -> dict:
+    """The checkpoint's trainer.json for --resume; UsageError when missing or from a run with other options."""
+    from oarlock_train import checkpoint
+
+    try:
+        state = checkpoint.read_state(args.out)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    mismatches = checkpoint.config_mismatches(state["config"], cfg)
+    if mismatches:
+        raise UsageError("--resume needs the options of the checkpoint's run, or the losses would not "
+                         "continue it: " + "; ".join(mismatches))
+    return state
+
+
+def _start(args, cfg, corpus, layout=None):
+    """A new Trainer (a ParallelTrainer for a rank of a --nproc run), restored from the checkpoint in --out
+    with --resume."""
     import oarlock
     from oarlock_train import checkpoint
     from oarlock_train.trainer import Trainer
 
-    state = None
-    if args.resume:  # checked before the model is built: a refusal should come at once
-        try:
-            state = checkpoint.read_state(args.out)
-        except FileNotFoundError as exc:
-            raise UsageError(str(exc)) from None
-        mismatches = checkpoint.config_mismatches(state["config"], cfg)
-        if mismatches:
-            raise UsageError("--resume needs the options of the checkpoint's run, or the losses would not "
-                             "continue it: " + "; ".join(mismatches))
-    trainer = Trainer(cfg, corpus)
+    # checked before the model is built: a refusal should come at once
+    state = _saved_state(args, cfg) if args.resume else None
+    if layout is None:
+        trainer = Trainer(cfg, corpus)
+    else:
+        from oarlock_train.parallel import ParallelTrainer
+        trainer = ParallelTrainer(cfg, corpus, layout)
+    where = f"{layout.nproc} ranks ({layout.describe()})" if layout else f"device {oarlock.get_device()}"
     print(f"model: {trainer.model.num_parameters():,} parameters; {cfg.steps} steps of {cfg.batch_size} x "
           f"{cfg.seq_len} bytes, AdamW lr {cfg.lr:g} (warmup {cfg.warmup}, cosine), "
-          f"{'causal-document' if cfg.document_mask else 'plain causal'} attention, device {oarlock.get_device()}",
+          f"{'causal-document' if cfg.document_mask else 'plain causal'} attention, {where}",
           flush=True)
     if state is not None:
         try:
@@ -203,7 +279,7 @@ def _start(args, cfg, corpus):
 
 def _open_log(args, trainer):
     """The TensorBoard log of --log-dir, or None."""
-    if args.log_dir is None:
+    if args.log_dir is None or not trainer.is_main:
         return None
     from oarlock_train.tensorboard_log import TensorBoardLog
 
@@ -221,7 +297,8 @@ def _train(args, trainer, log=None) -> bool:
 
     cfg, entropy = trainer.cfg, trainer.corpus.entropy_nats
     last = cfg.steps if args.stop_after is None else min(cfg.steps, trainer.step + args.stop_after)
-    bar = ProgressBar(total=cfg.steps, start=trainer.step)
+    # ranks other than 0 print to their stdout, which is os.devnull (see _run)
+    bar = ProgressBar(total=cfg.steps, start=trainer.step, stream=None if trainer.is_main else sys.stdout)
     try:
         while trainer.step < last:
             if log is not None:
@@ -254,9 +331,12 @@ def _finish(args, trainer, seconds: float) -> None:
     from oarlock_train.plotting import plot_losses
 
     cfg, corpus = trainer.cfg, trainer.corpus
-    os.makedirs(args.out, exist_ok=True)
     if not trainer.history.valid or trainer.history.valid[-1][0] != trainer.step:
         trainer.evaluate()  # e.g. --resume of a finished run: report the loss of the weights we have
+    model = trainer.full_model() if args.sample_len else None  # with several ranks: gathered on rank 0
+    if not trainer.is_main:
+        return
+    os.makedirs(args.out, exist_ok=True)
     valid, entropy = trainer.history.valid[-1][1], corpus.entropy_nats
     png = os.path.join(args.out, "loss.png")
     plot_losses(png, trainer.history.train, trainer.history.valid, entropy)
@@ -266,7 +346,7 @@ def _finish(args, trainer, seconds: float) -> None:
     print(f"wrote {os.path.join(args.out, checkpoint.MODEL_FILE)}, {checkpoint.OPTIMIZER_FILE}, "
           f"{checkpoint.STATE_FILE} and {png}")
     if args.sample_len:
-        text = generate(trainer.model, args.prompt, args.sample_len, top_k=args.top_k, seed=cfg.seed)
+        text = generate(model, args.prompt, args.sample_len, top_k=args.top_k, seed=cfg.seed)
         path = os.path.join(args.out, "sample.txt")
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text + "\n")
@@ -280,8 +360,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv=None) -> int:
-    return run(build_parser().parse_args(argv))
+def main(argv=None, launched: bool = False) -> int:
+    """Run the command with argv; launched=True in a rank that `oarlock train --nproc N` started (rank_main)."""
+    args = build_parser().parse_args(argv)
+    args.launched = launched
+    return run(args)
 
 
 if __name__ == "__main__":

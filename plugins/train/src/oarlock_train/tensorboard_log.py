@@ -48,7 +48,8 @@ class TensorBoardLog:
         add("train/loss", loss, step)
         add("train/lr", self._lr, step)
         add("train/tokens_per_s", trainer.tokens_per_step / seconds, step)
-        add("train/grad_norm", trainer.grad_norm, step)
+        if trainer.grad_norm is not None:  # not measured under --mp or --sharding (see parallel.py)
+            add("train/grad_norm", trainer.grad_norm, step)
         add("memory/allocated_mib", oarlock.device.memory_allocated() / MIB, step)
         add("memory/max_allocated_mib", oarlock.device.max_memory_allocated() / MIB, step)
 

@@ -1,0 +1,221 @@
+"""`oarlock train --nproc N [--dp D] [--mp M] [--sharding S] [--sp]`: the same GPT trained on N local ranks.
+
+The command checks the options, then starts `oarlock launch -n N` (oarlock-xccl's launcher, through
+`python -m oarlock.cli launch`) on rank_main.py with the same options; every rank runs the command's
+training loop with a ParallelTrainer:
+
+* fleet.init with hybrid_configs dp_degree=D, mp_degree=M, sharding_degree=S (pp 1);
+* the model: model.GPT built and initialised exactly as one process builds it (same seed), then, with
+  M > 1, parallel_model.ParallelGPT takes its slices of those full weights, so every layout starts from
+  the one-process weights; fleet.distributed_model / distributed_optimizer wrap it and the AdamW
+  (gradients averaged over dp and sharding, clipping over mp, optimizer states partitioned by sharding);
+* each step draws the global batch as one process does and each of the D x S data ranks takes an equal
+  contiguous share; the logged loss is the mean over the data ranks, i.e. the global batch's loss;
+* rank 0 alone prints, plots and writes: checkpoints hold the full weights and optimizer states (gathered
+  from every rank's slices), in the one-process format, so any layout resumes any other's checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+import oarlock
+from oarlock_train.model import GPT, GPTConfig
+from oarlock_train.trainer import Trainer
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a run is split: nproc = dp * mp * sharding ranks; sp: sequence parallel inside the mp group."""
+
+    nproc: int = 1
+    dp: int = 1
+    mp: int = 1
+    sharding: int = 1
+    sp: bool = False
+
+    @property
+    def data_ranks(self) -> int:
+        return self.dp * self.sharding
+
+    def describe(self) -> str:
+        parts = [f"dp {self.dp}", f"mp {self.mp}" + (" + sequence parallel" if self.sp else "")]
+        if self.sharding > 1:
+            parts.append(f"sharding {self.sharding} (stage 1)")
+        return " x ".join(parts)
+
+
+def layout_of(nproc: int, dp: int | None, mp: int, sharding: int, sp: bool, batch_size: int,
+              seq_len: int) -> Layout:
+    """The Layout the options ask for; ValueError naming the option when they do not fit together."""
+    if dp is None:   # what mp and sharding leave
+        if nproc % (mp * sharding):
+            raise ValueError(f"argument --nproc: {nproc} ranks cannot be split into --mp {mp} x --sharding "
+                             f"{sharding} groups; --nproc must be a multiple of mp x sharding")
+        dp = nproc // (mp * sharding)
+    if dp * mp * sharding != nproc:
+        raise ValueError(f"argument --nproc: --dp {dp} x --mp {mp} x --sharding {sharding} = "
+                         f"{dp * mp * sharding} ranks, but --nproc is {nproc}; their product must equal --nproc")
+    if sp and mp == 1:
+        raise ValueError("argument --sp: sequence parallel splits the sequence over the tensor-parallel ranks; "
+                         "it needs --mp 2 or more")
+    layout = Layout(nproc, dp, mp, sharding, sp)
+    if batch_size % layout.data_ranks:
+        raise ValueError(f"argument --batch-size: {batch_size} rows cannot be shared equally by the "
+                         f"{layout.data_ranks} data ranks (--dp {dp} x --sharding {sharding}); use a multiple "
+                         f"of {layout.data_ranks}")
+    from oarlock_train.parallel_model import check_layout
+    problems = check_layout(GPTConfig(max_seq_len=seq_len), mp, sp)
+    if problems:
+        raise ValueError("argument --mp: " + "; ".join(problems))
+    return layout
+
+
+RANK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank_main.py")
+
+
+def launch(nproc: int, argv: list[str]) -> int:
+    """Run rank_main.py with argv on nproc ranks through `oarlock launch`; its exit status (130 on Ctrl-C)."""
+    command = [sys.executable, "-m", "oarlock.cli", "launch", "-n", str(nproc), RANK_SCRIPT, *argv]
+    try:
+        return subprocess.call(command)
+    except KeyboardInterrupt:   # the launcher got the SIGINT too and stops the ranks
+        return 130
+
+
+class ParallelTrainer(Trainer):
+    """Trainer of one rank of a parallel run (inside `oarlock launch`)."""
+
+    def __init__(self, cfg, corpus, layout: Layout):
+        import oarlock.distributed as dist
+        from oarlock.distributed import fleet
+
+        strategy = fleet.DistributedStrategy()
+        strategy.hybrid_configs = {"dp_degree": layout.dp, "mp_degree": layout.mp, "pp_degree": 1,
+                                   "sharding_degree": layout.sharding}
+        strategy.tensor_parallel_configs = {"tensor_init_seed": cfg.seed}
+        fleet.init(is_collective=True, strategy=strategy)
+        hcg = fleet.get_hybrid_communicate_group()
+        self.layout, self.hcg, self.dist = layout, hcg, dist
+        self.is_main = dist.get_rank() == 0
+        self.data_ranks = layout.data_ranks
+        self.data_rank = hcg.get_data_parallel_rank() * layout.sharding + hcg.get_sharding_parallel_rank()
+        self.mp_rank = hcg.get_model_parallel_rank()
+        self._data_groups = [g for g in (hcg.get_data_parallel_group(), hcg.get_sharding_parallel_group())
+                             if g.nranks > 1]
+        super().__init__(cfg, corpus)
+
+    def _local_model(self, full: GPT):
+        from oarlock_train.parallel_model import ParallelGPT
+
+        self.full_names = list(full.state_dict())
+        model = full
+        if self.layout.mp > 1:
+            # the slices come from the full weights: the one-process random stream stays where it is
+            state = oarlock.get_rng_state()
+            model = ParallelGPT(full.cfg, sequence_parallel=self.layout.sp)
+            oarlock.set_rng_state(state)
+            model.load_full_state_dict(full.state_dict())
+            assert list(model.state_dict()) == self.full_names, "ParallelGPT must keep model.GPT's parameters"
+        # the one-process optimizer keys its state by position (param_<i>); naming every parameter so keeps
+        # the keys whatever the wrappers do with the parameter list (sharding gives each rank a part)
+        for i, param in enumerate(model.parameters()):
+            param.name = f"param_{i}"
+        self.param_names = {f"param_{i}": name for i, name in enumerate(self.full_names)}
+        return model
+
+    def _distribute(self, model, optimizer):
+        from oarlock.distributed import fleet
+        return fleet.distributed_model(model), fleet.distributed_optimizer(optimizer)
+
+    def _batch_share(self, index):
+        share = self.cfg.batch_size // self.data_ranks
+        return index[self.data_rank * share:(self.data_rank + 1) * share]
+
+    def _valid_share(self) -> range:
+        rows = len(self.corpus.valid)
+        per_rank = -(-rows // self.data_ranks)
+        return range(min(rows, self.data_rank * per_rank), min(rows, (self.data_rank + 1) * per_rank))
+
+    def _sum_over_data(self, *values):
+        total = oarlock.to_tensor(np.asarray(values, dtype=np.float64))
+        for group in self._data_groups:
+            self.dist.all_reduce(total, group=group)
+        return tuple(float(v) for v in total.numpy())
+
+    def _global_grad_norm(self):
+        # DataParallel has averaged the gradients in backward: the plain norm is the clipped one; with mp
+        # or sharding the wrapped optimizer reduces them inside step(), so the norm is not measured here
+        if self.layout.mp == 1 and self.layout.sharding == 1:
+            return super()._global_grad_norm()
+        return None
+
+    # -- checkpoints: full weights -----------------------------------------------------------------------------
+    def _split_of(self, key: str):
+        """The split of a model or optimizer state key (param_<i>_moment1_0 ...)."""
+        from oarlock_train.parallel_model import split_of
+
+        if self.layout.mp == 1:
+            return None
+        prefix = "_".join(key.split("_")[:2])
+        return split_of(self.param_names.get(prefix, key))
+
+    def full_state(self):
+        """Gathered from every rank (every rank calls it): each key from the mp ranks that hold its slices,
+        joined when split (the optimizer states of a sharded run from the ranks that own them)."""
+        def arrays(state):
+            return {k: v.numpy() if isinstance(v, oarlock.Tensor) else v for k, v in state.items()}
+
+        mine = (self.mp_rank, arrays(self.model.state_dict()), arrays(self.optimizer.state_dict()))
+        ranks: list = []
+        self.dist.all_gather_object(ranks, mine)
+        return tuple(self._join([(r[0], r[which]) for r in ranks]) for which in (1, 2))
+
+    def _join(self, pieces) -> dict:
+        from oarlock_train.parallel_model import unshard
+
+        by_key: dict = {}
+        for mp_rank, state in pieces:
+            for key, value in state.items():
+                by_key.setdefault(key, {}).setdefault(mp_rank, value)
+        out = {}
+        for key, parts in by_key.items():
+            split = self._split_of(key)
+            if split is not None and isinstance(parts[0], np.ndarray) and parts[0].ndim:
+                if len(parts) != self.layout.mp:
+                    raise RuntimeError(f"checkpoint: {key!r} is held by mp ranks {sorted(parts)}, not all "
+                                       f"{self.layout.mp}")
+                value = oarlock.to_tensor(unshard([parts[r] for r in range(self.layout.mp)], split))
+            else:
+                value = parts[min(parts)]
+                value = oarlock.to_tensor(value) if isinstance(value, np.ndarray) else value
+            out[key] = value
+        return out
+
+    def load_full_state(self, model_state: dict, optimizer_state: dict) -> None:
+        from oarlock_train.parallel_model import shard
+
+        def local(key, value):
+            split = self._split_of(key)
+            if split is None or not isinstance(value, oarlock.Tensor) or value.ndim == 0:
+                return value
+            return oarlock.to_tensor(shard(value.numpy(), split, self.mp_rank, self.layout.mp))
+
+        self.model.set_state_dict({k: local(k, v) for k, v in model_state.items()})
+        self.optimizer.set_state_dict({k: local(k, v) for k, v in optimizer_state.items()})
+
+    def full_model(self) -> GPT:
+        """A model.GPT with the full trained weights on the main rank (None elsewhere); every rank calls it."""
+        model_state, _ = self.full_state()
+        if not self.is_main:
+            return None
+        state = oarlock.get_rng_state()   # building it must not move the training stream
+        model = GPT(GPTConfig(max_seq_len=self.cfg.seq_len, dropout=self.cfg.dropout))
+        oarlock.set_rng_state(state)
+        model.set_state_dict(model_state)
+        return model
