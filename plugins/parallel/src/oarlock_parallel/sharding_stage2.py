@@ -54,7 +54,8 @@ class GroupShardedOptimizerStage2:
                  dp_group=None, **kw):
         common.check_optimizer(optim, _OPT)
         self._group = _group(group, _OPT)
-        self._dp_group = _group(dp_group, _OPT, "dp_group")
+        common.check_member(dp_group, _OPT, "dp_group")
+        self._dp_group = dp_group
         params = [p for item in params for p in (item["params"] if isinstance(item, dict) else [item])]
         known = {id(p) for p in common.parameters_of(optim)}
         if not params or any(id(p) not in known for p in params):

@@ -1,0 +1,342 @@
+"""Sharding stage 1 (fleet's sharding_degree, DygraphShardingOptimizer) and group_sharded stage 2 ('os', 'os_g')
+checked against one process, run by each rank of an MPI job.
+
+Every rank builds the same MLP (fixed seed) and trains a copy of it on the whole batch in-process as the
+reference: AdamW with a ClipGradByGlobalNorm whose clip_norm is small enough to bite every step. The sharded
+run trains on this rank's slice of each batch; its per-step loss (the mean of the ranks' losses), its final
+weights and, for stage 2, the gradients each rank holds after backward must match the reference; each rank's
+optimizer must hold moments only for the parameters it owns. Results travel to rank 0 through raw mpi4py,
+which writes {check: [failures]} as JSON to argv[1].
+
+test_sharding.py imports this module to list the checks (CHECKS) and runs it on 2 and 4 ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+import numpy as np
+from mpi4py import MPI
+
+import oarlock
+import oarlock.distributed as dist
+import oarlock.nn as nn
+from oarlock.distributed import fleet
+from oarlock.distributed.fleet.meta_optimizers.dygraph_optimizer import DygraphShardingOptimizer
+from oarlock.distributed.fleet.meta_parallel import ShardingParallel
+from oarlock.distributed.sharding import group_sharded_parallel, save_group_sharded_model
+
+CHECKS: dict = {}
+RTOL = 1e-5
+CLIP_NORM = 0.05
+ROWS = 4          # rows of each batch per rank
+STEPS = 5
+COMM = MPI.COMM_WORLD
+
+
+def check(fn):
+    CHECKS[fn.__name__] = fn
+    return fn
+
+
+def close(failures, what, got, want, rtol=RTOL, atol=1e-7):
+    got = got.numpy() if isinstance(got, oarlock.Tensor) else np.asarray(got)
+    want = want.numpy() if isinstance(want, oarlock.Tensor) else np.asarray(want)
+    if got.shape != want.shape:
+        failures.append(f"{what}: shape {got.shape} != {want.shape}")
+    elif not np.allclose(got, want, rtol=rtol, atol=atol):
+        failures.append(f"{what}: max abs diff {np.abs(got - want).max():.3g}")
+
+
+def make_model():
+    """Five Linear layers of similar sizes, so that a fair split of the parameters is ~1/N each."""
+    oarlock.seed(11)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 16), nn.ReLU(),
+                         nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
+
+
+def make_optimizer(model):
+    return oarlock.optimizer.AdamW(learning_rate=0.02, parameters=model.parameters(),
+                                   grad_clip=nn.ClipGradByGlobalNorm(CLIP_NORM))
+
+
+def plain():
+    """(model, its optimizer), unwrapped."""
+    model = make_model()
+    return model, make_optimizer(model)
+
+
+def batches(steps=STEPS):
+    rng = np.random.default_rng(5)
+    n = COMM.size * ROWS
+    return [(rng.standard_normal((n, 8)).astype("float32"), rng.standard_normal((n, 4)).astype("float32"))
+            for _ in range(steps)]
+
+
+def local(array):
+    return array[COMM.rank * ROWS:(COMM.rank + 1) * ROWS]
+
+
+def loss_of(model, x, y):
+    return ((model(oarlock.to_tensor(x)) - oarlock.to_tensor(y)) ** 2).mean()
+
+
+class Reference:
+    """One process training the plain model on the whole batches; records each step's loss, the gradients
+    after backward and their global norm (before clipping)."""
+
+    def __init__(self, data, micro=1):
+        self.model = make_model()
+        self.optimizer = make_optimizer(self.model)
+        self.losses, self.grads, self.norms = [], [], []
+        for x, y in data:
+            total = 0.0
+            for xs, ys in zip(np.split(x, micro), np.split(y, micro)):
+                loss = loss_of(self.model, xs, ys)
+                loss.backward()
+                total += float(loss) / micro
+            self.losses.append(total)
+            grads = [p.grad.numpy().copy() for p in self.model.parameters()]
+            self.grads.append(grads)
+            self.norms.append(float(np.sqrt(sum((g.astype("float64") ** 2).sum() for g in grads))))
+            self.optimizer.step()
+            self.optimizer.clear_grad()
+
+
+_REFERENCE: dict = {}
+
+
+def reference(micro=1) -> Reference:
+    if micro not in _REFERENCE:
+        _REFERENCE[micro] = Reference(batches(), micro)
+    return _REFERENCE[micro]
+
+
+def mean_over_ranks(value: float) -> float:
+    return COMM.allreduce(value) / COMM.size
+
+
+def train(model, optimizer, data, after_backward=None, micro=1):
+    """The sharded run on this rank's slices; returns the per-step losses averaged over the ranks."""
+    losses = []
+    for step, (x, y) in enumerate(data):
+        total = 0.0
+        for xs, ys in zip(np.split(local(x), micro), np.split(local(y), micro)):
+            loss = loss_of(model, xs, ys)
+            loss.backward()
+            total += float(loss) / micro
+        if after_backward is not None:
+            after_backward(step)
+        optimizer.step()
+        optimizer.clear_grad()
+        losses.append(mean_over_ranks(total))
+    return losses
+
+
+def moment_elements(optimizer) -> int:
+    return sum(v.size for k, v in optimizer.state_dict().items() if isinstance(v, oarlock.Tensor))
+
+
+def compare_training(failures, ref, losses, model):
+    if not min(ref.norms) > 2 * CLIP_NORM:
+        failures.append(f"the clip does not bite: reference norms {ref.norms} vs clip_norm {CLIP_NORM}")
+    close(failures, "per-step losses", losses, ref.losses)
+    for i, (got, want) in enumerate(zip(model.parameters(), ref.model.parameters())):
+        close(failures, f"parameter {i} after {STEPS} steps", got, want)
+
+
+def compare_state_cut(failures, optimizer, owned_params):
+    """Moments only for the owned parameters; all ranks together hold each parameter's exactly once,
+    and no rank much more than its share."""
+    mine = moment_elements(optimizer)
+    owned = sum(p.size for p in owned_params)
+    if mine != 2 * owned:
+        failures.append(f"rank holds {mine} moment elements; its owned parameters have {owned} (x2 moments)")
+    total = 2 * sum(p.size for p in make_model().parameters())
+    everyone = COMM.allgather(mine)
+    if sum(everyone) != total:
+        failures.append(f"moment elements per rank {everyone} sum to {sum(everyone)}, the unsharded optimizer "
+                        f"holds {total}")
+    if max(everyone) > 1.3 * total / COMM.size:
+        failures.append(f"moment elements per rank {everyone}: not ~1/{COMM.size} of {total}")
+
+
+@check
+def stage1_fleet(failures):
+    """fleet.distributed_model / distributed_optimizer with sharding_degree = world size."""
+    ref = reference()
+    model = fleet.distributed_model(make_model())
+    optimizer = fleet.distributed_optimizer(make_optimizer(model))
+    compare_training(failures, ref, train(model, optimizer, batches()), model)
+    sharded = optimizer
+    while not isinstance(sharded, DygraphShardingOptimizer):
+        sharded = sharded._inner_opt
+    rank = fleet.get_hybrid_communicate_group().get_sharding_parallel_rank()
+    compare_state_cut(failures, sharded, sharded._rank2params[rank])
+
+
+@check
+def stage1_standalone(failures):
+    """DygraphShardingOptimizer used alone: its step() reduces the gradients itself. The reference's
+    owners: the largest parameters first, each to the least loaded rank (Paddle's greedy split)."""
+    ref = reference()
+    hcg = fleet.get_hybrid_communicate_group()
+    model = ShardingParallel(make_model(), hcg)
+    optimizer = DygraphShardingOptimizer(make_optimizer(model), hcg)
+    compare_training(failures, ref, train(model, optimizer, batches()), model)
+    owned = optimizer.filter_parameters(model.parameters(), hcg)
+    compare_state_cut(failures, optimizer, owned)
+    sizes = [p.size for p in model.parameters()]
+    loads = [0] * COMM.size
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        rank = loads.index(min(loads))
+        loads[rank] += sizes[i]
+        if (rank == COMM.rank) != any(p is model.parameters()[i] for p in owned):
+            failures.append(f"parameter {i} (size {sizes[i]}) owned by the wrong rank")
+
+
+def group_sharded_run(failures, level, micro=1):
+    ref = reference(micro)
+    model, optimizer, scaler = group_sharded_parallel(*plain(), level)
+    params = model._layer.parameters()
+    owned = [p for p in params if optimizer.owner_of(p) == COMM.rank]
+    owned_ids = {id(p) for p in owned}
+
+    def after_backward(step):
+        for i, (p, want) in enumerate(zip(params, ref.grads[step])):
+            if id(p) in owned_ids:
+                close(failures, f"step {step}: owned parameter {i}'s gradient (the average)", p.grad, want)
+            elif p.grad is not None:
+                failures.append(f"step {step}: rank holds the gradient of parameter {i}, owned by rank "
+                                f"{optimizer.owner_of(p)}")
+
+    compare_training(failures, ref, train(model, optimizer, batches(), after_backward, micro), model._layer)
+    compare_state_cut(failures, optimizer, owned)
+    if scaler is not None:
+        failures.append("scaler=None must come back as None")
+    return model, optimizer
+
+
+@check
+def group_sharded_os(failures):
+    group_sharded_run(failures, "os")
+
+
+@check
+def group_sharded_os_g(failures):
+    group_sharded_run(failures, "os_g")
+
+
+@check
+def group_sharded_accumulation(failures):
+    """Two backwards per step (gradient accumulation): the owner's gradient is the sum of both averages."""
+    group_sharded_run(failures, "os_g", micro=2)
+
+
+@check
+def save_group_sharded(failures):
+    """save_group_sharded_model writes model.pdmodel and model.pdopt (Paddle's names) with every parameter and
+    every parameter's optimizer state, gathered from the owners; oarlock.load reads them back."""
+    ref = reference()
+    model, optimizer = group_sharded_run([], "os_g")
+    path = os.path.join(OUT_DIR, "saved")
+    save_group_sharded_model(model, path, optimizer)
+    COMM.Barrier()
+    params = oarlock.load(os.path.join(path, "model.pdmodel"))
+    want = ref.model.state_dict()
+    if sorted(params) != sorted(want):
+        failures.append(f"model.pdmodel keys {sorted(params)} != {sorted(want)}")
+    for key in want:
+        if key in params:
+            close(failures, f"model.pdmodel[{key!r}]", params[key], want[key])
+    state = oarlock.load(os.path.join(path, "model.pdopt"))
+    want = ref.optimizer.state_dict()
+    if sorted(state) != sorted(want):
+        failures.append(f"model.pdopt keys {sorted(state)} != {sorted(want)}")
+    for key, value in want.items():
+        if key in state:
+            close(failures, f"model.pdopt[{key!r}]", state[key], value)
+    # a fresh sharded optimizer loads the full file: each rank takes its own parameters' states
+    _, optimizer2, _ = group_sharded_parallel(*plain(), "os")
+    optimizer2.set_state_dict(state)
+    mine = optimizer2.state_dict()
+    if sorted(mine) != sorted(optimizer.state_dict()):
+        failures.append(f"set_state_dict of the full state kept {sorted(mine)}, the owned keys are "
+                        f"{sorted(optimizer.state_dict())}")
+
+
+def expect_error(failures, what, error, text, make):
+    try:
+        make()
+    except error as exc:
+        if any(part not in str(exc) for part in text):
+            failures.append(f"{what}: unclear message {exc}")
+    except Exception as exc:   # noqa: BLE001 -- any other error is a failure to report
+        failures.append(f"{what}: {type(exc).__name__} instead of {error.__name__}: {exc}")
+    else:
+        failures.append(f"{what}: no error")
+
+
+@check
+def bad_input(failures):
+    """A bad level, a bad group, a group without this rank, a non-optimizer: the same error on every rank,
+    before any collective (the checks after this one would fail on a rank left waiting)."""
+    others = [dist.new_group([r]) for r in range(COMM.size)]        # every rank makes every group
+    elsewhere = others[(COMM.rank + 1) % COMM.size]
+    model = make_model()
+    optimizer = make_optimizer(model)
+    hcg = fleet.get_hybrid_communicate_group()
+    expect_error(failures, "level 'p_g'", ValueError,
+                 ["group_sharded_parallel()", "level", "'os', 'os_g', 'p_g_os'", "'p_g'"],
+                 lambda: group_sharded_parallel(model, optimizer, "p_g"))
+    expect_error(failures, "group=object()", TypeError, ["group_sharded_parallel()", "group", "object"],
+                 lambda: group_sharded_parallel(model, optimizer, "os", group=object()))
+    expect_error(failures, "group without this rank", ValueError, ["group_sharded_parallel()", "do not include",
+                                                                  str(elsewhere.ranks)],
+                 lambda: group_sharded_parallel(model, optimizer, "os_g", group=elsewhere))
+    expect_error(failures, "dp_group without this rank", ValueError, ["dp_group", "do not include"],
+                 lambda: group_sharded_parallel(model, optimizer, "os_g", dp_group=elsewhere))
+    expect_error(failures, "optimizer='adamw'", TypeError, ["group_sharded_parallel()", "optimizer", "str"],
+                 lambda: group_sharded_parallel(model, "adamw", "os"))
+    expect_error(failures, "model=optimizer", TypeError, ["group_sharded_parallel()", "model", "AdamW"],
+                 lambda: group_sharded_parallel(optimizer, optimizer, "os"))
+    expect_error(failures, "DygraphShardingOptimizer(model)", TypeError, ["DygraphShardingOptimizer()", "optimizer",
+                                                                          "Sequential"],
+                 lambda: DygraphShardingOptimizer(model, hcg))
+    expect_error(failures, "DygraphShardingOptimizer(hcg=None)", TypeError, ["DygraphShardingOptimizer()", "hcg"],
+                 lambda: DygraphShardingOptimizer(optimizer, None))
+    # the group still works for everyone afterwards
+    t = oarlock.to_tensor([float(COMM.rank)])
+    dist.all_reduce(t)
+    close(failures, "an all_reduce after the errors", t, [sum(range(COMM.size))])
+
+
+OUT_DIR = "."
+
+
+def main(out):
+    global OUT_DIR
+    OUT_DIR = os.path.dirname(os.path.abspath(out))
+    strategy = fleet.DistributedStrategy()
+    strategy.hybrid_configs = {"dp_degree": 1, "sharding_degree": COMM.size}
+    fleet.init(is_collective=True, strategy=strategy)
+    report = {}
+    for name, fn in CHECKS.items():
+        failures: list = []
+        try:
+            fn(failures)
+        except Exception:
+            failures.append(traceback.format_exc())
+        report[name] = [f"rank {COMM.rank}: {f}" for f in failures]
+    gathered = COMM.gather(report, root=0)
+    if COMM.rank == 0:
+        merged = {name: sum((r[name] for r in gathered), []) for name in CHECKS}
+        with open(out, "w") as f:
+            json.dump({"size": COMM.size, "failures": merged}, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
