@@ -25,6 +25,7 @@ from oarlock import PyLayer, Tensor
 from oarlock.plugin_api import array_of, rebind
 
 from oarlock_parallel.clip import HybridParallelClipGrad, _reduced, _sum_squares, wrap_clip
+from oarlock_parallel.rng import get_rng_state_tracker
 
 
 class _Gathered(threading.local):
@@ -135,9 +136,24 @@ class _Slot:
         self.index = index
 
 
-# -- the recompute op ---------------------------------------------------------------------------------------
+# -- the recompute op ----------------------------------------------------------------------------------------------
+def _random_state(layer):
+    """What a recompute must replay: the generator, the tensor-parallel tracker's states, the buffers."""
+    return (oarlock.get_rng_state(), get_rng_state_tracker().get_states_tracker(),
+            [b.clone() for b in layer.buffers()])
+
+
+def _restore(layer, state):
+    rng, tracked, buffers = state
+    oarlock.set_rng_state(rng)
+    get_rng_state_tracker().set_states_tracker(tracked)
+    with oarlock.no_grad():
+        for b, saved in zip(layer.buffers(), buffers):
+            b.set_value(saved)
+
+
 class Plan:
-    """What one wrapped sublayer needs to run: its original forward, its partitions, its buffers."""
+    """What one wrapped sublayer needs to run: its original forward and its partitions."""
 
     def __init__(self, layer, forward, partitions, dp_group):
         self.layer, self.forward, self.partitions, self.dp_group = layer, forward, partitions, dp_group
@@ -155,12 +171,12 @@ class Plan:
 
 class _GatheredForward(PyLayer):
     @staticmethod
-    def forward(ctx, plan, template, out_holder, n_inputs, *tensors):
+    def forward(ctx, plan, template, out_holder, recording, n_inputs, *tensors):
         ctx.plan, ctx.template = plan, template
-        ctx.inputs = [t.detach() for t in tensors[:n_inputs]]
-        ctx.input_flags = [t.stop_gradient for t in tensors[:n_inputs]]
-        ctx.rng = oarlock.get_rng_state()
-        ctx.buffers = [b.clone() for b in plan.layer.buffers()]
+        if recording:     # what backward's recompute needs (an evaluation without grad keeps nothing)
+            ctx.inputs = [t.detach() for t in tensors[:n_inputs]]
+            ctx.input_flags = [t.stop_gradient for t in tensors[:n_inputs]]
+            ctx.state = _random_state(plan.layer)
         plan.gather()
         try:
             args, kwargs = fill(template, list(tensors[:n_inputs]))
@@ -180,10 +196,8 @@ class _GatheredForward(PyLayer):
         inputs = [t.detach() for t in ctx.inputs]
         for t, stop in zip(inputs, ctx.input_flags):
             t.stop_gradient = stop
-        later_rng, later_buffers = oarlock.get_rng_state(), [b.clone() for b in plan.layer.buffers()]
-        oarlock.set_rng_state(ctx.rng)
-        for b, saved in zip(plan.layer.buffers(), ctx.buffers):
-            b.set_value(saved)
+        later = _random_state(plan.layer)
+        _restore(plan.layer, ctx.state)
         plan.gather()
         ids = {id(part.param) for part in plan.partitions}
         _GATHERED.ids |= ids
@@ -203,9 +217,7 @@ class _GatheredForward(PyLayer):
         finally:
             _GATHERED.ids -= ids
             plan.free()
-            oarlock.set_rng_state(later_rng)
-            for b, saved in zip(plan.layer.buffers(), later_buffers):
-                b.set_value(saved)
+            _restore(plan.layer, later)
         input_grads = [None if stop else t.grad for t, stop in zip(inputs, ctx.input_flags)]
         return (*input_grads, *piece_grads)
 
@@ -216,7 +228,8 @@ def run_gathered(plan, args, kwargs):
     template = flatten((args, kwargs), inputs)
     pieces = [part.piece for part in plan.partitions]
     holder: list = []
-    flat = _GatheredForward.apply(plan, template, holder, len(inputs), *inputs, *pieces)
+    recording = oarlock.is_grad_enabled()
+    flat = _GatheredForward.apply(plan, template, holder, recording, len(inputs), *inputs, *pieces)
     flat = [flat] if isinstance(flat, Tensor) else list(flat)
     return fill(holder[0], flat)
 

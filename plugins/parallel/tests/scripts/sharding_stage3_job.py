@@ -206,6 +206,22 @@ def unsliced_and_excluded_match_one_process(group, failures):
 
 
 @check
+def sharding_within_pairs_dp_across(group, failures):
+    # 4 ranks: parameters sharded over {0,1} and {2,3}, the pairs data parallel over {0,2} and {1,3}
+    if group.nranks != 4:
+        return
+    rank = MPI.COMM_WORLD.rank
+    pairs = [dist.new_group(r) for r in ([0, 1], [2, 3])]
+    across = [dist.new_group(r) for r in ([0, 2], [1, 3])]
+    shard, dp = pairs[rank // 2], across[rank % 2]
+    wrapped, _, losses = sharded_run(shard, wrap_kwargs={"segment_size": 100, "dp_group": dp})
+    for part in wrapped._partitions.values():
+        if part.piece.shape != [-(-part.numel // 2)]:
+            failures.append(f"{part.param.name}: piece shape {part.piece.shape}: must be split in 2, not 4")
+    compare_training(failures, wrapped, losses, "sharding 2 x dp 2")
+
+
+@check
 def memory_is_one_nth(group, failures):
     size = group.nranks
     cfg = {"vocab": 256, "hidden": 64, "layers": 4}   # many layers: one layer's full weights are a small part
@@ -270,6 +286,27 @@ def dropout_recompute_replays_the_rng(group, failures):
 
 
 @check
+def batch_norm_statistics_updated_once(group, failures):
+    # the recompute re-runs BatchNorm's forward: its running statistics must still move once per step
+    x = np.random.default_rng(9).standard_normal((6, 8)).astype("float32")
+    results = []
+    for wrap in (True, False):
+        oarlock.seed(4)
+        model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1D(8), nn.Linear(8, 1))
+        for p in model.parameters():
+            p.set_value(np.random.default_rng(p.size).standard_normal(p.shape).astype("float32"))
+        opt = oarlock.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+        holder = GroupShardedStage3(model, opt, group=group, segment_size=0) if wrap else model
+        for _ in range(2):
+            holder(oarlock.to_tensor(x)).sum().backward()
+            opt.step()
+            opt.clear_grad()
+        results.append({k: v.numpy() for k, v in holder.state_dict().items()})
+    for key, want in results[1].items():
+        close(failures, f"batch norm: {key}", results[0][key], want)
+
+
+@check
 def set_state_dict_and_clear_grad(group, failures):
     _, _, want_state = reference()
     model = build(seed=3)
@@ -314,6 +351,10 @@ def bad_arguments_fail_on_every_rank(group, failures):
                  lambda: GroupShardedStage3("model", opt, group=group))
     expect_error(failures, "bad segment_size", ValueError, "segment_size must be an int >= 0, got -1",
                  lambda: GroupShardedStage3(spare, opt, group=group, segment_size=-1))
+    expect_error(failures, "group not a Group", TypeError, "group must be an oarlock.distributed Group",
+                 lambda: GroupShardedStage3(spare, opt, group="world"))
+    expect_error(failures, "exclude_layer not a list", TypeError, "exclude_layer must be a list",
+                 lambda: GroupShardedStage3(spare, opt, group=group, exclude_layer="Linear"))
     expect_error(failures, "foreign optimizer", ValueError, "not in the layer",
                  lambda: GroupShardedStage3(build(), opt, group=group))
 
