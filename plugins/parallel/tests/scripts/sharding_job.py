@@ -109,10 +109,10 @@ class Reference:
 _REFERENCE: dict = {}
 
 
-def reference(micro=1) -> Reference:
-    if micro not in _REFERENCE:
-        _REFERENCE[micro] = Reference(batches(), micro)
-    return _REFERENCE[micro]
+def reference(micro=1, steps=STEPS) -> Reference:
+    if (micro, steps) not in _REFERENCE:
+        _REFERENCE[micro, steps] = Reference(batches()[:steps], micro)
+    return _REFERENCE[micro, steps]
 
 
 def mean_over_ranks(value: float) -> float:
@@ -266,6 +266,61 @@ def save_group_sharded(failures):
     if sorted(mine) != sorted(optimizer.state_dict()):
         failures.append(f"set_state_dict of the full state kept {sorted(mine)}, the owned keys are "
                         f"{sorted(optimizer.state_dict())}")
+
+
+@check
+def stage1_flex_checkpoint(failures):
+    """sharded_state_dict under stage 1: after 3 steps, the model's and the optimizer's sharded state dicts
+    (each moment written by its owner only) saved with FlexCheckpoint load into one process's plain optimizer
+    equal to the reference's after 3 steps, and into a fresh stage-1 run that then trains 2 more steps like
+    an uninterrupted run."""
+    hcg = fleet.get_hybrid_communicate_group()
+    data, path = batches(), os.path.join(OUT_DIR, "flex")
+    model = ShardingParallel(make_model(), hcg)
+    optimizer = DygraphShardingOptimizer(make_optimizer(model), hcg)
+    train(model, optimizer, data[:3])
+    model_state = model.sharded_state_dict()
+    state = optimizer.sharded_state_dict(model_state)
+    owned = {k for k in state if not k.endswith(".step")}
+    want = {f"{k}.moment{m}_0" for k, w in model_state.items()
+            if any(w.local_tensor is p for p in optimizer.filter_parameters(model.parameters(), hcg)) for m in (1, 2)}
+    if owned != want:
+        failures.append(f"optimizer shards {sorted(owned)}; the owned parameters' moments are {sorted(want)}")
+    dist.save_state_dict({**model_state, **state}, path)
+
+    ref = reference(steps=3)   # one process, in place: every parameter and moment as after 3 plain steps
+    alone = [dist.new_group([r]) for r in range(COMM.size)][COMM.rank]
+    plain_model, plain_opt = plain()
+    plain_state = plain_model.sharded_state_dict()
+    plain_state.update(plain_opt.sharded_state_dict(plain_state))
+    dist.load_state_dict(plain_state, path, process_group=alone)
+    for i, (got, saved) in enumerate(zip(plain_model.parameters(), model.parameters())):
+        close(failures, f"one-process load: parameter {i} (bit for bit)", got, saved, rtol=0, atol=0)
+    for i, (got, wanted) in enumerate(zip(plain_model.parameters(), ref.model.parameters())):
+        close(failures, f"one-process load: parameter {i} against the reference", got, wanted)
+    loaded, reference_state = plain_opt.state_dict(), ref.optimizer.state_dict()
+    if sorted(loaded) != sorted(reference_state):
+        failures.append(f"one-process load: optimizer keys {sorted(loaded)} != {sorted(reference_state)}")
+    as_array = (lambda v: np.asarray(v.numpy() if isinstance(v, oarlock.Tensor) else v, dtype="float64"))
+    for key, value in optimizer.state_dict().items():      # what this rank owned and saved
+        close(failures, f"one-process load: {key} (bit for bit)", as_array(loaded.get(key)), as_array(value),
+              rtol=0, atol=0)
+    for key, value in reference_state.items():
+        if key in loaded:
+            want = as_array(value)   # moments near 0 carry the rounding of the larger ones
+            close(failures, f"one-process load: {key} against the reference", as_array(loaded[key]), want,
+                  atol=1e-6 * np.abs(want).max())
+
+    resumed = ShardingParallel(make_model(), hcg)
+    resumed_opt = DygraphShardingOptimizer(make_optimizer(resumed), hcg)
+    resumed_state = resumed.sharded_state_dict()
+    resumed_state.update(resumed_opt.sharded_state_dict(resumed_state))
+    dist.load_state_dict(resumed_state, path)
+    losses = train(resumed, resumed_opt, data[3:])
+    full = reference()
+    close(failures, "losses of steps 4-5 after the load", losses, full.losses[3:])
+    for i, (got, wanted) in enumerate(zip(resumed.parameters(), full.model.parameters())):
+        close(failures, f"resumed run: parameter {i} after {STEPS} steps", got, wanted)
 
 
 def expect_error(failures, what, error, text, make):
