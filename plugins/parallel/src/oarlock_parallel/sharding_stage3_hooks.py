@@ -22,7 +22,7 @@ import threading
 import oarlock
 import oarlock.distributed as dist
 from oarlock import PyLayer, Tensor
-from oarlock.plugin_api import array_of, rebind
+from oarlock.plugin_api import AUTOCAST, array_of, rebind, set_autocast
 
 from oarlock_parallel.clip import HybridParallelClipGrad, _reduced, _sum_squares, wrap_clip
 from oarlock_parallel.rng import get_rng_state_tracker
@@ -137,16 +137,18 @@ class _Slot:
 
 
 # -- the recompute op ----------------------------------------------------------------------------------------------
-def _random_state(layer):
-    """What a recompute must replay: the generator, the tensor-parallel tracker's states, the buffers."""
+def _replay_state(layer):
+    """What a recompute must replay: the generator, the tensor-parallel tracker's states, the buffers and
+    the autocast state (backward may run outside the auto_cast block the forward ran in)."""
     return (oarlock.get_rng_state(), get_rng_state_tracker().get_states_tracker(),
-            [b.clone() for b in layer.buffers()])
+            [b.clone() for b in layer.buffers()], AUTOCAST.state())
 
 
 def _restore(layer, state):
-    rng, tracked, buffers = state
+    rng, tracked, buffers, autocast = state
     oarlock.set_rng_state(rng)
     get_rng_state_tracker().set_states_tracker(tracked)
+    set_autocast(*autocast)
     with oarlock.no_grad():
         for b, saved in zip(layer.buffers(), buffers):
             b.set_value(saved)
@@ -176,7 +178,7 @@ class _GatheredForward(PyLayer):
         if recording:     # what backward's recompute needs (an evaluation without grad keeps nothing)
             ctx.inputs = [t.detach() for t in tensors[:n_inputs]]
             ctx.input_flags = [t.stop_gradient for t in tensors[:n_inputs]]
-            ctx.state = _random_state(plan.layer)
+            ctx.state = _replay_state(plan.layer)
         plan.gather()
         try:
             args, kwargs = fill(template, list(tensors[:n_inputs]))
@@ -196,7 +198,7 @@ class _GatheredForward(PyLayer):
         inputs = [t.detach() for t in ctx.inputs]
         for t, stop in zip(inputs, ctx.input_flags):
             t.stop_gradient = stop
-        later = _random_state(plan.layer)
+        later = _replay_state(plan.layer)
         _restore(plan.layer, ctx.state)
         plan.gather()
         ids = {id(part.param) for part in plan.partitions}

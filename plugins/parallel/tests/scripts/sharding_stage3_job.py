@@ -12,6 +12,7 @@ test_sharding_stage3.py imports this module to list the checks (CHECKS) and runs
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import sys
@@ -263,26 +264,38 @@ def memory_is_one_nth(group, failures):
               f"{elements1}", flush=True)
 
 
-@check
-def dropout_recompute_replays_the_rng(group, failures):
-    # every rank the same batch and seed: the averaged gradient is the local one, so the sharded model
-    # must equal the plain one drawing the same dropout masks (the recompute must replay them)
+def same_batch_step(group, failures, what, context, **build_kwargs):
+    """Every rank the same batch and seed: the averaged gradient is the local one, so one SGD step of the
+    sharded model must equal the plain model's, whose forward ran in the same `context` (the backward's
+    recompute runs outside it and must replay it)."""
     ids, labels = batch(2, seed=5)
     results = []
     for wrap in (True, False):
-        model = build(dropout=0.5)
+        model = build(**build_kwargs)
         opt = oarlock.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
         holder = GroupShardedStage3(model, opt, group=group, segment_size=0) if wrap else model
         oarlock.seed(7)
-        loss = loss_of(holder, ids, labels)
+        with context():
+            loss = loss_of(holder, ids, labels)
         loss.backward()
         opt.step()
         if wrap:
             holder.get_all_parameters()
         results.append((float(loss), {k: p.numpy() for k, p in model.named_parameters()}))
-    close(failures, "dropout loss", results[0][0], results[1][0])
+    close(failures, f"{what}: loss", results[0][0], results[1][0])
     for key, value in results[1][1].items():
-        close(failures, f"dropout: updated {key}", results[0][1][key], value)
+        close(failures, f"{what}: updated {key}", results[0][1][key], value)
+
+
+@check
+def dropout_recompute_replays_the_rng(group, failures):
+    same_batch_step(group, failures, "dropout 0.5", contextlib.nullcontext, dropout=0.5)
+
+
+@check
+def recompute_replays_autocast(group, failures):
+    same_batch_step(group, failures, "auto_cast bfloat16",
+                    lambda: oarlock.amp.auto_cast(True, dtype="bfloat16"))
 
 
 @check
