@@ -237,6 +237,45 @@ def group_sharded_accumulation(failures):
 
 
 @check
+def group_sharded_with_dp_group(failures):
+    """4 ranks: stage 2 over the pairs [0, 1] and [2, 3], data parallel over [0, 2] and [1, 3] (dp_group): the
+    owned gradients are averaged over both, each pair holds the optimizer state once. 2 ranks: skipped."""
+    if COMM.size != 4:
+        return
+    pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    across = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+    group, dp_group = pairs[COMM.rank // 2], across[COMM.rank % 2]
+    ref = reference()
+    model, optimizer, _ = group_sharded_parallel(*plain(), "os_g", group=group, dp_group=dp_group)
+    compare_training(failures, ref, train(model, optimizer, batches()), model._layer)
+    owned = sum(p.size for p in model._layer.parameters() if optimizer.owner_of(p) == group.rank)
+    if moment_elements(optimizer) != 2 * owned:
+        failures.append(f"rank holds {moment_elements(optimizer)} moment elements for {owned} owned parameter elements")
+    total = sum(p.size for p in model._layer.parameters())
+    pair_total = sum(COMM.allgather(owned)[2 * (COMM.rank // 2):2 * (COMM.rank // 2) + 2])
+    if pair_total != total:
+        failures.append(f"the pair owns {pair_total} elements, the model has {total}")
+
+
+@check
+def unused_parameter(failures):
+    """A trainable parameter the loss does not use: backward fails on every rank naming it (its bucket can
+    never be reduced), and the group stays usable."""
+    model, optimizer = plain()
+    extra = model.create_parameter([3])
+    model.add_parameter("unused", extra)
+    optimizer = make_optimizer(model)
+    wrapped, optimizer, _ = group_sharded_parallel(model, optimizer, "os_g")
+    x, y = batches(1)[0]
+    expect_error(failures, "backward with an unused parameter", RuntimeError,
+                 ["GroupShardedStage2", "'unused'", "no gradient"],
+                 lambda: loss_of(wrapped, local(x), local(y)).backward())
+    t = oarlock.to_tensor([1.0])
+    dist.all_reduce(t)
+    close(failures, "an all_reduce after the error", t, [float(COMM.size)])
+
+
+@check
 def save_group_sharded(failures):
     """save_group_sharded_model writes model.pdmodel and model.pdopt (Paddle's names) with every parameter and
     every parameter's optimizer state, gathered from the owners; oarlock.load reads them back."""
@@ -367,6 +406,57 @@ def bad_input(failures):
     t = oarlock.to_tensor([float(COMM.rank)])
     dist.all_reduce(t)
     close(failures, "an all_reduce after the errors", t, [sum(range(COMM.size))])
+
+
+@check
+def stage1_with_tensor_parallel(failures):
+    """4 ranks, sharding 2 x mp 2 (fleet.init again, so this check runs last): a ColumnParallelLinear ->
+    RowParallelLinear model under ShardingParallel + DygraphShardingOptimizer trains like the plain model on
+    one process: the clip sums the slices' squares over the model-parallel group and the owners' over the
+    sharding group. 2 ranks: skipped."""
+    if COMM.size != 4:
+        return
+    from oarlock.distributed.fleet.meta_parallel import ColumnParallelLinear, RowParallelLinear
+    strategy = fleet.DistributedStrategy()
+    strategy.hybrid_configs = {"dp_degree": 1, "sharding_degree": 2, "mp_degree": 2}
+    fleet.init(is_collective=True, strategy=strategy)
+    hcg = fleet.get_hybrid_communicate_group()
+    mp, size = hcg.get_model_parallel_rank(), 2
+    rng = np.random.default_rng(9)
+    w1, b1 = rng.standard_normal((8, 16)).astype("float32") * 0.3, rng.standard_normal(16).astype("float32")
+    w2, b2 = rng.standard_normal((16, 4)).astype("float32") * 0.3, rng.standard_normal(4).astype("float32")
+    ref = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    parallel = nn.Sequential(ColumnParallelLinear(8, 16, has_bias=True, gather_output=False), nn.ReLU(),
+                             RowParallelLinear(16, 4, input_is_parallel=True))
+    for layer, w, b in ((ref[0], w1, b1), (ref[2], w2, b2)):
+        layer.weight.set_value(w), layer.bias.set_value(b)
+    parallel[0].weight.set_value(np.split(w1, size, axis=1)[mp]), parallel[0].bias.set_value(np.split(b1, size)[mp])
+    parallel[2].weight.set_value(np.split(w2, size, axis=0)[mp]), parallel[2].bias.set_value(b2)
+    ref_opt = make_optimizer(ref)
+    model = ShardingParallel(parallel, hcg)
+    optimizer = DygraphShardingOptimizer(make_optimizer(model), hcg)
+    rows, shard = 4, hcg.get_sharding_parallel_rank()
+    losses, ref_losses = [], []
+    for x, y in [(rng.standard_normal((2 * rows, 8)).astype("float32"),
+                  rng.standard_normal((2 * rows, 4)).astype("float32")) for _ in range(STEPS)]:
+        loss = loss_of(ref, x, y)
+        loss.backward()
+        ref_losses.append(float(loss))
+        norm = float(np.sqrt(sum((p.grad.numpy().astype("float64") ** 2).sum() for p in ref.parameters())))
+        if not norm > 2 * CLIP_NORM:
+            failures.append(f"the clip does not bite: norm {norm}")
+        ref_opt.step()
+        ref_opt.clear_grad()
+        loss = loss_of(model, x[shard * rows:(shard + 1) * rows], y[shard * rows:(shard + 1) * rows])
+        loss.backward()
+        optimizer.step()
+        optimizer.clear_grad()
+        losses.append(mean_over_ranks(float(loss)))
+    close(failures, "per-step losses", losses, ref_losses)
+    close(failures, "column weight", parallel[0].weight, np.split(ref[0].weight.numpy(), size, axis=1)[mp])
+    close(failures, "column bias", parallel[0].bias, np.split(ref[0].bias.numpy(), size)[mp])
+    close(failures, "row weight", parallel[2].weight, np.split(ref[2].weight.numpy(), size, axis=0)[mp])
+    close(failures, "row bias", parallel[2].bias, ref[2].bias)
 
 
 OUT_DIR = "."
