@@ -202,7 +202,6 @@ class ColumnSequenceParallelLinear(_ParallelLayer):
     def forward(self, x):
         layer = "ColumnSequenceParallelLinear.forward()"
         _check_last_dim(layer, x, self.in_features, f"in_features={self.in_features}")
-        check_sequence(x, layer, 1)
         if self.sp_async_reduce_scatter:
             return SPInnerOverlapLinear.apply(x, self.weight, self.bias, self.fuse_matmul_bias,
                                               self.recompute_allgather, self.mp_fused_linear_param_grad_add,
