@@ -190,6 +190,9 @@ class DataParallel(Layer):
     set_dict = set_state_dict
     load_dict = set_state_dict
 
+    def sharded_state_dict(self, structured_name_prefix: str = ""):
+        return self._layers.sharded_state_dict(structured_name_prefix)
+
 
 def wrap_model(strategy, model, hcg, user_strategy):
     """The data-parallel step of fleet.distributed_model (Paddle's fleet/model.py): DataParallel over

@@ -8,7 +8,7 @@ from __future__ import annotations
 import oarlock
 import oarlock.distributed as dist
 
-from oarlock_parallel import buckets
+from oarlock_parallel import buckets, marks
 
 # Paddle's bucket size for fused_allreduce_gradients
 _FUSED_MB = 128
@@ -30,13 +30,15 @@ def resolve_group(group, what: str):
     return group
 
 
-def broadcast_model(model, group) -> None:
-    """Copy the parameters and buffers of the group's first rank into every member's model."""
+def broadcast_model(model, group, skip=None) -> None:
+    """Copy the parameters and buffers of the group's first rank into every member's model, but those
+    for which `skip(tensor)` is true (each rank must skip the same ones)."""
     if group is None or group.nranks <= 1:
         return
     with oarlock.no_grad():
         for tensor in list(model.parameters()) + list(model.buffers()):
-            dist.broadcast(tensor, src=group.ranks[0], group=group)
+            if skip is None or not skip(tensor):
+                dist.broadcast(tensor, src=group.ranks[0], group=group)
 
 
 def _hcg_group(hcg, getter: str, what: str):
@@ -47,18 +49,22 @@ def _hcg_group(hcg, getter: str, what: str):
     return getattr(hcg, getter)()
 
 
-def broadcast_dp_parameters(model, hcg):
+def broadcast_dp_parameters(model, hcg, fuse_params=True):
     """Broadcast `model`'s parameters and buffers from the first rank of the data-parallel group
-    (the world when hcg is None)."""
+    (the world when hcg is None). fuse_params (Paddle's: broadcast in fused buffers) is accepted and
+    changes nothing: each tensor is broadcast on its own, with the same result."""
     broadcast_model(model, _hcg_group(hcg, "get_data_parallel_group", "broadcast_dp_parameters()"))
 
 
-def broadcast_mp_parameters(model, hcg):
-    """Broadcast from the first rank of the model-parallel group (replicated parameters agree)."""
-    broadcast_model(model, _hcg_group(hcg, "get_model_parallel_group", "broadcast_mp_parameters()"))
+def broadcast_mp_parameters(model, hcg, fuse_params=True):
+    """Broadcast from the first rank of the model-parallel group, but the tensor-parallel slices
+    (marks.is_distributed): each rank of that group holds a different one (as Paddle's
+    sync_params_buffers with is_model_parallel=True)."""
+    broadcast_model(model, _hcg_group(hcg, "get_model_parallel_group", "broadcast_mp_parameters()"),
+                    skip=marks.is_distributed)
 
 
-def broadcast_sharding_parameters(model, hcg):
+def broadcast_sharding_parameters(model, hcg, fuse_params=True):
     """Broadcast from the first rank of the sharding group."""
     broadcast_model(model, _hcg_group(hcg, "get_sharding_parallel_group", "broadcast_sharding_parameters()"))
 

@@ -85,30 +85,37 @@ def _active(what: str):
 
 
 def distributed_model(model):
-    """The model wrapped by every strategy whose degree is above 1 (each strategy's `wrap_model`); with one
-    process, or every degree 1, the model itself. Data parallel wraps in oarlock.DataParallel; the strategies
-    not implemented yet (the tensor wrapper's parameter syncing, pipeline, sharding, sep: later parts of
-    issue 17) raise NotImplementedError naming themselves. The tensor-parallel layers themselves
-    (fleet.meta_parallel) work without the wrapper."""
+    """The model wrapped once, as Paddle does by its parallel mode: by the `wrap_model` of the active
+    strategy (degree above 1) with the lowest `model_priority` (pipeline, tensor, sep, sharding, data);
+    with one process, or every degree 1, the model itself. Data parallel alone wraps in
+    oarlock.DataParallel over the data-parallel group; tensor parallel (dp x mp included) in
+    TensorParallel, which broadcasts the replicated parameters and the inputs; strategies not
+    implemented yet raise NotImplementedError naming themselves."""
     hcg, active = _active("distributed_model")
-    for s in active:
-        model = s.wrap_model(s, model, hcg, _state["strategy"])
-    return model
+    if dist.get_world_size() <= 1 or not active:
+        return model
+    first = min(active, key=lambda s: s.model_priority)    # min keeps registration order on ties
+    return first.wrap_model(first, model, hcg, _state["strategy"])
 
 
 def distributed_optimizer(optimizer, strategy=None):
-    """The optimizer wrapped by every strategy whose degree is above 1 (`wrap_optimizer`); `strategy`, when
-    given, replaces the one of fleet.init as in Paddle. With every degree 1, the optimizer itself;
-    strategies not implemented yet raise NotImplementedError naming themselves."""
+    """The optimizer for hybrid parallel training; `strategy`, when given, replaces the one of fleet.init
+    as in Paddle. With one process, or every degree 1, the optimizer itself. Otherwise each active
+    strategy's `wrap_optimizer` is applied in registration order (data and tensor: unchanged; sharding:
+    DygraphShardingOptimizer) and the result is wrapped in HybridParallelOptimizer, which reduces the
+    gradients over the groups that need it and makes global-norm clipping count every piece once."""
     if strategy is not None:
         if not isinstance(strategy, DistributedStrategy):
             raise TypeError(f"fleet.distributed_optimizer(): strategy must be a fleet.DistributedStrategy or None, "
                             f"got {type(strategy).__name__}")
         _state["strategy"] = copy.deepcopy(strategy)
     hcg, active = _active("distributed_optimizer")
+    if dist.get_world_size() <= 1 or not active:
+        return optimizer
     for s in active:
         optimizer = s.wrap_optimizer(s, optimizer, hcg, _state["strategy"])
-    return optimizer
+    from oarlock_parallel.hybrid_optimizer import HybridParallelOptimizer
+    return HybridParallelOptimizer(optimizer, hcg, _state["strategy"])
 
 
 __all__ = ["init", "DistributedStrategy", "CommunicateTopology", "HybridCommunicateGroup",

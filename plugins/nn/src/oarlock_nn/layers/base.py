@@ -245,6 +245,20 @@ class Layer:
 
     load_dict = set_state_dict
 
+    def sharded_state_dict(self, structured_name_prefix: str = ""):
+        """Paddle's Layer.sharded_state_dict: {name: ShardedWeight} for FlexCheckpoint. This layer's own
+        parameters and persistable buffers are replicated; each sublayer gives its own (so tensor-parallel
+        layers inside a plain model give their slices as shards). Needs oarlock-checkpoint."""
+        build = getattr(oarlock.distributed, "build_sharded_state_dict", None)
+        if build is None:
+            raise RuntimeError(f"{type(self).__name__}.sharded_state_dict(): needs FlexCheckpoint "
+                               f"(oarlock.distributed.build_sharded_state_dict); install oarlock-checkpoint")
+        out = build(self.state_dict(include_sublayers=False), None, structured_name_prefix)
+        for name, layer in self._sub_layers.items():
+            if layer is not None:
+                out.update(layer.sharded_state_dict(f"{structured_name_prefix}{name}."))
+        return out
+
     def load_state_dict(self, state_dict, strict=True):
         return self.set_state_dict(state_dict, strict=strict)
 

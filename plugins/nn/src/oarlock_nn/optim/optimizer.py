@@ -19,6 +19,7 @@ import oarlock
 from oarlock import Tensor
 from oarlock.plugin_api import array_of, rebind
 from oarlock_nn.amp.autocast import suspended
+from oarlock_nn.optim import sharded_state
 from oarlock_nn.optim.clip import ClipGradBase
 from oarlock_nn.optim.lr import LRScheduler
 
@@ -176,6 +177,7 @@ class Optimizer:
         self._param_groups: list[dict] = []
         self._state: dict[int, dict] = {}      # id(param) -> {"step": int, accumulator name: Tensor}
         self._keys: dict[int, str] = {}        # id(param) -> its name in state_dict()
+        self._step_links: dict[int, list] = {}  # id(param) -> [step tensor, count] (sharded_state_dict)
         if parameters is None:
             raise TypeError(f"{owner}: argument 'parameters' is required (pass model.parameters())")
         if isinstance(parameters, Tensor) or not (isinstance(parameters, (list, tuple)) or
@@ -266,6 +268,8 @@ class Optimizer:
         if closure is not None:
             with oarlock.enable_grad():
                 loss = closure()
+        if self._step_links:
+            sharded_state.sync_step_links(self)   # a step count a checkpoint load wrote in
         lr = self.get_lr()
         with oarlock.no_grad(), suspended():
             for group in self._param_groups:
@@ -291,6 +295,8 @@ class Optimizer:
                             self._update(p, g.astype(master.dtype), st, rate, group)
                 if plain:
                     self._update_all(plain, group)
+        if self._step_links:
+            sharded_state.sync_step_links(self)   # the linked step tensors follow
         return loss
 
     def _update_all(self, entries, group):
@@ -354,6 +360,8 @@ class Optimizer:
         """{"<param name>_<accumulator>_0": Tensor, "<param name>_step": int, "LR_Scheduler": {...}}. The
         tensors are the optimizer's own (updated in place by later steps, as in Paddle and torch): save or
         clone them before stepping on."""
+        if self._step_links:
+            sharded_state.sync_step_links(self)
         out = {}
         for p in self._parameters():
             state = self._state.get(id(p))
@@ -410,6 +418,12 @@ class Optimizer:
 
     def set_dict(self, state_dict):
         self.set_state_dict(state_dict)
+
+    def sharded_state_dict(self, model_sharded_state_dict):
+        """Paddle 3.2's: {key: ShardedWeight} of the state, each moment sharded like its parameter in
+        `model_sharded_state_dict` (model.sharded_state_dict()), for FlexCheckpoint's save_state_dict /
+        load_state_dict (in place). See oarlock_nn.optim.sharded_state."""
+        return sharded_state.sharded_state_dict(self, model_sharded_state_dict)
 
     load_state_dict = set_dict
 
