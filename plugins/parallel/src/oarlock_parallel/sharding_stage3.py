@@ -231,7 +231,7 @@ class GroupShardedStage3(Layer):
             result = self._layer.set_state_dict(state_dict, use_structured_name=use_structured_name, strict=strict)
             with oarlock.no_grad():
                 for part in self._partitions.values():
-                    part.load_full(part.param)
+                    part.piece.set_value(part.mine(part.param))
         finally:
             for plan in self._plans:
                 plan.free()

@@ -8,7 +8,12 @@ runs inside `_GatheredForward`, a PyLayer whose forward gathers the sublayer's p
 sublayer without recording and frees them; its backward gathers them again, re-runs the sublayer with
 grad enabled on detached inputs (with the forward's RNG state and buffers, so dropout and running
 statistics match), back-propagates, reduce-scatters each full parameter gradient into this rank's piece
-(the PyLayer's gradient for the piece, which autograd accumulates into piece.grad) and frees them.
+(the PyLayer's gradient for the piece, which autograd accumulates into piece.grad) and frees them. A
+sublayer's parameters travel together: one all-gather and one reduce-scatter per dtype.
+
+A sublayer that owns parameters and has parameter-owning sublayers (a block with its own gate) recomputes
+its whole forward, the children's gathered forwards included; each child then gathers again for its own
+backward. Correct, at the price of running those children's forwards once more.
 
 A freed parameter keeps its shape but holds one NaN broadcast to it (no memory): an accidental use
 outside its owner shows as NaN, and a gradient reaching it from outside its owner's recompute raises.
@@ -18,6 +23,8 @@ from __future__ import annotations
 
 import math
 import threading
+
+import numpy as np
 
 import oarlock
 import oarlock.distributed as dist
@@ -47,12 +54,7 @@ class Partition:
         self.param, self.group, self.owner = param, group, owner
         self.shape, self.numel = list(param.shape), int(param.size)
         self.length = math.ceil(self.numel / group.nranks)
-        flat = param.detach().reshape([-1])
-        padding = self.length * group.nranks - self.numel
-        if padding:
-            flat = oarlock.concat([flat, oarlock.zeros([padding], dtype=param.dtype)])
-        start = group.rank * self.length
-        self.piece = oarlock.nn.Parameter(flat[start:start + self.length].clone(), attr=param.param_attrs)
+        self.piece = oarlock.nn.Parameter(self.mine(param), attr=param.param_attrs)
         self.piece.name = param.name
         self.piece.stop_gradient = param.stop_gradient
         if not param.stop_gradient:
@@ -67,43 +69,70 @@ class Partition:
                 f"its owner in exclude_layer (kept whole) or give the other layer its own parameter")
         return grad
 
-    def gather(self):
-        """Give the parameter its full values again (a collective over the group)."""
-        pieces: list = []
-        dist.all_gather(pieces, self.piece.detach(), group=self.group)
-        full = oarlock.concat(pieces)[:self.numel].reshape(self.shape)
-        rebind(self.param, array_of(full))
+    def chunks(self, value) -> list:
+        """`value` (the parameter's shape) flattened, zero-padded and split into one chunk per rank."""
+        flat = value.detach().reshape([-1])
+        padding = self.length * self.group.nranks - self.numel
+        if padding:
+            flat = oarlock.concat([flat, oarlock.zeros([padding], dtype=flat.dtype)])
+        return list(oarlock.split(flat, self.group.nranks))
+
+    def mine(self, value):
+        """This rank's piece of the full `value` (a copy)."""
+        return self.chunks(value)[self.group.rank].astype(self.param.dtype).clone()
+
+    def set_full(self, flat):
+        """Give the parameter the full values `flat` (padded flat pieces, every rank's in order)."""
+        rebind(self.param, array_of(flat[:self.numel].reshape(self.shape)))
 
     def free(self):
-        xp = self.param.place.backend.xp
         dtype = array_of(self.param).dtype
-        fill = float("nan") if xp.issubdtype(dtype, xp.floating) else 0
+        xp = self.param.place.backend.xp
+        fill = float("nan") if np.issubdtype(dtype, np.floating) else 0
         rebind(self.param, xp.broadcast_to(xp.full((), fill, dtype=dtype), tuple(self.shape)))
 
-    def scatter_grad(self, full_grad, dp_group):
-        """This rank's piece of `full_grad` averaged over the group (and over dp_group when given)."""
-        if full_grad is None:    # unused in this forward: every rank still joins the collective
-            full_grad = oarlock.zeros(self.shape, dtype=self.piece.dtype)
-        flat = full_grad.reshape([-1])
-        padding = self.length * self.group.nranks - self.numel
-        if padding:
-            flat = oarlock.concat([flat, oarlock.zeros([padding], dtype=flat.dtype)])
-        piece = oarlock.zeros([self.length], dtype=flat.dtype)
-        dist.reduce_scatter(piece, list(oarlock.split(flat, self.group.nranks)), group=self.group)
-        piece = piece / self.group.nranks
-        if dp_group is not None and dp_group.nranks > 1:
-            dist.all_reduce(piece, group=dp_group)
-            piece = piece / dp_group.nranks
-        return piece
 
-    def load_full(self, value):
-        """Take this rank's piece of the full `value` (a Tensor of the parameter's shape) and free it."""
-        flat = value.detach().reshape([-1]).astype(self.piece.dtype)
-        padding = self.length * self.group.nranks - self.numel
-        if padding:
-            flat = oarlock.concat([flat, oarlock.zeros([padding], dtype=flat.dtype)])
-        start = self.group.rank * self.length
-        self.piece.set_value(flat[start:start + self.length])
+def _by_dtype(partitions) -> list:
+    """The partitions in buckets of one dtype (one collective each), in a fixed order."""
+    buckets: dict = {}
+    for part in partitions:
+        buckets.setdefault(part.piece.dtype.name, []).append(part)
+    return list(buckets.values())
+
+
+def gather(partitions):
+    """Give every partition's parameter its full values: one all-gather per dtype over the group."""
+    for bucket in _by_dtype(partitions):
+        group = bucket[0].group
+        local = oarlock.concat([part.piece.detach() for part in bucket])
+        gathered: list = []
+        dist.all_gather(gathered, local, group=group)
+        offset = 0
+        for part in bucket:
+            part.set_full(oarlock.concat([chunk[offset:offset + part.length] for chunk in gathered]))
+            offset += part.length
+
+
+def scatter_grads(partitions, full_grads, dp_group) -> list:
+    """Each partition's piece of its full gradient averaged over the group (then over dp_group): one
+    reduce-scatter (and all-reduce) per dtype. A None gradient (parameter unused) counts as zeros, so
+    every rank joins the same collectives."""
+    result = {}
+    grads = dict(zip(map(id, partitions), full_grads))
+    for bucket in _by_dtype(partitions):
+        group = bucket[0].group
+        chunks = [part.chunks(grads[id(part)] if grads[id(part)] is not None
+                              else oarlock.zeros(part.shape, dtype=part.piece.dtype)) for part in bucket]
+        per_rank = [oarlock.concat([c[r] for c in chunks]) for r in range(group.nranks)]
+        mine = oarlock.zeros([sum(part.length for part in bucket)], dtype=per_rank[0].dtype)
+        dist.reduce_scatter(mine, per_rank, group=group)
+        mine = mine / group.nranks
+        if dp_group is not None and dp_group.nranks > 1:
+            dist.all_reduce(mine, group=dp_group)
+            mine = mine / dp_group.nranks
+        for part, piece in zip(bucket, oarlock.split(mine, [part.length for part in bucket])):
+            result[id(part)] = piece
+    return [result[id(part)] for part in partitions]
 
 
 # -- nested inputs and outputs ----------------------------------------------------------------------------
@@ -162,8 +191,7 @@ class Plan:
 
     def gather(self):
         with oarlock.no_grad():
-            for part in self.partitions:
-                part.gather()
+            gather(self.partitions)
 
     def free(self):
         with oarlock.no_grad():
@@ -211,11 +239,13 @@ class _GatheredForward(PyLayer):
             roots = [(o, g) for o, g in zip(flat, grads) if not o.stop_gradient and o.dtype.is_floating_point]
             if roots:
                 oarlock.autograd.backward([o for o, _ in roots], [g for _, g in roots])
-            piece_grads = []
+            trainable = [part for part in plan.partitions if part.piece.trainable]   # the same on every rank
+            full_grads = [part.param.grad for part in trainable]
+            for part in plan.partitions:
+                part.param.grad = None
             with oarlock.no_grad():
-                for part in plan.partitions:
-                    full, part.param.grad = part.param.grad, None
-                    piece_grads.append(part.scatter_grad(full, plan.dp_group) if part.piece.trainable else None)
+                scattered = dict(zip(map(id, trainable), scatter_grads(trainable, full_grads, plan.dp_group)))
+            piece_grads = [scattered.get(id(part)) for part in plan.partitions]
         finally:
             _GATHERED.ids -= ids
             plan.free()
