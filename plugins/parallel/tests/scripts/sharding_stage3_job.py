@@ -320,6 +320,25 @@ def batch_norm_statistics_updated_once(group, failures):
 
 
 @check
+def first_rank_weights_and_buffers_win(group, failures):
+    # each rank starts from its own weights: wrapping gives every rank the first rank's (pretrain_sync_models);
+    # sync_buffers broadcasts the first rank's buffers before each forward
+    rank = MPI.COMM_WORLD.rank
+    model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1D(8))
+    for i, p in enumerate(model.parameters()):
+        p.set_value(np.full(p.shape, 10 * rank + i, dtype="float32"))
+    wrapped = GroupShardedStage3(model, adamw(model), group=group, segment_size=0, sync_buffers=True)
+    wrapped.get_all_parameters()
+    for i, (name, p) in enumerate(model.named_parameters()):
+        close(failures, f"synced {name}", p, np.full(p.shape, i, dtype="float32"))
+    mean = model[1]._mean
+    mean.set_value(np.full(mean.shape, rank + 1.0, dtype="float32"))
+    wrapped.eval()
+    wrapped(oarlock.ones([2, 8]))
+    close(failures, "synced buffer", mean, np.ones(mean.shape, dtype="float32"))
+
+
+@check
 def set_state_dict_and_clear_grad(group, failures):
     _, _, want_state = reference()
     model = build(seed=3)
