@@ -141,11 +141,19 @@ def coords(hcg) -> tuple:
             hcg.get_model_parallel_world_size())
 
 
+def data_coords(hcg) -> tuple:
+    """(index, count) of this rank's share of a batch: data-parallel and sharding ranks each take one."""
+    sharding = hcg.get_sharding_parallel_world_size()
+    return (hcg.get_data_parallel_rank() * sharding + hcg.get_sharding_parallel_rank(),
+            hcg.get_data_parallel_world_size() * sharding)
+
+
 def parallel_step(model, opt, hcg, ids, labels) -> float:
     """One training step on this rank's share; returns the loss of the whole batch (the mean of the
     data-parallel ranks' losses, gathered through raw mpi4py)."""
-    dp_rank, dp, mp_rank, _ = coords(hcg)
-    ids, labels = data_share(ids, dp_rank, dp), data_share(labels, dp_rank, dp)
+    share, shares = data_coords(hcg)
+    mp_rank = hcg.get_model_parallel_rank()
+    ids, labels = data_share(ids, share, shares), data_share(labels, share, shares)
     if mp_rank != 0:   # wrong ids on purpose: TensorParallel broadcasts the inputs from the first mp rank
         ids, labels = (ids + 1) % VOCAB, (labels + 3) % VOCAB
     loss = model(oarlock.to_tensor(ids), oarlock.to_tensor(labels))
