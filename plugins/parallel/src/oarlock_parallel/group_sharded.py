@@ -27,12 +27,34 @@ def _stage3_class():
     return GroupShardedStage3
 
 
+def GroupShardedScaler(scaler, groups=()):
+    """Paddle's GroupShardedScaler: `scaler` (an oarlock.amp.GradScaler / AmpScaler) whose inf/nan verdict is
+    agreed over `groups`. Each rank unscales only the gradients it holds, so one rank may find an inf the
+    others cannot see; the ranks must still all skip the step together (a rank stepping alone would wait
+    forever in the owners' broadcast). As Paddle does, the scaler's own unscale is replaced by one that
+    max-reduces the verdict after it."""
+    unscale = scaler._unscale
+
+    def agreed_unscale(optimizer):
+        unscale(optimizer)
+        if not scaler._enable:    # the same on every rank: nothing was checked, nothing to agree on
+            return
+        verdict = scaler._found_inf.astype("int32")
+        for group in groups:
+            if group is not None and group.nranks > 1:
+                dist.all_reduce(verdict, op=dist.ReduceOp.MAX, group=group)
+        scaler._found_inf = verdict.astype("bool")
+
+    scaler._unscale = agreed_unscale
+    return scaler
+
+
 def group_sharded_parallel(model, optimizer, level, scaler=None, group=None, offload=False, sync_buffers=False,
                            buffer_max_size=2**23, segment_size=2**20, sync_comm=False, dp_group=None,
                            exclude_layer=None):
     """Wrap `model` and `optimizer` for sharded data parallelism over `group` (the world when None); each rank
-    trains on its own batch. Returns (model, optimizer, scaler). `scaler` comes back as it is (oarlock's
-    GradScaler works on the sharded optimizer: its unscale sees the gradients each rank holds).
+    trains on its own batch. Returns (model, optimizer, scaler); a GradScaler comes back as a
+    GroupShardedScaler (the ranks agree on skipping a step with an inf/nan gradient).
     level: 'os' or 'os_g' (stage 2), 'p_g_os' (stage 3). buffer_max_size: the largest gradient bucket of
     stage 2, in elements; segment_size, sync_comm, exclude_layer: stage 3's."""
     what = "group_sharded_parallel()"
@@ -45,6 +67,8 @@ def group_sharded_parallel(model, optimizer, level, scaler=None, group=None, off
                          f"both stage 2, 'p_g_os' stage 3), got {level!r}")
     common.check_member(group, what, "group")
     common.check_member(dp_group, what, "dp_group")
+    if scaler is not None and not isinstance(scaler, oarlock.amp.AmpScaler):
+        raise TypeError(f"{what}: scaler must be an oarlock.amp.GradScaler or None, got {type(scaler).__name__}")
     if level in ("os", "os_g"):
         optimizer = GroupShardedOptimizerStage2(common.parameters_of(optimizer), optimizer, group=group,
                                                 offload=offload, dp_group=dp_group)
@@ -53,6 +77,8 @@ def group_sharded_parallel(model, optimizer, level, scaler=None, group=None, off
     else:
         model = _stage3_class()(model, optimizer, group=group, sync_buffers=sync_buffers, segment_size=segment_size,
                                 offload=offload, sync_comm=sync_comm, dp_group=dp_group, exclude_layer=exclude_layer)
+    if scaler is not None:
+        scaler = GroupShardedScaler(scaler, (model._group, model._dp_group))
     return model, optimizer, scaler
 
 
@@ -113,4 +139,4 @@ def save_group_sharded_model(model, output, optimizer=None):
             oarlock.save(state, os.path.join(output, "model.pdopt"))
 
 
-__all__ = ["group_sharded_parallel", "save_group_sharded_model"]
+__all__ = ["group_sharded_parallel", "save_group_sharded_model"]   # Paddle's oarlock.distributed.sharding

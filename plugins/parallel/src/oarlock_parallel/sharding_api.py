@@ -11,6 +11,7 @@ META_PARALLEL = ("oarlock.distributed.fleet.meta_parallel", "oarlock.distributed
 STAGE2 = {"oarlock.distributed.fleet.meta_parallel.sharding.group_sharded_stage2": "GroupShardedStage2",
           "oarlock.distributed.fleet.meta_parallel.sharding.group_sharded_optimizer_stage2":
               "GroupShardedOptimizerStage2"}
+UTILS = "oarlock.distributed.fleet.meta_parallel.sharding.group_sharded_utils"
 
 
 def register(api) -> None:
@@ -24,3 +25,4 @@ def register(api) -> None:
         api.export(namespace, "ShardingParallel", sharding_stage1.ShardingParallel)
     for namespace, name in STAGE2.items():
         api.export(namespace, name, getattr(sharding_stage2, name))
+    api.export(UTILS, "GroupShardedScaler", group_sharded.GroupShardedScaler)

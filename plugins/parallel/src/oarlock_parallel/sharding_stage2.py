@@ -64,6 +64,7 @@ class GroupShardedOptimizerStage2:
                              f"the optimizer's")
         self.offload = _check_offload(offload, params, _OPT)
         self._optim, self._local_params = optim, params
+        self._model = None     # the GroupShardedStage2 that reduces the gradients to their owners
         self.world_size = 1 if self._group is None else self._group.nranks
         self._rank = 0 if self._group is None else self._group.rank
         self._owners = common.partition(params, self.world_size, sort_by_size=False)
@@ -103,6 +104,9 @@ class GroupShardedOptimizerStage2:
     def step(self):
         """Average the owned gradients over dp_group (if any), update the owned parameters, broadcast every
         parameter from its owner."""
+        if self._model is None and self.world_size > 1:
+            raise RuntimeError("GroupShardedOptimizerStage2.step(): no GroupShardedStage2 wraps the model, so the "
+                               "gradients were not reduced to their owners; wrap both with group_sharded_parallel()")
         if self._dp_group is not None and self._dp_group.nranks > 1:
             with oarlock.no_grad():
                 tasks = [dist.all_reduce(p.grad, op=dist.ReduceOp.AVG, group=self._dp_group, sync_op=False)
@@ -169,6 +173,7 @@ class GroupShardedStage2(Layer):
         if (None if group is None else group.ranks) != (None if optimizer._group is None else optimizer._group.ranks):
             raise ValueError(f"{_MODEL}: group {group} differs from the optimizer's group {optimizer._group}")
         self._layer, self._sharding_optimizers = layer, optimizers
+        optimizer._model = self
         self._group, self._dp_group = optimizer._group, optimizer._dp_group
         self._sync_buffers = bool(sync_buffers)
         self._reducer = None

@@ -258,6 +258,36 @@ def group_sharded_with_dp_group(failures):
 
 
 @check
+def group_sharded_scaler(failures):
+    """A GradScaler comes back as a GroupShardedScaler: when one rank's gradient of a parameter that rank 0
+    owns is inf (only rank 0 sees it after the reduce), every rank skips that step and lowers the scale."""
+    model, optimizer = plain()
+    first = model.parameters()[0]
+    poison = {"on": False}
+    # registered before wrapping, so it runs before the reduce hook (on the last rank only)
+    first.register_hook(lambda grad: grad * float("inf") if poison["on"] and COMM.rank == COMM.size - 1 else None)
+    scaler = oarlock.amp.GradScaler(init_loss_scaling=1024.0)
+    model, optimizer, scaler = group_sharded_parallel(model, optimizer, "os_g", scaler=scaler)
+    if optimizer.owner_of(first) != 0:
+        failures.append(f"the poisoned parameter is owned by rank {optimizer.owner_of(first)}, expected 0")
+    history = []
+    for step, (x, y) in enumerate(batches(3)):
+        poison["on"] = step == 1
+        scaler.scale(loss_of(model, local(x), local(y))).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.clear_grad()
+        history.append((float(scaler.get_loss_scaling()), first.numpy().copy()))
+    scales = [scale for scale, _ in history]
+    if not scales[1] < scales[0]:
+        failures.append(f"the scale did not drop after the inf step: {scales}")
+    close(failures, "parameter across the skipped step", history[1][1], history[0][1], rtol=0, atol=0)
+    everyone = COMM.allgather((scales, history[-1][1]))
+    if any(s != scales for s, _ in everyone) or any(not np.array_equal(w, history[-1][1]) for _, w in everyone):
+        failures.append("ranks disagree on the scales or the parameters after an inf on one rank")
+
+
+@check
 def unused_parameter(failures):
     """A trainable parameter the loss does not use: backward fails on every rank naming it (its bucket can
     never be reduced), and the group stays usable."""
