@@ -133,6 +133,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--sp", action="store_true",
         help="sequence parallel inside the --mp ranks (needs --mp 2 or more and --seq-len divisible by it): "
              "norms and residuals on 1/M of the sequence each")
+    add("--corpus-file", default=None, help=argparse.SUPPRESS)  # set by --nproc for the ranks it starts
     add("--device", default="cpu",
         help="device passed to oarlock.set_device(): cpu, or gpu, gpu:N or another plugin device when one is "
              "installed (default cpu)")
@@ -171,7 +172,6 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    from oarlock_train.corpus import build_corpus
     from oarlock_train.parallel import layout_of
     from oarlock_train.trainer import TrainConfig
 
@@ -189,12 +189,15 @@ def _run(args) -> int:
     launched = getattr(args, "launched", False)
     if layout.nproc > 1 and not launched:
         return _launch(args, cfg, layout)
+    if args.corpus_file is not None and not launched:
+        raise UsageError("argument --corpus-file: only for the ranks `oarlock train --nproc N` starts")
     if launched and not _is_rank_zero():
         sys.stdout = open(os.devnull, "w")  # rank 0 alone prints; errors still reach stderr
-    try:
-        corpus = build_corpus(cfg.seq_len)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    if args.corpus_file is not None:  # a rank: the command that started it built the corpus
+        from oarlock_train.corpus import load_corpus
+        corpus = load_corpus(args.corpus_file)
+    else:
+        corpus = _build_corpus(cfg)
     print(corpus.summary(), flush=True)
     t0 = time.perf_counter()
     trainer = _start(args, cfg, corpus, layout if launched else None)
@@ -209,22 +212,38 @@ def _run(args) -> int:
     return 0
 
 
+def _build_corpus(cfg):
+    from oarlock_train.corpus import build_corpus
+
+    try:
+        return build_corpus(cfg.seq_len)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _launch(args, cfg, layout) -> int:
     """Start the ranks of a --nproc run (after the checks that need no rank) and return the launcher's status."""
+    import tempfile
+
+    from oarlock_train.corpus import save_corpus
     from oarlock_train.parallel import launch
 
     if args.resume:
         _saved_state(args, cfg)  # a refusal should come at once, not from every rank
-    argv = []
-    for dest in vars(build_parser().parse_args([])):  # this command's options, not the `oarlock` CLI's
-        value = getattr(args, dest)
-        if dest in ("out", "log_dir") and value is not None:
-            value = os.path.abspath(value)  # the ranks need not share this process's idea of "."
-        if value is None or value is False:
-            continue
-        argv += [f"--{dest.replace('_', '-')}"] + ([] if value is True else [str(value)])
-    print(f"oarlock train: starting {layout.nproc} ranks ({layout.describe()}) with oarlock launch", flush=True)
-    return launch(layout.nproc, argv)
+    with tempfile.TemporaryDirectory(prefix="oarlock-train-") as tmp:
+        # parsing the standard library takes seconds: once here rather than in every rank
+        args.corpus_file = os.path.join(tmp, "corpus.npz")
+        save_corpus(_build_corpus(cfg), args.corpus_file)
+        argv = []
+        for dest in vars(build_parser().parse_args([])):  # this command's options, not the `oarlock` CLI's
+            value = getattr(args, dest)
+            if dest in ("out", "log_dir") and value is not None:
+                value = os.path.abspath(value)  # the ranks need not share this process's idea of "."
+            if value is None or value is False:
+                continue
+            argv += [f"--{dest.replace('_', '-')}"] + ([] if value is True else [str(value)])
+        print(f"oarlock train: starting {layout.nproc} ranks ({layout.describe()}) with oarlock launch", flush=True)
+        return launch(layout.nproc, argv)
 
 
 def _is_rank_zero() -> bool:

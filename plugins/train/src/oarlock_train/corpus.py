@@ -171,3 +171,18 @@ def build_corpus(seq_len: int, validation_every: int = 20, root: str | None = No
                   train_docs=len(train_docs), valid_docs=len(valid_docs),
                   train_bytes=len(train_tokens), valid_bytes=len(valid_tokens),
                   entropy_nats=unigram_entropy(train_tokens))
+
+
+def save_corpus(corpus: Corpus, path) -> None:
+    """Write the corpus to `path` (.npz): `oarlock train --nproc N` builds it once and its ranks load it,
+    instead of each parsing the standard library again."""
+    np.savez(path, train=corpus.train, valid=corpus.valid,
+             figures=np.array([corpus.train_docs, corpus.valid_docs, corpus.train_bytes, corpus.valid_bytes]),
+             entropy_nats=np.array(corpus.entropy_nats))
+
+
+def load_corpus(path) -> Corpus:
+    with np.load(path) as data:
+        train_docs, valid_docs, train_bytes, valid_bytes = (int(v) for v in data["figures"])
+        return Corpus(train=data["train"], valid=data["valid"], train_docs=train_docs, valid_docs=valid_docs,
+                      train_bytes=train_bytes, valid_bytes=valid_bytes, entropy_nats=float(data["entropy_nats"]))
