@@ -53,3 +53,43 @@ def reports(tmp_path_factory):
 def test_roundtrip(reports, check):
     failures = reports[check]
     assert not failures, "\n".join(failures)
+
+
+def test_optimizer_sharded_state_dict_in_one_process():
+    """A fresh optimizer gets a zero state to load into; moments are its own tensors; the linked step
+    tensor follows the optimizer's steps, and a value written into it (what an in-place load does) becomes
+    the step count; float32 masters of multi_precision are `.w_0`; bad arguments name the function."""
+    import numpy as np
+
+    import oarlock
+    model = oarlock.nn.Sequential(oarlock.nn.Linear(3, 4), oarlock.nn.Linear(4, 2))
+    opt = oarlock.optimizer.AdamW(learning_rate=0.01, parameters=model.parameters())
+    msd = model.sharded_state_dict()
+    osd = opt.sharded_state_dict(msd)
+    assert sorted(osd) == sorted(f"{k}.{s}" for k in msd for s in ("moment1_0", "moment2_0", "step"))
+    first = model.parameters()[0]
+    assert osd["0.weight.moment1_0"].local_tensor is opt._state[id(first)]["moment1"]
+    assert osd["0.weight.moment1_0"].global_shape == msd["0.weight"].global_shape == (3, 4)
+    assert osd["0.weight.step"].local_tensor.numpy().tolist() == [0]
+    model(oarlock.ones([2, 3])).sum().backward()
+    opt.step()
+    assert osd["0.weight.step"].local_tensor.numpy().tolist() == [1]     # the linked tensor follows
+    osd["0.weight.step"].local_tensor.set_value(oarlock.to_tensor([7], dtype="int64"))   # as a load writes
+    steps = {k: v for k, v in opt.state_dict().items() if k.endswith("_step")}
+    assert steps["param_0_step"] == 7 and steps["param_1_step"] == 1, steps
+    with pytest.raises(KeyError, match=r"AdamW.sharded_state_dict\(\): the parameter 'param_2' \(shape \[4, 2\]\) "
+                                       r"is not in model_sharded_state_dict"):
+        opt.sharded_state_dict({k: v for k, v in msd.items() if not k.startswith("1.")})
+    with pytest.raises(TypeError, match=r"model_sharded_state_dict must be the dict model.sharded_state_dict\(\) "
+                                        r"returns, got list"):
+        opt.sharded_state_dict([])
+    with pytest.raises(TypeError, match=r"model_sharded_state_dict\['x'\] must be a ShardedWeight, got Tensor"):
+        opt.sharded_state_dict({"x": oarlock.ones([1])})
+
+    half = oarlock.nn.Linear(2, 2)
+    half.astype("float16")
+    mixed = oarlock.optimizer.AdamW(learning_rate=0.01, parameters=half.parameters(), multi_precision=True)
+    state = mixed.sharded_state_dict(half.sharded_state_dict())
+    master = state["weight.w_0"]
+    assert master.local_tensor.dtype.name == "float32" and master.global_shape == (2, 2)
+    np.testing.assert_array_equal(master.local_tensor.numpy(), half.weight.numpy().astype("float32"))
