@@ -7,10 +7,10 @@ identity, then by name): a state tensor of the parameter's shape (a moment) is s
 multi_precision is "<model key>.w_0", sharded the same way; other state tensors are replicated.
 
 The step count, a Python int in oarlock's optimizers (Paddle keeps beta1^t / beta2^t tensors instead), is
-"<model key>.step", a replicated int64 tensor of shape [1]. Loading is in place, so the optimizer keeps
-that tensor linked to the parameter's state: at its next step(), state_dict() or sharded_state_dict() a
-value that a load wrote into it becomes the step count, and the tensor is refreshed to the step count
-otherwise (so a sharded state dict kept across steps saves the current one).
+"<model key>.step", a replicated int64 tensor of shape [1], kept on the host. Loading is in place, so
+the optimizer keeps that tensor linked to the parameter's state: at its next step(), state_dict() or
+sharded_state_dict() a value that a load wrote into it becomes the step count, and the tensor is
+refreshed to the step count otherwise (so a sharded state dict kept across steps saves the current one).
 
 A parameter without state yet (a fresh optimizer about to load a checkpoint) gets a zero state first, as
 its first step() would make it, so that there is something to load into. The learning-rate scheduler's
@@ -21,6 +21,8 @@ checkpoint plugin is installed.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 import oarlock
 
@@ -70,14 +72,16 @@ def sync_step_links(optimizer) -> None:
         if value != recorded:               # written by a load since the last sync
             state["step"] = value
         elif state["step"] != recorded:     # stepped on since: the tensor follows
-            tensor.set_value(oarlock.to_tensor([state["step"]], dtype="int64"))
+            tensor.set_value(np.array([state["step"]], dtype="int64"))
         link[1] = state["step"]
 
 
 def _step_tensor(optimizer, param, state):
     link = optimizer._step_links.get(id(param))
     if link is None:
-        link = optimizer._step_links[id(param)] = [oarlock.to_tensor([state["step"]], dtype="int64"), state["step"]]
+        # on the host whatever the device: step() reads it back, which must not wait for a device
+        tensor = oarlock.to_tensor([state["step"]], dtype="int64", place=oarlock.CPUPlace())
+        link = optimizer._step_links[id(param)] = [tensor, state["step"]]
     return link[0]
 
 
