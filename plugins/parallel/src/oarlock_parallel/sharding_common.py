@@ -2,10 +2,11 @@
 checking their arguments, assigning parameters to owner ranks, handing the inner optimizer only what its rank
 owns, stepping with the clips called on every rank, and broadcasting each updated parameter from its owner.
 
-The inner optimizer is an ordinary oarlock optimizer whose parameter groups are cut down to the owned
-parameters (each group kept, possibly empty, with its hyperparameters), so it creates moments only for them:
-the ~1/N optimizer state is the point of sharding. The optimizer keys its state by the names it gave the
-parameters when it was built (before the cut), so state_dict() keys are those of the unsharded optimizer.
+The inner optimizer is an ordinary oarlock optimizer over the whole model: its parameter groups stay whole
+(so param_groups, learning rates and the like read and write as usual, the same on every rank), but whenever
+it steps or loads state they are cut down to the owned parameters for that call (`owned_only`), so it
+creates moments only for them: the ~1/N optimizer state is the point of sharding. Its state_dict() keys are
+those of the unsharded optimizer (it names the parameters when it is built).
 """
 
 from __future__ import annotations
@@ -56,10 +57,18 @@ def partition(params: list, nranks: int, sort_by_size: bool) -> list:
     return owners
 
 
-def keep_owned(optimizer, owned: set) -> None:
-    """Cut each parameter group of `optimizer` down to the parameters whose id is in `owned`."""
-    for group in optimizer._param_groups:
+@contextlib.contextmanager
+def owned_only(optimizer, owned: set):
+    """Within the block, each parameter group of `optimizer` holds only the parameters whose id is in `owned`."""
+    groups = list(optimizer._param_groups)
+    whole = [group["params"] for group in groups]
+    for group in groups:
         group["params"] = [p for p in group["params"] if id(p) in owned]
+    try:
+        yield
+    finally:
+        for group, params in zip(groups, whole):
+            group["params"] = params
 
 
 def wrap_clips(optimizer, split_group, shard_groups) -> None:
@@ -81,17 +90,18 @@ def _clips_off(optimizer):
             group["grad_clip"] = clip
 
 
-def step_owned(optimizer) -> None:
+def step_owned(optimizer, owned: set) -> None:
     """Clip, then update the owned parameters. The optimizer skips a group without gradients, clip included,
     but a rank-aware clip all-reduces: so the clips are called here, for every group on every rank in the
     same order (with whatever gradients this rank owns, maybe none), and the inner step runs without them."""
     with oarlock.no_grad():
         for group in optimizer._param_groups:
             clip = group["grad_clip"]
-            pairs = [(p, p.grad) for p in group["params"] if not p.stop_gradient and p.grad is not None]
+            pairs = [(p, p.grad) for p in group["params"]
+                     if id(p) in owned and not p.stop_gradient and p.grad is not None]
             if clip is not None and (pairs or isinstance(clip, HybridParallelClipGrad)):
                 clip(pairs)
-    with _clips_off(optimizer):
+    with owned_only(optimizer, owned), _clips_off(optimizer):
         optimizer.step()
 
 
@@ -118,11 +128,10 @@ def _owner_key(key: str, names: set):
     return best
 
 
-def owned_state(optimizer, state_dict: dict) -> dict:
-    """The entries of a (full or sharded) optimizer state_dict that belong to the parameters `optimizer` holds
-    now. The optimizer still names every parameter it was built with (_keys), owned or not."""
+def owned_state(optimizer, state_dict: dict, owned: set) -> dict:
+    """The entries of a (full or sharded) optimizer state_dict that belong to the owned parameters."""
     every = set(optimizer._keys.values())
-    mine = {optimizer._keys[id(p)] for p in parameters_of(optimizer)}
+    mine = {optimizer._keys[id(p)] for p in parameters_of(optimizer) if id(p) in owned}
     out = {}
     for key, value in state_dict.items():
         if key == "LR_Scheduler":
@@ -134,6 +143,17 @@ def owned_state(optimizer, state_dict: dict) -> dict:
             if owner is None or owner in mine:   # unknown keys go on: the inner optimizer warns about them
                 out[key] = value
     return out
+
+
+def owned_sharded_state_dict(optimizer, owned: set, model_sharded_state_dict, what: str) -> dict:
+    """The optimizer's sharded_state_dict (FlexCheckpoint ShardedWeights) for the owned parameters only: each
+    state is written by its owner, the one rank that holds it."""
+    build = getattr(optimizer, "sharded_state_dict", None)
+    if build is None:
+        raise RuntimeError(f"{what}.sharded_state_dict(): the inner optimizer {type(optimizer).__name__} has no "
+                           f"sharded_state_dict()")
+    with owned_only(optimizer, owned):
+        return build(model_sharded_state_dict)
 
 
 def fleet_model_parallel_group():

@@ -46,12 +46,11 @@ class DygraphShardingOptimizer:
         self._sharding_rank = hcg.get_sharding_parallel_rank()
         # the whole model's parameters; the inner optimizer keeps only this rank's
         self._parameter_list = self._origin_parameter_list = common.parameters_of(optimizer)
-        self._full_groups = [list(group["params"]) for group in optimizer._param_groups]
         self._owners = common.partition(self._parameter_list, self._sharding_world_size, sort_by_size=True)
         self._param2rank = {id(p): r for p, r in zip(self._parameter_list, self._owners)}
         self._rank2params = {r: [p for p, o in zip(self._parameter_list, self._owners) if o == r]
                              for r in range(self._sharding_world_size)}
-        common.keep_owned(optimizer, {id(p) for p in self._rank2params[self._sharding_rank]})
+        self._owned = {id(p) for p in self._rank2params[self._sharding_rank]}
         # the norm: tensor-parallel slices summed over mp; every piece once over pipeline stages and sharding
         split = hcg.get_model_parallel_group() if hcg.get_model_parallel_world_size() > 1 else None
         shards = [hcg.get_pipe_parallel_group()] if hcg.get_pipe_parallel_world_size() > 1 else []
@@ -62,12 +61,6 @@ class DygraphShardingOptimizer:
         if name == "_inner_opt":     # not set yet (during __init__): no recursion
             raise AttributeError(name)
         return getattr(self._inner_opt, name)
-
-    @property
-    def _param_groups(self) -> list:
-        """The inner optimizer's groups with all their parameters, owned or not (what a wrapper that lists
-        "the optimizer's parameters" must see: the same on every rank)."""
-        return [dict(group, params=list(full)) for group, full in zip(self._inner_opt._param_groups, self._full_groups)]
 
     # -- which rank owns what ---------------------------------------------------------------------------------
     def filter_parameters(self, parameter_list, hcg):
@@ -106,7 +99,7 @@ class DygraphShardingOptimizer:
         if not self._grads_reduced:
             self.reduce_gradients(self._parameter_list, self._hcg)
         self._grads_reduced = False
-        common.step_owned(self._inner_opt)
+        common.step_owned(self._inner_opt, self._owned)
         self._sharding_sync_parameters()
 
     def _sharding_sync_parameters(self):
@@ -141,7 +134,8 @@ class DygraphShardingOptimizer:
     def set_state_dict(self, state_dict):
         """Load the entries of `state_dict` (a full or a sharded optimizer state) that belong to this rank's
         parameters."""
-        self._inner_opt.set_state_dict(common.owned_state(self._inner_opt, state_dict))
+        with common.owned_only(self._inner_opt, self._owned):
+            self._inner_opt.set_state_dict(common.owned_state(self._inner_opt, state_dict, self._owned))
 
     set_dict = load_state_dict = set_state_dict
 
@@ -149,11 +143,8 @@ class DygraphShardingOptimizer:
         """The owned states as ShardedWeights (FlexCheckpoint): each moment sharded like its parameter in
         `model_sharded_state_dict` (a tensor-parallel slice's moments are the same slice), written by the owner
         rank only, since only the owner holds it."""
-        build = getattr(self._inner_opt, "sharded_state_dict", None)
-        if build is None:
-            raise RuntimeError("DygraphShardingOptimizer.sharded_state_dict(): the inner optimizer "
-                               f"{type(self._inner_opt).__name__} has no sharded_state_dict()")
-        return build(model_sharded_state_dict)
+        return common.owned_sharded_state_dict(self._inner_opt, self._owned, model_sharded_state_dict,
+                                               "DygraphShardingOptimizer")
 
 
 class ShardingParallel(Layer):

@@ -71,7 +71,7 @@ class GroupShardedOptimizerStage2:
         self._param2rank = {id(p): r for p, r in zip(params, self._owners)}
         if pretrain_sync_models:
             self._sync_params_and_buffers()
-        common.keep_owned(optim, {id(p) for p, r in zip(params, self._owners) if r == self._rank})
+        self._owned = {id(p) for p, r in zip(params, self._owners) if r == self._rank}
         shards = [] if self._group is None else [self._group]
         common.wrap_clips(optim, common.fleet_model_parallel_group(), shards)
 
@@ -113,7 +113,7 @@ class GroupShardedOptimizerStage2:
                          for p in self.owned_params if not p.stop_gradient and p.grad is not None]
                 for task in tasks:
                     task.wait()
-        common.step_owned(self._optim)
+        common.step_owned(self._optim, self._owned)
         common.broadcast_from_owners(self._local_params, self._owners, self._group)
 
     def minimize(self, *args, **kwargs):
@@ -139,9 +139,15 @@ class GroupShardedOptimizerStage2:
 
     def set_state_dict(self, state_dict):
         """Load the entries of a full or sharded optimizer state that belong to the owned parameters."""
-        self._optim.set_state_dict(common.owned_state(self._optim, state_dict))
+        with common.owned_only(self._optim, self._owned):
+            self._optim.set_state_dict(common.owned_state(self._optim, state_dict, self._owned))
 
     set_dict = load_state_dict = set_state_dict
+
+    def sharded_state_dict(self, model_sharded_state_dict):
+        """The owned parameters' states as FlexCheckpoint ShardedWeights, placed like their parameters."""
+        return common.owned_sharded_state_dict(self._optim, self._owned, model_sharded_state_dict,
+                                               "GroupShardedOptimizerStage2")
 
     def get_lr(self):
         return self._optim.get_lr()
@@ -199,6 +205,9 @@ class GroupShardedStage2(Layer):
         return self._layer.set_state_dict(state_dict, *args, **kwargs)
 
     set_dict = load_dict = set_state_dict
+
+    def sharded_state_dict(self, *args, **kwargs):
+        return self._layer.sharded_state_dict(*args, **kwargs)
 
 
 def broadcast_model_buffers(layer, group) -> None:

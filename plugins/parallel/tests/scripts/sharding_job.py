@@ -148,9 +148,18 @@ def compare_training(failures, ref, losses, model):
         close(failures, f"parameter {i} after {STEPS} steps", got, want)
 
 
-def compare_state_cut(failures, optimizer, owned_params):
-    """Moments only for the owned parameters; all ranks together hold each parameter's exactly once,
-    and no rank much more than its share."""
+def compare_state_cut(failures, optimizer, owned_params, model):
+    """Moments only for the owned parameters (also in the FlexCheckpoint sharded_state_dict, which each rank
+    writes for what it owns); all ranks together hold each parameter's exactly once, and no rank much more
+    than its share. The optimizer's param_groups still list the whole model (the same on every rank)."""
+    if len(optimizer.param_groups[0]["params"]) != len(make_model().parameters()):
+        failures.append(f"param_groups lists {len(optimizer.param_groups[0]['params'])} parameters, not the model's")
+    model_state = model.sharded_state_dict()
+    owned_ids = {id(p) for p in owned_params}
+    want = {f"{k}.moment{m}_0" for k, w in model_state.items() if id(w.local_tensor) in owned_ids for m in (1, 2)}
+    got = {k for k in optimizer.sharded_state_dict(model_state) if not k.endswith(".step")}
+    if got != want:
+        failures.append(f"sharded_state_dict holds {sorted(got)}; the owned moments are {sorted(want)}")
     mine = moment_elements(optimizer)
     owned = sum(p.size for p in owned_params)
     if mine != 2 * owned:
@@ -175,7 +184,7 @@ def stage1_fleet(failures):
     while not isinstance(sharded, DygraphShardingOptimizer):
         sharded = sharded._inner_opt
     rank = fleet.get_hybrid_communicate_group().get_sharding_parallel_rank()
-    compare_state_cut(failures, sharded, sharded._rank2params[rank])
+    compare_state_cut(failures, sharded, sharded._rank2params[rank], model)
 
 
 @check
@@ -188,7 +197,7 @@ def stage1_standalone(failures):
     optimizer = DygraphShardingOptimizer(make_optimizer(model), hcg)
     compare_training(failures, ref, train(model, optimizer, batches()), model)
     owned = optimizer.filter_parameters(model.parameters(), hcg)
-    compare_state_cut(failures, optimizer, owned)
+    compare_state_cut(failures, optimizer, owned, model)
     sizes = [p.size for p in model.parameters()]
     loads = [0] * COMM.size
     for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
@@ -214,7 +223,7 @@ def group_sharded_run(failures, level, micro=1):
                                 f"{optimizer.owner_of(p)}")
 
     compare_training(failures, ref, train(model, optimizer, batches(), after_backward, micro), model._layer)
-    compare_state_cut(failures, optimizer, owned)
+    compare_state_cut(failures, optimizer, owned, model)
     if scaler is not None:
         failures.append("scaler=None must come back as None")
     return model, optimizer
