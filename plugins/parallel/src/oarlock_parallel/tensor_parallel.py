@@ -40,6 +40,7 @@ class TensorParallel(Layer):
         if unknown:
             raise TypeError(f"{_WHAT}: unexpected keyword argument(s) {unknown}; it accepts strategy")
         self._layers, self._hcg, self._strategy = layers, hcg, kwargs.get("strategy")
+        self._broadcast_inputs = hcg.get_model_parallel_world_size() > 1 and self._need_broadcast_data()
         self._prepare_for_model()
 
     def _prepare_for_model(self):
@@ -56,7 +57,7 @@ class TensorParallel(Layer):
         return bool(self._strategy.hybrid_configs["mp_configs"]["need_broadcast_data"])
 
     def forward(self, *inputs, **kwargs):
-        if self._hcg.get_model_parallel_world_size() > 1 and self._need_broadcast_data():
+        if self._broadcast_inputs:
             broadcast_input_data(self._hcg, *inputs, **kwargs)
         return self._layers(*inputs, **kwargs)
 
