@@ -93,3 +93,24 @@ def test_optimizer_sharded_state_dict_in_one_process():
     master = state["weight.w_0"]
     assert master.local_tensor.dtype.name == "float32" and master.global_shape == (2, 2)
     np.testing.assert_array_equal(master.local_tensor.numpy(), half.weight.numpy().astype("float32"))
+
+
+def test_model_sharded_state_dict_through_wrappers_and_containers():
+    """Layer.sharded_state_dict recurses into sublayers (persistable buffers included), and DataParallel
+    forwards it without a prefix. (Tensor-parallel layers nested in a plain model giving their own shards:
+    hybrid_job's sharded_state_dicts check, on 2 and 4 ranks.)"""
+    import oarlock
+
+    class Net(oarlock.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.blocks = oarlock.nn.LayerList([oarlock.nn.Linear(2, 4), oarlock.nn.LayerNorm(4)])
+            self.register_buffer("scale", oarlock.ones([1]))
+            self.register_buffer("scratch", oarlock.ones([1]), persistable=False)
+
+    net = Net()
+    state = oarlock.DataParallel(net).sharded_state_dict("m.")
+    assert sorted(state) == ["m.blocks.0.bias", "m.blocks.0.weight", "m.blocks.1.bias", "m.blocks.1.weight",
+                             "m.scale"]
+    assert state["m.blocks.0.weight"].local_tensor is net.blocks[0].weight
+    assert state["m.blocks.0.weight"].global_shape == (2, 4)
