@@ -70,3 +70,65 @@ def test_wrappers_reject_bad_arguments():
     opt = oarlock.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
     with pytest.raises(TypeError, match=r"HybridParallelOptimizer\(\): hcg must be a HybridCommunicateGroup"):
         HybridParallelOptimizer(opt, None, None)
+
+
+class ModeHcg:
+    """The getters HybridParallelOptimizer reads at construction, for a given parallel mode."""
+
+    def __init__(self, mode, dp=2):
+        self.mode, self.dp, self.groups = mode, dp, {"mp": object(), "pp": object(), "sharding": object()}
+
+    def get_parallel_mode(self):
+        return self.mode
+
+    def get_data_parallel_world_size(self):
+        return self.dp
+
+    def get_model_parallel_group(self):
+        return self.groups["mp"]
+
+    def get_pipe_parallel_group(self):
+        return self.groups["pp"]
+
+    def get_sharding_parallel_group(self):
+        return self.groups["sharding"]
+
+
+def test_which_clips_become_rank_aware():
+    """Pure data parallelism keeps the optimizer's clip (DataParallel averaged the gradients: every rank
+    sees the same norm); any other mode makes each group's global-norm clip rank-aware over the mp group
+    and the pipeline group, the sharding group too for a sharded inner optimizer; other clips stay."""
+    import oarlock
+    from oarlock.distributed import ParallelMode
+    from oarlock.distributed.fleet.meta_optimizers.dygraph_optimizer.hybrid_parallel_optimizer import (
+        HybridParallelClipGrad, HybridParallelOptimizer)
+    model = oarlock.nn.Linear(2, 2)
+    by_value = oarlock.nn.ClipGradByValue(1.0)
+
+    def fresh():
+        return oarlock.optimizer.AdamW(parameters=[{"params": [model.weight]},
+                                                   {"params": [model.bias], "grad_clip": by_value}],
+                                       grad_clip=oarlock.nn.ClipGradByGlobalNorm(0.5))
+
+    opt = fresh()
+    clip = opt._grad_clip
+    wrapped = HybridParallelOptimizer(opt, ModeHcg(ParallelMode.DATA_PARALLEL), None)
+    assert opt._param_groups[0]["grad_clip"] is clip and not wrapped._dp_enable
+    hcg = ModeHcg(ParallelMode.TENSOR_PARALLEL)
+    opt = fresh()
+    wrapped = HybridParallelOptimizer(opt, hcg, None)
+    first, second = (group["grad_clip"] for group in opt._param_groups)
+    assert isinstance(first, HybridParallelClipGrad) and first.clip_norm == 0.5 and second is by_value
+    assert first.split_group is hcg.groups["mp"] and first.shard_groups == (hcg.groups["pp"],)
+    assert isinstance(opt._grad_clip, HybridParallelClipGrad) and wrapped._dp_enable
+
+    class Sharded:   # what HybridParallelOptimizer needs of a DygraphShardingOptimizer
+        def __init__(self, inner):
+            self._inner_opt = inner
+
+        def reduce_gradients(self, parameters, hcg):
+            pass
+
+    opt = fresh()
+    HybridParallelOptimizer(Sharded(opt), hcg, None)
+    assert opt._param_groups[0]["grad_clip"].shard_groups == (hcg.groups["pp"], hcg.groups["sharding"])
