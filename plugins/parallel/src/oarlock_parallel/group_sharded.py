@@ -82,6 +82,31 @@ def group_sharded_parallel(model, optimizer, level, scaler=None, group=None, off
     return model, optimizer, scaler
 
 
+def _stage3_state(model, optimizer) -> dict:
+    """Stage 3's optimizer state with every partitioned parameter's whole: each rank's optimizer holds the
+    state of its flat piece (under the parameter's name); the pieces are all-gathered over the stage's group
+    in the optimizer's order (the same on every rank) and unpadded to the parameter's shape."""
+    parts = {optimizer._keys[id(part.piece)]: part for part in model._partitions.values()}
+    names = set(optimizer._keys.values())
+
+    def whole(name, value):
+        part = parts.get(name)
+        if part is None or not isinstance(value, oarlock.Tensor) or list(value.shape) != list(part.piece.shape):
+            return value     # an unsliced parameter's state, a step count: the same on every rank
+        pieces: list = []
+        dist.all_gather(pieces, value, group=part.group)
+        return oarlock.concat(pieces)[:part.numel].reshape(part.shape)
+
+    state = optimizer.state_dict()
+    out = {key: whole(common.owner_key(key, names), value) for key, value in state.items()
+           if key not in ("master_weights", "LR_Scheduler")}
+    if "master_weights" in state:
+        out["master_weights"] = {name: whole(name, value) for name, value in state["master_weights"].items()}
+    if "LR_Scheduler" in state:
+        out["LR_Scheduler"] = state["LR_Scheduler"]
+    return out
+
+
 def _gathered_state(optimizer) -> dict:
     """Every parameter's optimizer state: each rank's owned states, gathered over the sharding group (on every
     rank: oarlock.distributed has no object gather to one rank)."""
@@ -112,9 +137,11 @@ def _is_writer(group, dp_group) -> bool:
 def save_group_sharded_model(model, output, optimizer=None):
     """Save a group_sharded_parallel model (and optimizer) into the directory `output`, with Paddle's file
     names: output/model.pdmodel holds the full model state_dict (stage 3 gathers the parameters first),
-    output/model.pdopt the optimizer state of every parameter (gathered from their owners). Every rank of
+    output/model.pdopt the optimizer state of every parameter, whole: stage 2's gathered from the owners,
+    stage 3's pieces gathered and unpadded (Paddle saves only stage 2's, and only this rank's). Every rank of
     the group calls it; one rank writes. Read them back with oarlock.load."""
     what = "save_group_sharded_model()"
+    stage3 = _stage3_class()
     if not isinstance(output, (str, os.PathLike)):
         raise TypeError(f"{what}: output must be a directory path, got {type(output).__name__}")
     output = os.fspath(output)
@@ -122,16 +149,22 @@ def save_group_sharded_model(model, output, optimizer=None):
         raise ValueError(f"{what}: saving directory ({output}) should be a directory, not a file")
     if isinstance(model, GroupShardedStage2):
         group, dp_group = model._group, model._dp_group
-    elif isinstance(model, _stage3_class()):
+    elif isinstance(model, stage3):
         group, dp_group = model._group, model._dp_group
-        model.get_all_parameters(convert2cpu=bool(getattr(model, "_offload", False)))
     else:
         raise ValueError(f"{what}: model must be the layer group_sharded_parallel returned, got "
                          f"{type(model).__name__}")
-    if optimizer is not None and not isinstance(optimizer, GroupShardedOptimizerStage2):
-        raise ValueError(f"{what}: optimizer must be the optimizer group_sharded_parallel returned for level 'os' or "
-                         f"'os_g' (Paddle saves optimizer._optim.state_dict()), got {type(optimizer).__name__}")
-    state = _gathered_state(optimizer) if optimizer is not None else None   # collective: every rank
+    expected = GroupShardedOptimizerStage2 if isinstance(model, GroupShardedStage2) else type(model._optim)
+    if optimizer is not None and (not isinstance(optimizer, expected) or
+                                  (isinstance(model, stage3) and optimizer is not model._optim)):
+        raise ValueError(f"{what}: optimizer must be the optimizer group_sharded_parallel returned with this model, "
+                         f"got {type(optimizer).__name__}")
+    # collectives, on every rank: the full weights of stage 3, the optimizer states from their holders
+    if isinstance(model, stage3):
+        model.get_all_parameters(convert2cpu=bool(getattr(model, "_offload", False)))
+        state = _stage3_state(model, optimizer) if optimizer is not None else None
+    else:
+        state = _gathered_state(optimizer) if optimizer is not None else None
     if _is_writer(group, dp_group):
         os.makedirs(output, exist_ok=True)
         oarlock.save(model._layer.state_dict(), os.path.join(output, "model.pdmodel"))

@@ -116,7 +116,7 @@ def broadcast_from_owners(params: list, owners: list, group) -> None:
             task.wait()
 
 
-def _owner_key(key: str, names: set):
+def owner_key(key: str, names: set):
     """The parameter name a state_dict key of the optimizer belongs to ("<name>_step", "<name>_<state>_0"), the
     longest name that fits (a name may be a prefix of another)."""
     if key.endswith("_step") and key[:-5] in names:
@@ -139,7 +139,7 @@ def owned_state(optimizer, state_dict: dict, owned: set) -> dict:
         elif key == "master_weights":
             out[key] = {name: v for name, v in value.items() if name in mine}
         else:
-            owner = _owner_key(key, every)
+            owner = owner_key(key, every)
             if owner is None or owner in mine:   # unknown keys go on: the inner optimizer warns about them
                 out[key] = value
     return out

@@ -347,6 +347,32 @@ def save_group_sharded(failures):
 
 
 @check
+def save_group_sharded_stage3(failures):
+    """Level 'p_g_os' (every parameter partitioned, segment_size=0) trained like the reference, then
+    save_group_sharded_model writes the full weights and every moment whole, gathered from the pieces."""
+    ref = reference()
+    model, optimizer, _ = group_sharded_parallel(*plain(), "p_g_os", segment_size=0)
+    losses = train(model, optimizer, batches())
+    close(failures, "per-step losses", losses, ref.losses)
+    path = os.path.join(OUT_DIR, "saved3")
+    save_group_sharded_model(model, path, optimizer)
+    COMM.Barrier()
+    params, want = oarlock.load(os.path.join(path, "model.pdmodel")), ref.model.state_dict()
+    if sorted(params) != sorted(want):
+        failures.append(f"model.pdmodel keys {sorted(params)} != {sorted(want)}")
+    for key in want:
+        if key in params:
+            close(failures, f"model.pdmodel[{key!r}]", params[key], want[key])
+    state, want = oarlock.load(os.path.join(path, "model.pdopt")), ref.optimizer.state_dict()
+    if sorted(state) != sorted(want):
+        failures.append(f"model.pdopt keys {sorted(state)} != {sorted(want)}")
+    for key, value in want.items():
+        if key in state:
+            wanted = value.numpy() if isinstance(value, oarlock.Tensor) else np.asarray(value)
+            close(failures, f"model.pdopt[{key!r}]", state[key], wanted, atol=1e-6 * np.abs(wanted).max())
+
+
+@check
 def stage1_flex_checkpoint(failures):
     """sharded_state_dict under stage 1: after 3 steps, the model's and the optimizer's sharded state dicts
     (each moment written by its owner only) saved with FlexCheckpoint load into one process's plain optimizer
