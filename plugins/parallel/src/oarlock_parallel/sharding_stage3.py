@@ -242,6 +242,15 @@ class GroupShardedStage3(Layer):
     def set_dict(self, state_dict, use_structured_name=True):
         return self.set_state_dict(state_dict, use_structured_name=use_structured_name)
 
+    def sharded_state_dict(self, structured_name_prefix: str = ""):
+        """Not available: FlexCheckpoint stores n-d boxes, and a stage-3 piece is a flat range of a flattened
+        parameter (Paddle's flattened_range). The wrapped layer's own would read the freed parameters, so
+        this refuses instead of saving placeholders."""
+        raise NotImplementedError(
+            "GroupShardedStage3.sharded_state_dict(): stage 3 keeps flat pieces of flattened parameters, which "
+            "FlexCheckpoint's n-d boxes cannot describe; save with save_group_sharded_model() or state_dict() "
+            "(full weights)")
+
     def pieces(self) -> list:
         """This rank's flat pieces of the partitioned parameters (what its optimizer updates)."""
         return [part.piece for part in self._partitions.values()]
