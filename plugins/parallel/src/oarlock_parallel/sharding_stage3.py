@@ -22,6 +22,7 @@ import types
 import oarlock
 import oarlock.distributed as dist
 from oarlock.nn import Layer
+from oarlock.plugin_api import array_of
 
 from oarlock_parallel.sharding_stage3_hooks import Partition, Plan, run_gathered, stage3_clip
 
@@ -152,19 +153,18 @@ class GroupShardedStage3(Layer):
         opt.step = types.MethodType(step, opt)
 
     @oarlock.no_grad()
-    def _sync_params_and_buffers(self):
-        """Every rank starts from the first rank's weights (and the dp group's first rank's)."""
-        for t in self._layer.parameters() + self._layer.buffers():
+    def _broadcast(self, tensors):
+        """The group's first rank's values (then the dp group's first rank's) on every rank."""
+        for t in tensors:
             dist.broadcast(t, src=self._global_root_rank, group=self._group)
             if self._dp_group is not None and self._dp_group.nranks > 1:
                 dist.broadcast(t, src=self._dp_group.ranks[0], group=self._dp_group)
 
-    @oarlock.no_grad()
+    def _sync_params_and_buffers(self):
+        self._broadcast(self._layer.parameters() + self._layer.buffers())
+
     def _sync_buffers(self):
-        for b in self._layer.buffers():
-            dist.broadcast(b, src=self._global_root_rank, group=self._group)
-            if self._dp_group is not None and self._dp_group.nranks > 1:
-                dist.broadcast(b, src=self._dp_group.ranks[0], group=self._dp_group)
+        self._broadcast(self._layer.buffers())
 
     @oarlock.no_grad()
     def _reduce_unsliced_grads(self):
@@ -227,11 +227,15 @@ class GroupShardedStage3(Layer):
 
     def set_state_dict(self, state_dict, use_structured_name=True, strict=True):
         """Load full weights: each rank keeps its piece of every partitioned parameter."""
-        try:        # a freed parameter keeps its shape, so set_value checks it and gives it full storage
+        # a freed parameter keeps its shape, so set_value checks it and gives it new storage: the parameters
+        # whose storage changed were loaded (strict=False may skip some), and only their pieces are replaced
+        freed = {id(part): array_of(part.param) for part in self._partitions.values()}
+        try:
             result = self._layer.set_state_dict(state_dict, use_structured_name=use_structured_name, strict=strict)
             with oarlock.no_grad():
                 for part in self._partitions.values():
-                    part.piece.set_value(part.mine(part.param))
+                    if array_of(part.param) is not freed[id(part)]:
+                        part.piece.set_value(part.mine(part.param))
         finally:
             for plan in self._plans:
                 plan.free()
