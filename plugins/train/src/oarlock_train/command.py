@@ -8,6 +8,7 @@ and `python -m oarlock_train` use it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import pickle
@@ -117,7 +118,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="continue from the checkpoint in --out (model, optimizer, scheduler, step, random state); the "
              "options that shape the run (--steps, --seed, --batch-size, --seq-len, --lr, --warmup, --dropout, "
              "--no-document-mask) "
-             "must equal the checkpoint's, and the losses then equal an uninterrupted run's")
+             "must equal the checkpoint's, and the losses then equal an uninterrupted run's; the layout "
+             "(--nproc, --dp, --mp, --sharding, --sp) may differ, the checkpoint holds the full model")
     add("--nproc", type=positive_int, default=1, metavar="N",
         help="ranks to train on, started on this machine by `oarlock launch -n N` (MPI); must equal --dp x --mp x "
              "--sharding (default 1: this process)")
@@ -192,7 +194,13 @@ def _run(args) -> int:
     if args.corpus_file is not None and not launched:
         raise UsageError("argument --corpus-file: only for the ranks `oarlock train --nproc N` starts")
     if launched and not _is_rank_zero():
-        sys.stdout = open(os.devnull, "w")  # rank 0 alone prints; errors still reach stderr
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):  # errors still reach stderr
+            return _train_here(args, cfg, layout)
+    return _train_here(args, cfg, layout if launched else None)
+
+
+def _train_here(args, cfg, layout) -> int:
+    """Train in this process: alone (layout None) or as one rank of a --nproc run."""
     if args.corpus_file is not None:  # a rank: the command that started it built the corpus
         from oarlock_train.corpus import load_corpus
         corpus = load_corpus(args.corpus_file)
@@ -200,7 +208,7 @@ def _run(args) -> int:
         corpus = _build_corpus(cfg)
     print(corpus.summary(), flush=True)
     t0 = time.perf_counter()
-    trainer = _start(args, cfg, corpus, layout if launched else None)
+    trainer = _start(args, cfg, corpus, layout)
     log = _open_log(args, trainer)
     try:
         if not _train(args, trainer, log):
@@ -316,7 +324,7 @@ def _train(args, trainer, log=None) -> bool:
 
     cfg, entropy = trainer.cfg, trainer.corpus.entropy_nats
     last = cfg.steps if args.stop_after is None else min(cfg.steps, trainer.step + args.stop_after)
-    # ranks other than 0 print to their stdout, which is os.devnull (see _run)
+    # ranks other than 0 print to their stdout, which is os.devnull (see _run): rank 0 alone shows progress
     bar = ProgressBar(total=cfg.steps, start=trainer.step, stream=None if trainer.is_main else sys.stdout)
     try:
         while trainer.step < last:

@@ -18,6 +18,7 @@ training loop with a ParallelTrainer:
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -44,10 +45,8 @@ class Layout:
         return self.dp * self.sharding
 
     def describe(self) -> str:
-        parts = [f"dp {self.dp}", f"mp {self.mp}" + (" + sequence parallel" if self.sp else "")]
-        if self.sharding > 1:
-            parts.append(f"sharding {self.sharding} (stage 1)")
-        return " x ".join(parts)
+        parts = [f"dp {self.dp}"] + ([f"sharding {self.sharding} (stage 1)"] if self.sharding > 1 else [])
+        return " x ".join(parts + [f"mp {self.mp}" + (" + sequence parallel" if self.sp else "")])
 
 
 def layout_of(nproc: int, dp: int | None, mp: int, sharding: int, sp: bool, batch_size: int,
@@ -162,12 +161,15 @@ class ParallelTrainer(Trainer):
 
         if self.layout.mp == 1:
             return None
-        prefix = "_".join(key.split("_")[:2])
-        return split_of(self.param_names.get(prefix, key))
+        optimizer_key = re.match(r"(param_\d+)_", key)
+        return split_of(self.param_names[optimizer_key.group(1)] if optimizer_key else key)
 
     def full_state(self):
         """Gathered from every rank (every rank calls it): each key from the mp ranks that hold its slices,
         joined when split (the optimizer states of a sharded run from the ranks that own them)."""
+        if self.layout.mp == 1 and self.layout.sharding == 1:
+            return super().full_state()   # data-parallel replicas hold the same full state
+
         def arrays(state):
             return {k: v.numpy() if isinstance(v, oarlock.Tensor) else v for k, v in state.items()}
 
@@ -185,15 +187,14 @@ class ParallelTrainer(Trainer):
                 by_key.setdefault(key, {}).setdefault(mp_rank, value)
         out = {}
         for key, parts in by_key.items():
-            split = self._split_of(key)
-            if split is not None and isinstance(parts[0], np.ndarray) and parts[0].ndim:
+            split, first = self._split_of(key), parts[min(parts)]
+            if split is not None and isinstance(first, np.ndarray) and first.ndim:
                 if len(parts) != self.layout.mp:
                     raise RuntimeError(f"checkpoint: {key!r} is held by mp ranks {sorted(parts)}, not all "
                                        f"{self.layout.mp}")
                 value = oarlock.to_tensor(unshard([parts[r] for r in range(self.layout.mp)], split))
             else:
-                value = parts[min(parts)]
-                value = oarlock.to_tensor(value) if isinstance(value, np.ndarray) else value
+                value = oarlock.to_tensor(first) if isinstance(first, np.ndarray) else first
             out[key] = value
         return out
 

@@ -90,7 +90,14 @@ class ParallelAttention(nn.Layer):
         qkv = self.qkv(x)
         if self.sequence_parallel:   # [s, b, 3h/n] of the whole sequence -> attention's [b, s, ...]
             qkv = qkv.transpose([1, 0, 2])
-        y = attend(qkv, self.heads, self.head_dim, cos, sin, startend_row_indices, self.dropout, self.training)
+        if self.dropout and self.training:
+            # each rank drops out the weights of its own heads: drawn from the tracker's per-rank stream, as
+            # Paddle does inside tensor-parallel regions (the default stream is the same on every mp rank)
+            from oarlock.distributed.fleet.meta_parallel import get_rng_state_tracker
+            with get_rng_state_tracker().rng_state():
+                y = attend(qkv, self.heads, self.head_dim, cos, sin, startend_row_indices, self.dropout, True)
+        else:
+            y = attend(qkv, self.heads, self.head_dim, cos, sin, startend_row_indices, 0.0, self.training)
         if self.sequence_parallel:
             y = y.transpose([1, 0, 2])
         return self.proj(y)
