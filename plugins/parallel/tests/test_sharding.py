@@ -100,6 +100,10 @@ def test_errors_name_the_function_and_argument():
         group_sharded_parallel(model, [opt], "os")
     with pytest.raises(TypeError, match=r"group_sharded_parallel\(\): group must be a process group"):
         group_sharded_parallel(model, opt, "os", group="world")
+    with pytest.raises(ValueError, match=r"group_sharded_parallel\(\): buffer_max_size must be an int >= 0"):
+        group_sharded_parallel(model, opt, "os_g", buffer_max_size=-1)
+    with pytest.raises(TypeError, match=r"group_sharded_parallel\(\): scaler must be an oarlock.amp.GradScaler"):
+        group_sharded_parallel(model, opt, "os_g", scaler=1.0)
     with pytest.raises(TypeError, match=r"GroupShardedOptimizerStage2\(\): offload must be a bool"):
         group_sharded_parallel(model, opt, "os", offload="yes")
     with pytest.raises(TypeError, match=r"GroupShardedStage2\(\): sharding_optimizer must be one "

@@ -17,7 +17,7 @@ import oarlock.distributed as dist
 from oarlock.nn import Layer
 
 from oarlock_parallel import sharding_common as common
-from oarlock_parallel.sharding_stage2 import GroupShardedOptimizerStage2, GroupShardedStage2
+from oarlock_parallel.sharding_stage2 import GroupShardedOptimizerStage2, GroupShardedStage2, check_buffer_size
 
 LEVELS = ("os", "os_g", "p_g_os")
 
@@ -70,6 +70,7 @@ def group_sharded_parallel(model, optimizer, level, scaler=None, group=None, off
     if scaler is not None and not isinstance(scaler, oarlock.amp.AmpScaler):
         raise TypeError(f"{what}: scaler must be an oarlock.amp.GradScaler or None, got {type(scaler).__name__}")
     if level in ("os", "os_g"):
+        check_buffer_size(buffer_max_size, what)
         optimizer = GroupShardedOptimizerStage2(common.parameters_of(optimizer), optimizer, group=group,
                                                 offload=offload, dp_group=dp_group)
         model = GroupShardedStage2(model, optimizer, group=group, sync_buffers=sync_buffers,

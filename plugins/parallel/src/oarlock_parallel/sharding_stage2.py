@@ -44,6 +44,11 @@ def _check_offload(offload, params, what: str) -> bool:
     return offload
 
 
+def check_buffer_size(buffer_max_size, what: str) -> None:
+    if isinstance(buffer_max_size, bool) or not isinstance(buffer_max_size, int) or buffer_max_size < 0:
+        raise ValueError(f"{what}: buffer_max_size must be an int >= 0 (elements), got {buffer_max_size!r}")
+
+
 class GroupShardedOptimizerStage2:
     """Paddle's GroupShardedOptimizerStage2(params, optim, group=None, offload=False, device, pretrain_sync_models=True,
     dp_group=None): `optim` keeps state for the parameters this rank owns in `group` (the world when None).
@@ -172,8 +177,7 @@ class GroupShardedStage2(Layer):
         if len(optimizers) != 1 or not isinstance(optimizers[0], GroupShardedOptimizerStage2):
             raise TypeError(f"{_MODEL}: sharding_optimizer must be one GroupShardedOptimizerStage2, got "
                             f"{type(sharding_optimizer).__name__}")
-        if isinstance(buffer_max_size, bool) or not isinstance(buffer_max_size, int) or buffer_max_size < 0:
-            raise ValueError(f"{_MODEL}: buffer_max_size must be an int >= 0 (elements), got {buffer_max_size!r}")
+        check_buffer_size(buffer_max_size, _MODEL)
         optimizer = optimizers[0]
         group = _group(group, _MODEL)
         if (None if group is None else group.ranks) != (None if optimizer._group is None else optimizer._group.ranks):
