@@ -86,7 +86,8 @@ class GroupShardedOptimizerStage2:
         return getattr(self._optim, name)
 
     def _sync_params_and_buffers(self):
-        """Every rank starts from the group's first rank's parameters (then the dp group's first rank's)."""
+        """Every rank starts from the group's first rank's parameters (then the dp group's first rank's); as in
+        Paddle, despite the name, buffers are left to sync_buffers."""
         for group in (self._group, self._dp_group):
             if group is not None and group.nranks > 1:
                 with oarlock.no_grad():
