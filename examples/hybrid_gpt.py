@@ -280,6 +280,47 @@ def data_share(args, hcg) -> tuple[int, int]:
         hcg.get_data_parallel_world_size() * sharding
 
 
+def build_model(args, mp_rank: int, mp_degree: int) -> GPT:
+    """This rank's GPT (seeded by --seed; its mp slice of --init's full weights if given), with the
+    sequence-parallel gradient hooks registered under --sp."""
+    paddle.seed(args.seed)
+    model = GPT(args.vocab, args.width, args.layers, args.heads, args.seq_len, mp=mp_degree, sp=args.sp)
+    if args.init:
+        model.set_state_dict(slice_full_state(model, paddle.load(args.init), mp_rank, mp_degree))
+    if args.sp:
+        _sequence_parallel_utils().register_sequence_parallel_allreduce_hooks(
+            model, accumulation_steps=1, fuse_sequence_parallel_allreduce=False)
+    return model
+
+
+def build_optimizer(args, model):
+    """AdamW with global-norm clipping over the model's parameters (not yet distributed)."""
+    return paddle.optimizer.AdamW(learning_rate=args.lr, parameters=model.parameters(),
+                                  weight_decay=args.weight_decay,
+                                  grad_clip=nn.ClipGradByGlobalNorm(clip_norm=args.clip_norm))
+
+
+def distribute(args, model, optimizer, segment_size: int = 2**20):
+    """(model, optimizer) wrapped by group_sharded_parallel (--group-sharded; segment_size: stage 3's, the
+    largest parameter, in elements, kept whole) or by fleet.distributed_model / distributed_optimizer."""
+    if args.group_sharded:
+        from oarlock.distributed.sharding import group_sharded_parallel
+        model, optimizer, _ = group_sharded_parallel(model, optimizer, level=args.group_sharded,
+                                                     segment_size=segment_size)
+        return model, optimizer
+    return fleet.distributed_model(model), fleet.distributed_optimizer(optimizer)
+
+
+def step_loss(args, model, criterion, step: int, rows: slice):
+    """The mean loss of this rank's rows of step `step`'s global batch (forward only)."""
+    tokens, labels = global_batch(step, args.seed, args.batch, args.seq_len, args.vocab)
+    labels = paddle.to_tensor(labels[rows])
+    logits = model(paddle.to_tensor(tokens[rows]))
+    if args.sp:
+        labels = paddle.transpose(labels, [1, 0])         # the logits are [s, b, vocab/mp]
+    return criterion(logits, labels).mean()
+
+
 def main(argv=None) -> int:
     parser, args = parse_args(argv)
     hcg = init_fleet(args)
@@ -299,34 +340,15 @@ def main(argv=None) -> int:
         raise ValueError(f"hybrid_gpt: --batch {args.batch} must be divisible by the {shares} data-parallel-like "
                          f"ranks (dp x sharding, or the world with --group-sharded)")
 
-    paddle.seed(args.seed)
-    model = GPT(args.vocab, args.width, args.layers, args.heads, args.seq_len, mp=mp_degree, sp=args.sp)
-    if args.init:
-        model.set_state_dict(slice_full_state(model, paddle.load(args.init), mp_rank, mp_degree))
-    if args.sp:
-        _sequence_parallel_utils().register_sequence_parallel_allreduce_hooks(
-            model, accumulation_steps=1, fuse_sequence_parallel_allreduce=False)
+    model = build_model(args, mp_rank, mp_degree)
     criterion = ParallelCrossEntropy()
-    optimizer = paddle.optimizer.AdamW(learning_rate=args.lr, parameters=model.parameters(),
-                                       weight_decay=args.weight_decay,
-                                       grad_clip=nn.ClipGradByGlobalNorm(clip_norm=args.clip_norm))
-    if args.group_sharded:
-        from oarlock.distributed.sharding import group_sharded_parallel
-        model, optimizer, _ = group_sharded_parallel(model, optimizer, level=args.group_sharded)
-    else:
-        model = fleet.distributed_model(model)
-        optimizer = fleet.distributed_optimizer(optimizer)
+    model, optimizer = distribute(args, model, build_optimizer(args, model))
 
     per_rank = args.batch // shares
     rows = slice(share * per_rank, (share + 1) * per_rank)
     losses, grad_norms = [], []
     for step in range(args.steps):
-        tokens, labels = global_batch(step, args.seed, args.batch, args.seq_len, args.vocab)
-        labels = paddle.to_tensor(labels[rows])
-        logits = model(paddle.to_tensor(tokens[rows]))
-        if args.sp:
-            labels = paddle.transpose(labels, [1, 0])         # the logits are [s, b, vocab/mp]
-        loss = criterion(logits, labels).mean()
+        loss = step_loss(args, model, criterion, step, rows)
         loss.backward()
         if world == 1:     # one process: the global norm the clip sees (the tests check that it bites)
             grad_norms.append(math.sqrt(sum(float((p.grad * p.grad).sum()) for p in model.parameters()
