@@ -44,9 +44,11 @@ column- and row-parallel linears; it must divide the 4 heads), --sp adds sequenc
 ranks, --sharding partitions the optimizer states (stage 1), and the --dp x --sharding data ranks each
 take an equal share of every batch (--batch-size must be a multiple of their number). Every layout starts
 from the weights one process initialises with the same --seed and draws the same batches, so with
---dropout 0 its per-step losses equal a one-process run's (up to float32 rounding). Rank 0 alone prints,
-plots and writes the checkpoint, which holds the full weights and optimizer states: a run on any layout
-(or one process) resumes it.
+--dropout 0 its per-step losses equal a one-process run's (up to float32 rounding; with dropout each data
+rank, and with --sp each mp rank, draws its own masks from a stream the checkpoint does not keep). Rank 0
+alone prints, plots and writes the checkpoint, which holds the full weights and optimizer states: a run on
+any layout (or one process) resumes it. With --log-dir, train/grad_norm is left out under --mp or
+--sharding.
 
 --log-dir DIR also writes TensorBoard event files to DIR (view them with
 `tensorboard --logdir DIR`): train/loss, train/lr, train/tokens_per_s and

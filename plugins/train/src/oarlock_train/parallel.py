@@ -87,6 +87,11 @@ def launch(nproc: int, argv: list[str]) -> int:
         return 130
 
 
+# the tracker state dropout draws from in training; its seed is offset far from the tracker's
+# model-parallel seeds (seed + 1 + mp rank), which must differ from it
+DROPOUT_RNG, DROPOUT_SEED_OFFSET = "oarlock_train_dropout", 100_003
+
+
 class ParallelTrainer(Trainer):
     """Trainer of one rank of a parallel run (inside `oarlock launch`)."""
 
@@ -127,6 +132,20 @@ class ParallelTrainer(Trainer):
             param.name = f"param_{i}"
         self.param_names = {f"param_{i}": name for i, name in enumerate(self.full_names)}
         return model
+
+    def _dropout_stream(self):
+        # The batch indices come from the default stream, the same on every rank; dropout must not: data
+        # ranks drop different units of their different rows, and with --sp so do the mp ranks on their parts
+        # of the sequence (without it they hold the same activations and must drop the same units).
+        if not self.cfg.dropout:
+            return super()._dropout_stream()
+        from oarlock.distributed.fleet.meta_parallel import get_rng_state_tracker
+
+        tracker = get_rng_state_tracker()
+        if DROPOUT_RNG not in tracker.states_:
+            stream = self.data_rank * self.layout.mp + (self.mp_rank if self.layout.sp else 0)
+            tracker.add(DROPOUT_RNG, self.cfg.seed + DROPOUT_SEED_OFFSET + stream)
+        return tracker.rng_state(DROPOUT_RNG)
 
     def _distribute(self, model, optimizer):
         from oarlock.distributed import fleet

@@ -8,6 +8,7 @@ exactly the batches the uninterrupted run would have drawn.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import oarlock
@@ -98,6 +99,10 @@ class Trainer:
         """The values summed over the processes that hold different data."""
         return values
 
+    def _dropout_stream(self):
+        """The generator state dropout draws from in training (a context manager)."""
+        return contextlib.nullcontext()
+
     def _global_grad_norm(self):
         """The norm ClipGradByGlobalNorm clips (after backward, before step), or None where not measured."""
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
@@ -123,9 +128,10 @@ class Trainer:
     def train_step(self) -> float:
         """One optimisation step on a batch of rows drawn uniformly (with replacement) from the train split."""
         index = self._batch_share(oarlock.randint(0, len(self.corpus.train), [self.cfg.batch_size]))
-        loss = self.model.loss(oarlock.index_select(self.train_rows, index, axis=0), self.cfg.document_mask,
-                               forward=self.wrapped)
-        loss.backward()
+        with self._dropout_stream():
+            loss = self.model.loss(oarlock.index_select(self.train_rows, index, axis=0), self.cfg.document_mask,
+                                   forward=self.wrapped)
+            loss.backward()
         if self.measure_grad_norm:
             # the norm the global-norm clip computes inside step(): one more pass over the gradients
             self.grad_norm = self._global_grad_norm()
