@@ -81,6 +81,9 @@ class ModeHcg:
     def get_parallel_mode(self):
         return self.mode
 
+    def get_sharding_parallel_world_size(self):
+        return 2 if self.mode == 3 else 1      # ParallelMode.SHARDING_PARALLEL
+
     def get_data_parallel_world_size(self):
         return self.dp
 
@@ -97,7 +100,7 @@ class ModeHcg:
 def test_which_clips_become_rank_aware():
     """Pure data parallelism keeps the optimizer's clip (DataParallel averaged the gradients: every rank
     sees the same norm); any other mode makes each group's global-norm clip rank-aware over the mp group
-    and the pipeline group, the sharding group too for a sharded inner optimizer; other clips stay."""
+    and the pipeline group, with sharding the sharding group too; other clips stay."""
     import oarlock
     from oarlock.distributed import ParallelMode
     from oarlock.distributed.fleet.meta_optimizers.dygraph_optimizer.hybrid_parallel_optimizer import (
@@ -130,5 +133,6 @@ def test_which_clips_become_rank_aware():
             pass
 
     opt = fresh()
-    HybridParallelOptimizer(Sharded(opt), hcg, None)
-    assert opt._param_groups[0]["grad_clip"].shard_groups == (hcg.groups["pp"], hcg.groups["sharding"])
+    sharding = ModeHcg(ParallelMode.SHARDING_PARALLEL)
+    HybridParallelOptimizer(Sharded(opt), sharding, None)
+    assert opt._param_groups[0]["grad_clip"].shard_groups == (sharding.groups["pp"], sharding.groups["sharding"])

@@ -5,8 +5,9 @@ It makes the inner optimizer's step right under hybrid parallelism:
 - global-norm clipping counts every piece of the model once: a ClipGradByGlobalNorm of the innermost
   optimizer (its `_grad_clip` and every parameter group's "grad_clip") becomes a HybridParallelClipGrad
   that sums the squares of the tensor-parallel slices over the model-parallel group and the total over
-  the pipeline group and, when the inner optimizer is sharded, the sharding group. In pure data
-  parallelism the clip is left alone, as in Paddle: the averaged gradients are the same on every rank;
+  the pipeline group and, with sharding (whose optimizer gives each rank the gradients it owns), the
+  sharding group. In pure data parallelism the clip is left alone, as in Paddle: the averaged gradients
+  are the same on every rank;
 - before the inner step, a sharded inner optimizer (one with `reduce_gradients`, the
   DygraphShardingOptimizer) reduces the gradients to their owners; then, when the model is not wrapped
   in DataParallel (the parallel mode is not pure data parallelism) and dp > 1, the gradients (those the
@@ -26,7 +27,9 @@ from __future__ import annotations
 import oarlock
 from oarlock.optimizer import Optimizer
 
-from oarlock_parallel.clip import HybridParallelClipGrad, wrap_clip
+from oarlock.nn import ClipGradByGlobalNorm
+
+from oarlock_parallel import clip as rank_aware_clip
 from oarlock_parallel.dp_utils import fused_allreduce_gradients
 from oarlock_parallel.topology import ParallelMode
 
@@ -49,6 +52,23 @@ def parameters_of(optimizer) -> list:
     if groups is None:
         groups = innermost(optimizer)._param_groups
     return [p for group in groups for p in group["params"]]
+
+
+class HybridParallelClipGrad(rank_aware_clip.HybridParallelClipGrad):
+    """Paddle's HybridParallelClipGrad(clip, hcg, split_norm_comm=False, timers=None): the global-norm clip
+    `clip` with the tensor-parallel slices summed over hcg's model-parallel group and the total over its
+    pipeline group and, when sharding_degree > 1, its sharding group (oarlock_parallel.clip).
+    split_norm_comm and timers (Paddle's communication split and profiling) change nothing here."""
+
+    def __init__(self, clip, hcg, split_norm_comm=False, timers=None):
+        if isinstance(clip, rank_aware_clip.HybridParallelClipGrad):
+            clip = clip._clip_inner
+        if not hasattr(hcg, "get_model_parallel_group"):
+            raise TypeError(f"HybridParallelClipGrad(): hcg must be a HybridCommunicateGroup, got {type(hcg).__name__}")
+        shard_groups = [hcg.get_pipe_parallel_group()]
+        if hcg.get_sharding_parallel_world_size() > 1:
+            shard_groups.append(hcg.get_sharding_parallel_group())
+        super().__init__(clip, split_group=hcg.get_model_parallel_group(), shard_groups=shard_groups)
 
 
 class HybridParallelOptimizer:
@@ -74,13 +94,8 @@ class HybridParallelOptimizer:
         self.processed_steps = 0
 
     def _replace_clips(self, base):
-        hcg = self._hcg
-        shard_groups = [hcg.get_pipe_parallel_group()]
-        if self._sharding_enable:
-            shard_groups.append(hcg.get_sharding_parallel_group())
-
-        def rank_aware(clip):
-            return wrap_clip(clip, split_group=hcg.get_model_parallel_group(), shard_groups=shard_groups)
+        def rank_aware(clip):   # other clips act per tensor: the same on every rank
+            return HybridParallelClipGrad(clip, self._hcg) if isinstance(clip, ClipGradByGlobalNorm) else clip
 
         base._grad_clip = rank_aware(base._grad_clip)
         if "grad_clip" in base._defaults:      # groups added later get the rank-aware clip too
