@@ -70,6 +70,11 @@ def test_wrappers_reject_bad_arguments():
     opt = oarlock.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
     with pytest.raises(TypeError, match=r"HybridParallelOptimizer\(\): hcg must be a HybridCommunicateGroup"):
         HybridParallelOptimizer(opt, None, None)
+    from oarlock.distributed.fleet.meta_optimizers.dygraph_optimizer.hybrid_parallel_optimizer import (
+        HybridParallelClipGrad)
+    with pytest.raises(TypeError, match=r"HybridParallelClipGrad\(\): hcg must be a HybridCommunicateGroup, got "
+                                        r"NoneType"):
+        HybridParallelClipGrad(oarlock.nn.ClipGradByGlobalNorm(1.0), None)
 
 
 class ModeHcg:
