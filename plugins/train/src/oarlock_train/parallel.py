@@ -27,6 +27,7 @@ import numpy as np
 
 import oarlock
 from oarlock_train.model import GPT, GPTConfig
+from oarlock_train.parallel_model import ParallelGPT, check_layout, shard, split_of, unshard
 from oarlock_train.trainer import Trainer
 
 
@@ -68,7 +69,6 @@ def layout_of(nproc: int, dp: int | None, mp: int, sharding: int, sp: bool, batc
         raise ValueError(f"argument --batch-size: {batch_size} rows cannot be shared equally by the "
                          f"{layout.data_ranks} data ranks (--dp {dp} x --sharding {sharding}); use a multiple "
                          f"of {layout.data_ranks}")
-    from oarlock_train.parallel_model import check_layout
     problems = check_layout(GPTConfig(max_seq_len=seq_len), mp, sp)
     if problems:
         raise ValueError("argument --mp: " + "; ".join(problems))
@@ -115,8 +115,6 @@ class ParallelTrainer(Trainer):
         super().__init__(cfg, corpus)
 
     def _local_model(self, full: GPT):
-        from oarlock_train.parallel_model import ParallelGPT
-
         self.full_names = list(full.state_dict())
         model = full
         if self.layout.mp > 1:
@@ -125,7 +123,8 @@ class ParallelTrainer(Trainer):
             model = ParallelGPT(full.cfg, sequence_parallel=self.layout.sp)
             oarlock.set_rng_state(state)
             model.load_full_state_dict(full.state_dict())
-            assert list(model.state_dict()) == self.full_names, "ParallelGPT must keep model.GPT's parameters"
+            if list(model.state_dict()) != self.full_names:
+                raise RuntimeError("ParallelGPT must have model.GPT's parameters, in the same order")
         # the one-process optimizer keys its state by position (param_<i>); naming every parameter so keeps
         # the keys whatever the wrappers do with the parameter list (sharding gives each rank a part)
         for i, param in enumerate(model.parameters()):
@@ -176,16 +175,15 @@ class ParallelTrainer(Trainer):
     # -- checkpoints: full weights -----------------------------------------------------------------------------
     def _split_of(self, key: str):
         """The split of a model or optimizer state key (param_<i>_moment1_0 ...)."""
-        from oarlock_train.parallel_model import split_of
-
         if self.layout.mp == 1:
             return None
         optimizer_key = re.match(r"(param_\d+)_", key)
         return split_of(self.param_names[optimizer_key.group(1)] if optimizer_key else key)
 
     def full_state(self):
-        """Gathered from every rank (every rank calls it): each key from the mp ranks that hold its slices,
-        joined when split (the optimizer states of a sharded run from the ranks that own them)."""
+        """Gathered from every rank (every rank calls it; the others get empty dicts): each key from the mp
+        ranks that hold its slices, joined when split (the optimizer states of a sharded run from the ranks
+        that own them)."""
         if self.layout.mp == 1 and self.layout.sharding == 1:
             return super().full_state()   # data-parallel replicas hold the same full state
 
@@ -193,13 +191,13 @@ class ParallelTrainer(Trainer):
             return {k: v.numpy() if isinstance(v, oarlock.Tensor) else v for k, v in state.items()}
 
         mine = (self.mp_rank, arrays(self.model.state_dict()), arrays(self.optimizer.state_dict()))
-        ranks: list = []
-        self.dist.all_gather_object(ranks, mine)
-        return tuple(self._join([(r[0], r[which]) for r in ranks]) for which in (1, 2))
+        gathered: list = []
+        self.dist.all_gather_object(gathered, mine)
+        if not self.is_main:   # only the main rank writes or generates
+            return {}, {}
+        return tuple(self._join([(g[0], g[which]) for g in gathered]) for which in (1, 2))
 
     def _join(self, pieces) -> dict:
-        from oarlock_train.parallel_model import unshard
-
         by_key: dict = {}
         for mp_rank, state in pieces:
             for key, value in state.items():
@@ -218,8 +216,6 @@ class ParallelTrainer(Trainer):
         return out
 
     def load_full_state(self, model_state: dict, optimizer_state: dict) -> None:
-        from oarlock_train.parallel_model import shard
-
         def local(key, value):
             split = self._split_of(key)
             if split is None or not isinstance(value, oarlock.Tensor) or value.ndim == 0:
