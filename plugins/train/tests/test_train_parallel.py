@@ -19,6 +19,7 @@ import pytest
 import oarlock
 from oarlock_train import command
 from oarlock_train.model import GPT, GPTConfig
+from oarlock_train.parallel_model import shard, split_of, unshard
 
 pytest.importorskip("mpi4py")
 
@@ -120,6 +121,26 @@ def test_only_rank_zero_prints(runs):
         assert any("resumed from" in line for line in runs["mp2_stdout"].splitlines())
     assert "[rank 1]" not in runs["mp2_stderr"]
     assert "2 ranks (dp 1 x mp 2)" in runs["mp2_stdout"]
+
+
+def test_qkv_slices_hold_whole_heads_of_q_k_and_v():
+    width, heads, ranks = 8, 4, 2
+    full = np.arange(width * 3 * width, dtype=np.float32).reshape(width, 3 * width)  # [q heads | k heads | v heads]
+    split = split_of("blocks.3.attn.qkv.weight")
+    for rank in range(ranks):
+        whole_heads = full.reshape(width, 3, heads, width // heads)[:, :, rank * 2:(rank + 1) * 2]
+        np.testing.assert_array_equal(shard(full, split, rank, ranks), whole_heads.reshape(width, -1))
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_every_weight_round_trips_through_its_slices(ranks):
+    for name, value in GPT(GPTConfig(max_seq_len=8)).state_dict().items():
+        full, split = value.numpy(), split_of(name)
+        parts = [shard(full, split, rank, ranks) for rank in range(ranks)]
+        np.testing.assert_array_equal(unshard(parts, split), full)
+        if split is not None:
+            assert all(p.size * ranks == full.size for p in parts), name
+    assert split_of("blocks.0.attn_norm.weight") is None and split_of("blocks.0.attn.proj.bias") is None
 
 
 @pytest.mark.parametrize("argv, message", [
