@@ -40,9 +40,16 @@ def one_process(out, *extra):
 
 
 def launched(out, *extra):
+    """A successful `oarlock train ... --nproc N ...`: (history, stdout, stderr)."""
+    status, stdout, stderr = run_launched(out, *extra)
+    assert status == 0, f"{extra} failed ({status}):\n{stdout[-3000:]}\n{stderr[-3000:]}"
+    return history(out), stdout, stderr
+
+
+def run_launched(out, *extra):
     """`oarlock train ... --nproc N ...` run in this process (the corpus it hands to the ranks is built once per
-    process) with the launched ranks' stdout and stderr (file descriptors 1 and 2) in files: (history, stdout,
-    stderr)."""
+    process) with the launched ranks' stdout and stderr (file descriptors 1 and 2) in files: (exit status,
+    stdout, stderr)."""
     logs = [out.parent / f"{out.name}.{name}" for name in ("stdout", "stderr")]
     saved = [os.dup(1), os.dup(2)]
     sys.stdout.flush()
@@ -58,9 +65,7 @@ def launched(out, *extra):
         os.dup2(saved[1], 2)
         for fd in saved:
             os.close(fd)
-    stdout, stderr = (log.read_text() for log in logs)
-    assert status == 0, f"{extra} failed ({status}):\n{stdout[-3000:]}\n{stderr[-3000:]}"
-    return history(out), stdout, stderr
+    return (status, *(log.read_text() for log in logs))
 
 
 def assert_same_losses(got, want):
@@ -80,6 +85,7 @@ def runs(tmp_path_factory):
     shutil.copytree(root / "mp2", root / "mp2_then_one")
     out["mp2"], out["mp2_stdout"], out["mp2_stderr"] = launched(root / "mp2", "--nproc", "2", "--mp", "2",
                                                                 "--resume")
+    out["mp2_dir"] = root / "mp2"
     out["mp2_then_one"] = one_process(root / "mp2_then_one", "--resume")
     out["dp2"], _, _ = launched(root / "dp2", "--nproc", "2", "--dp", "2")
     out["dp2mp2"], out["dp2mp2_stdout"], _ = launched(root / "dp2mp2", "--nproc", "4", "--dp", "2", "--mp", "2",
@@ -103,6 +109,15 @@ def test_mp2_checkpoint_resumes_in_one_process(runs):
 
 def test_one_process_checkpoint_resumes_with_mp2_and_sequence_parallel(runs):
     assert_same_losses(runs["one_then_sp"], runs["one"])
+
+
+def test_a_damaged_checkpoint_fails_every_rank_without_a_hang(runs, tmp_path):
+    shutil.copytree(runs["mp2_dir"], tmp_path / "damaged")
+    (tmp_path / "damaged" / "optimizer.pdopt").write_bytes(b"not a pickle")
+    status, _, stderr = run_launched(tmp_path / "damaged", "--nproc", "2", "--mp", "2", "--resume")
+    assert status == 2, stderr
+    for rank in (0, 1):
+        assert f"[rank {rank}] oarlock train: error: --resume: cannot use the checkpoint" in stderr, stderr
 
 
 def test_checkpoint_holds_the_full_model(runs):
