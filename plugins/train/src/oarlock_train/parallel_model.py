@@ -67,10 +67,16 @@ def _normal(std):
     return nn.ParamAttr(initializer=nn.initializer.Normal(0.0, std))
 
 
+def _sequence_parallel_utils():
+    """fleet.utils.sequence_parallel_utils, imported only with sequence parallel."""
+    from oarlock.distributed.fleet.utils import sequence_parallel_utils
+    return sequence_parallel_utils
+
+
 def _layers(sequence_parallel: bool):
     """(column, row) linear classes: the sequence-parallel ones gather / reduce-scatter the sequence."""
     if sequence_parallel:
-        from oarlock.distributed.fleet.utils import sequence_parallel_utils as spu
+        spu = _sequence_parallel_utils()
         return spu.ColumnSequenceParallelLinear, spu.RowSequenceParallelLinear
     from oarlock.distributed.fleet import meta_parallel as mpu
     return mpu.ColumnParallelLinear, mpu.RowParallelLinear
@@ -144,10 +150,10 @@ class ParallelGPT(nn.Layer):
         self.register_buffer("rope_cos", cos, persistable=False)
         self.register_buffer("rope_sin", sin, persistable=False)
         if sequence_parallel:
-            from oarlock.distributed.fleet.utils import sequence_parallel_utils as spu
+            spu = _sequence_parallel_utils()
             # the norms see 1/n of the sequence on each rank: their gradients are summed over the group
             for name, param in self.named_parameters():
-                if split_of(name) is None and "norm" in name:
+                if name.endswith("norm.weight"):
                     spu.mark_as_sequence_parallel_parameter(param)
             spu.register_sequence_parallel_allreduce_hooks(self, 1, False)
 
@@ -158,14 +164,13 @@ class ParallelGPT(nn.Layer):
         cos, sin = self.rope_cos[:, :seq], self.rope_sin[:, :seq]
         x = self.embed(tokens)
         if self.sequence_parallel:
-            from oarlock.distributed.fleet.utils import sequence_parallel_utils as spu
-            x = spu.ScatterOp.apply(x.transpose([1, 0, 2]))    # [s/n, b, h]
+            x = _sequence_parallel_utils().ScatterOp.apply(x.transpose([1, 0, 2]))    # [s/n, b, h]
         x = self.drop(x)
         for block in self.blocks:
             x = block(x, cos, sin, startend_row_indices)
         x = self.norm(x)
         if self.sequence_parallel:
-            x = spu.GatherOp.apply(x).transpose([1, 0, 2])     # the head needs the whole sequence
+            x = _sequence_parallel_utils().GatherOp.apply(x).transpose([1, 0, 2])  # the head needs it all
         return self.head(x)
 
     def num_parameters(self) -> int:
