@@ -239,8 +239,6 @@ def test_bad_load_paths_and_ids(tmp_path):
 def test_sharded_weight_checks_its_arguments(args, message):
     with pytest.raises((TypeError, ValueError), match=message):
         dist.ShardedWeight(*args)
-    with pytest.raises(NotImplementedError, match="is flattened"):
-        dist.ShardedWeight("w", oarlock.ones([2]), (2,), (2,), (0,), is_flattened=True)
 
 
 def test_shard_helpers_follow_paddle():

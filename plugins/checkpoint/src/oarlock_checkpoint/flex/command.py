@@ -117,7 +117,7 @@ def _verify(source, data_format) -> int:
             reader = files.setdefault(shard.file, DataFile(source.file_path(shard.file), data_format,
                                                            "oarlock checkpoint verify", source.unique_id is not None))
             try:
-                array = reader.read(key, dtype, shape_of(shard.box), expected=shard.checksum)
+                array = reader.read(shard.name_in_file(key), dtype, shape_of(shard.box), expected=shard.checksum)
             except DamagedFile as exc:
                 failures.append(f"{what}: {exc.reason}")
                 continue

@@ -41,6 +41,10 @@ class Shard(NamedTuple):
     box: tuple
     file: str
     checksum: str | None    # XXH3-64 hex; None where the files carry none (Hugging Face directories)
+    name: str | None = None   # its name in the file where that is not the tensor's key (a flat range's box)
+
+    def name_in_file(self, key: str) -> str:
+        return key if self.name is None else self.name
 
 
 class SourceTensor(NamedTuple):
@@ -193,7 +197,7 @@ def _flex(path: str, unique_id: int, where: str, check_files: bool) -> tuple:
         raise ValueError(f"{where}: {meta_file!r} is not version {VERSION} FlexCheckpoint metadata (format "
                          f"{body.get('format')!r}, version {body.get('version')!r})")
     tensors = {key: SourceTensor(entry["dtype"], tuple(entry["global_shape"]),
-                                 [Shard(box_of(s["offset"], s["shape"]), s["file"], s["checksum"])
+                                 [Shard(box_of(s["offset"], s["shape"]), s["file"], s["checksum"], s.get("name"))
                                   for s in entry["shards"]])
                for key, entry in body["tensors"].items()}
     source = Source(path, tensors, body["objects"], body["files"], f"checkpoint {unique_id} in {path!r}", unique_id,

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from oarlock.plugin_api import array_of
+
 from oarlock_checkpoint._arrays import NUMPY_DTYPE
 from oarlock_checkpoint.flex import layout, pending
 from oarlock_checkpoint.flex.aoa import build_mapping
@@ -71,7 +73,7 @@ def _load(state_dict, path, process_group, unique_id, aoa_config, staged: bool) 
         absent = [key for key in objects if key not in source.objects]
         if absent:   # plain values are per rank: checked here, where a failure reaches every rank
             raise KeyError(f"{WHERE}: {source.description} has no value for {', '.join(map(repr, absent))}")
-        mine = [Request(s.key, s.box, s.global_shape, s.dtype) for s in shards.values()]
+        mine = [Request(s.key, s.box, s.global_shape, s.dtype, name) for name, s in shards.items()]
         return (shards, objects, source, data_format), mine
 
     (shards, objects, source, data_format), requests = team.gather_checked(describe, WHERE)
@@ -80,7 +82,7 @@ def _load(state_dict, path, process_group, unique_id, aoa_config, staged: bool) 
                             _destination(requests))
     _check(mapping, source, requests)
     rounds = make_plan(source, requests, mapping, WHERE, budget)
-    targets = {key: _Target(shard, staged) for key, shard in shards.items() if key not in mapping.created}
+    targets = {name: _Target(shard, staged) for name, shard in shards.items() if shard.key not in mapping.created}
     loader = _Loader(team, targets, source, data_format)
     for reads in rounds:
         loader.run_round(reads)
@@ -118,14 +120,15 @@ def _check(mapping, source, requests) -> None:
 
 
 class _Target:
-    """Where the loaded pieces of one tensor gather: a staging array, copied into the tensor by
+    """Where the loaded pieces of one box gather: a staging array, copied into the tensor by
     commit() once every rank has everything; unstaged (a fresh tensor), the tensor's own host
-    buffer when it has one (CPU)."""
+    buffer when it has one (CPU). The box of a flat range is its span of the 1-D tensor, reshaped."""
 
     def __init__(self, shard, staged: bool):
         self.shard = shard
         data = getattr(shard.tensor, "_data", None)
-        self.host = data if type(data) is np.ndarray and data.flags.writeable and data.flags.c_contiguous else None
+        usable = type(data) is np.ndarray and data.flags.writeable and data.flags.c_contiguous
+        self.host = shard.values(data) if usable else None
         self.buffer = self.host if self.host is not None and not staged else \
             np.empty(shape_of(shard.box), NUMPY_DTYPE[shard.dtype])
 
@@ -137,6 +140,9 @@ class _Target:
             return
         if self.host is not None:
             np.copyto(self.host, self.buffer)   # in place: views of the tensor and its holders see the values
+        elif self.shard.span is not None:   # a span of a device tensor, written in place like the rest of it
+            tensor = self.shard.tensor
+            self.shard.values(array_of(tensor))[...] = tensor.place.backend.xp.asarray(self.buffer)
         else:
             self.shard.tensor.set_value(self.buffer)
 
@@ -145,7 +151,7 @@ def _apply(transfer, piece: np.ndarray, targets: dict) -> None:
     value = piece.transpose(transfer.perm) if transfer.perm != tuple(range(piece.ndim)) else piece
     for dtype in transfer.casts:
         value = value.astype(NUMPY_DTYPE[dtype])
-    targets[transfer.dst_key].put(transfer.dst_box, value)
+    targets[transfer.dst_name].put(transfer.dst_box, value)
 
 
 class _Loader:
@@ -200,14 +206,14 @@ class _Loader:
         exactly what this rank needs (an unchanged layout), in which case None is returned."""
         dtype, shape = np.dtype(NUMPY_DTYPE[read.dtype]), shape_of(read.shard_box)
         only = read.transfers[0] if len(read.transfers) == 1 else None
-        target = self.targets[only.dst_key] if only is not None and only.needer == self.team.rank else None
+        target = self.targets[only.dst_name] if only is not None and only.needer == self.team.rank else None
         straight = (target is not None and only.src_box == read.shard_box and only.dst_box == target.shard.box
                     and not only.casts and only.perm == tuple(range(len(shape))) and target.buffer.dtype == dtype)
         reader = self.files.get(read.file)
         if reader is None:
             reader = self.files[read.file] = DataFile(self.source.file_path(read.file), self.data_format, WHERE,
                                                       flex=self.source.unique_id is not None)
-        array = reader.read(read.key, dtype, shape, target.buffer if straight else None, read.checksum)
+        array = reader.read(read.name, dtype, shape, target.buffer if straight else None, read.checksum)
         return None if straight else array
 
     def _exchange(self, reads: list, outgoing: list) -> None:

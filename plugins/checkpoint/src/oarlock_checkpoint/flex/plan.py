@@ -35,12 +35,13 @@ class Request(NamedTuple):
     box: tuple            # the box of the global tensor this rank's tensor holds
     global_shape: tuple
     dtype: str
+    name: str             # the requesting rank's name for the box (its target; key@i for a flat range's boxes)
 
 
 class Transfer(NamedTuple):
     needer: int
     src_box: tuple        # in the source tensor's global coordinates, inside the shard
-    dst_key: str
+    dst_name: str         # the needer's Request.name
     dst_box: tuple        # in the destination tensor's global coordinates, inside the needer's request
     perm: tuple
     casts: tuple
@@ -51,6 +52,7 @@ class ShardRead(NamedTuple):
     reader: int
     file: str
     key: str
+    name: str             # the shard's name in the file
     shard_box: tuple
     dtype: str
     checksum: str | None
@@ -84,11 +86,12 @@ def make_plan(source, requests: list, mapping, where: str, budget: int) -> list:
                     part = intersect(piece.src_box, shard.box)
                     if part is None:
                         continue
-                    read = reads.get((shard.file, piece.src_key))
+                    name = shard.name_in_file(piece.src_key)
+                    read = reads.get((shard.file, name))
                     if read is None:
-                        read = reads[(shard.file, piece.src_key)] = ShardRead(
-                            -1, shard.file, piece.src_key, shard.box, source_tensor.dtype, shard.checksum, [])
-                    read.transfers.append(Transfer(rank, part, request.key, _dst_box(piece, part), piece.perm,
+                        read = reads[(shard.file, name)] = ShardRead(
+                            -1, shard.file, piece.src_key, name, shard.box, source_tensor.dtype, shard.checksum, [])
+                    read.transfers.append(Transfer(rank, part, request.name, _dst_box(piece, part), piece.perm,
                                                    piece.casts, volume(part) * itemsize))
                     covered += volume(part)
             if covered != volume(request.box):

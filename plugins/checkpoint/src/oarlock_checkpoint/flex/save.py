@@ -61,7 +61,7 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
             _check_safetensors_dtypes(shards)
         if coordinator:
             os.makedirs(path, exist_ok=True)
-        mine = {key: (s.dtype, s.global_shape, s.box, _nbytes(s)) for key, s in shards.items()}
+        mine = {name: (s.key, s.dtype, s.global_shape, s.box, _nbytes(s)) for name, s in shards.items()}
         if not coordinator:
             return (shards, objects), (mine, unique_id, None, False)
         proposal = _next_id(path) if unique_id is None else None
@@ -77,18 +77,21 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
             _clear(path, uid)
         team.barrier()   # nobody writes before it is gone
 
-    keys = [key for (key, _), rank in plan["writer"].items() if rank == team.rank]
-    arrays = {key: _host(shards[key].tensor) for key in keys}
+    names = [name for rank, name in plan["writer"].values() if rank == team.rank]
+    arrays = {name: shards[name].values(_host(shards[name].tensor)) for name in names}
     # the CPU tensors whose own memory the writer would read (the others' host arrays are copies already)
-    live = {key: a for key, a in arrays.items() if _owns(shards[key].tensor, a)}
+    live = {name: a for name, a in arrays.items() if _owns(shards[name].tensor, a)}
     how = pending.mode() if async_save else None
     snapshot = None
     if how == "copy":   # a thread writes: take private copies now
         arrays.update(staging.snapshot(live))
     elif how == "cow":   # a thread writes from the tensors themselves, guarded against training's writes
-        snapshot = cow.Snapshot({key: (shards[key].tensor, a) for key, a in live.items()})
+        # a flat range's boxes are parts of one tensor, which a guard (one per tensor) cannot share: copied now
+        parts = {name: a for name, a in live.items() if shards[name].span is not None}
+        arrays.update(staging.snapshot(parts))
+        snapshot = cow.Snapshot({name: (shards[name].tensor, a) for name, a in live.items() if name not in parts})
         arrays.update(snapshot.sources)
-    name = data_file_name(team.rank, uid, data_format) if keys else None
+    name = data_file_name(team.rank, uid, data_format) if names else None
     finish = _Finish(path, uid, team.size, data_format, plan, objects, coordinator)
 
     def write() -> dict:
@@ -160,28 +163,29 @@ def _agree_on_id(described: list, coordinator_rank: int) -> int:
 
 
 def _assign_writers(per_rank: list) -> dict:
-    """{"writer": {(key, box): rank}, "tensors": {key: (dtype, global shape, [(box, rank), ...])}}: one writer
-    per distinct box; a box held by several ranks goes to the one with the fewest bytes so far."""
+    """{"writer": {(key, box): (rank, name)}, "tensors": {key: (dtype, global shape, [(box, rank, name), ...])}}:
+    one writer per distinct box (`name`: the box's name in the writer's file); a box held by several ranks
+    goes to the one with the fewest bytes so far."""
     tensors, holders = {}, {}
     for rank, shards in enumerate(per_rank):
-        for key, (dtype, global_shape, box, nbytes) in shards.items():
+        for name, (key, dtype, global_shape, box, nbytes) in shards.items():
             known = tensors.setdefault(key, (dtype, tuple(global_shape), rank))
             if known[:2] != (dtype, tuple(global_shape)):
                 raise ValueError(f"{WHERE}: rank {known[2]} saves {key!r} as {known[0]} of global shape "
                                  f"{list(known[1])} but rank {rank} as {dtype} of global shape {list(global_shape)}")
-            holders.setdefault((key, tuple(box)), []).append((rank, nbytes))
+            holders.setdefault((key, tuple(box)), []).append((rank, nbytes, name))
     load = [0] * len(per_rank)
     writer_of_box = {}
     # boxes only one rank has first, then the replicated ones, largest first, each to the least loaded holder
     for (key, box), ranks in sorted(holders.items(), key=lambda item: (len(item[1]) > 1, -item[1][0][1], item[0])):
-        rank = min(ranks, key=lambda r: (load[r[0]], r[0]))[0]
-        writer_of_box[(key, box)] = rank
+        rank, _, name = min(ranks, key=lambda r: (load[r[0]], r[0]))
+        writer_of_box[(key, box)] = (rank, name)
         load[rank] += ranks[0][1]
     out = {key: (dtype, shape, []) for key, (dtype, shape, _) in tensors.items()}
-    for (key, box), rank in sorted(writer_of_box.items()):
-        out[key][2].append((box, rank))
+    for (key, box), (rank, name) in sorted(writer_of_box.items()):
+        out[key][2].append((box, rank, name))
     for key, (_, shape, boxes) in out.items():
-        _check_tiling(key, shape, [box for box, _ in boxes])
+        _check_tiling(key, shape, [box for box, _, _ in boxes])
     return {"writer": writer_of_box, "tensors": out}
 
 
@@ -265,9 +269,18 @@ class _Finish:
         tensors = {}
         for key, (dtype, shape, boxes) in self.plan["tensors"].items():
             tensors[key] = {"dtype": dtype, "global_shape": list(shape), "shards": [
-                {"offset": list(offset_of(box)), "shape": list(shape_of(box)), "file": by_rank[rank]["file"],
-                 "checksum": by_rank[rank]["checksum"][key]} for box, rank in boxes]}
+                _shard_entry(key, box, by_rank[rank], name) for box, rank, name in boxes]}
         files = {r["file"]: {"rank": r["rank"], "bytes": r["bytes"]} for r in records if r.get("file")}
         layout.write_record(layout.metadata_path(self.path, self.uid),
                             layout.metadata_body(self.uid, self.world_size, self.data_format, tensors,
                                                  self.objects, files))
+
+
+def _shard_entry(key: str, box: tuple, record: dict, name: str) -> dict:
+    """One shard's metadata; "name" (its name in the file) only where it is not the tensor's key (a box of
+    a flattened range)."""
+    entry = {"offset": list(offset_of(box)), "shape": list(shape_of(box)), "file": record["file"],
+             "checksum": record["checksum"][name]}
+    if name != key:
+        entry["name"] = name
+    return entry

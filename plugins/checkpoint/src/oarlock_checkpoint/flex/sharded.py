@@ -9,6 +9,8 @@ whatever boxes the ranks hold now.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 import oarlock
@@ -31,10 +33,12 @@ class ShardedWeight:
     """One rank's shard of a global tensor: `local_tensor` (of shape `local_shape`) is the box of the
     tensor `key` (of shape `global_shape`) that starts at `global_offset`.
 
-    Paddle's `is_flattened` / `flattened_range` (sharding stage 2's flat slices) are not supported:
-    passing is_flattened=True is an error rather than a silently wrong checkpoint."""
+    is_flattened=True with flattened_range=slice(a, b) (Paddle's, for sharding's flat pieces): the box
+    `local_shape` at `global_offset` is described whole, but `local_tensor` is 1-D and holds only the
+    elements [a, b) of that box's row-major flattening (flat.py turns the range into n-d boxes)."""
 
-    __slots__ = ("key", "local_tensor", "local_shape", "global_shape", "global_offset")
+    __slots__ = ("key", "local_tensor", "local_shape", "global_shape", "global_offset", "is_flattened",
+                 "flattened_range")
 
     def __init__(self, key, local_tensor, local_shape, global_shape, global_offset, is_flattened=False,
                  flattened_range=None):
@@ -44,14 +48,17 @@ class ShardedWeight:
         if not isinstance(local_tensor, Tensor):
             raise TypeError(f"{what}: local_tensor of {key!r} must be an oarlock Tensor, got "
                             f"{type(local_tensor).__name__}")
-        if is_flattened or flattened_range is not None:
-            raise NotImplementedError(f"{what}: {key!r} is flattened (is_flattened={is_flattened}, flattened_range="
-                                      f"{flattened_range}); oarlock's FlexCheckpoint stores n-d boxes only: pass the "
-                                      f"shard in its n-d shape")
         local_shape = _int_tuple(local_shape, what, "local_shape")
         global_shape = _int_tuple(global_shape, what, "global_shape")
         global_offset = _int_tuple(global_offset, what, "global_offset")
-        if tuple(local_tensor.shape) != local_shape:
+        if not isinstance(is_flattened, bool):
+            raise TypeError(f"{what}: is_flattened of {key!r} must be a bool, got {is_flattened!r}")
+        if is_flattened:
+            flattened_range = _check_flat(key, local_tensor, local_shape, flattened_range)
+        elif flattened_range is not None:
+            raise ValueError(f"{what}: {key!r} has flattened_range {flattened_range!r} but is_flattened=False; pass "
+                             f"is_flattened=True for a flat range of the box, or no range")
+        elif tuple(local_tensor.shape) != local_shape:
             raise ValueError(f"{what}: {key!r} has local_shape {list(local_shape)} but its local_tensor has shape "
                              f"{local_tensor.shape}")
         if not len(local_shape) == len(global_shape) == len(global_offset):
@@ -63,11 +70,36 @@ class ShardedWeight:
                              f"{list(local_shape)} runs past global_shape {list(global_shape)} on axis {outside[0]}")
         self.key, self.local_tensor = key, local_tensor
         self.local_shape, self.global_shape, self.global_offset = local_shape, global_shape, global_offset
+        self.is_flattened, self.flattened_range = is_flattened, flattened_range
 
     def __repr__(self):
+        flat = f", flattened_range={self.flattened_range}" if self.is_flattened else ""
         return (f"ShardedWeight(key={self.key!r}, local_shape={list(self.local_shape)}, global_shape="
-                f"{list(self.global_shape)}, global_offset={list(self.global_offset)}, dtype="
+                f"{list(self.global_shape)}, global_offset={list(self.global_offset)}{flat}, dtype="
                 f"{self.local_tensor.dtype.name})")
+
+
+def _check_flat(key: str, local_tensor, local_shape: tuple, flattened_range) -> slice:
+    """flattened_range as slice(a, b) with 0 <= a <= b <= the box's element count, and a 1-D local
+    tensor of b - a elements."""
+    what = "ShardedWeight()"
+    if flattened_range is None:
+        raise ValueError(f"{what}: {key!r} has is_flattened=True but no flattened_range; pass slice(a, b), the "
+                         f"elements of the flattened box that local_tensor holds")
+    bounds = (flattened_range.start, flattened_range.stop) if isinstance(flattened_range, slice) else None
+    if (bounds is None or flattened_range.step not in (None, 1)
+            or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in bounds)):
+        raise TypeError(f"{what}: flattened_range of {key!r} must be a slice(a, b) of ints (step 1), got "
+                        f"{flattened_range!r}")
+    start, stop, numel = int(bounds[0]), int(bounds[1]), math.prod(local_shape)
+    if not 0 <= start <= stop <= numel:
+        raise ValueError(f"{what}: flattened_range of {key!r} is [{start}, {stop}), which runs past the {numel} "
+                         f"elements of its box (local_shape {list(local_shape)}); it must satisfy 0 <= a <= b <= "
+                         f"{numel}")
+    if len(local_tensor.shape) != 1 or local_tensor.shape[0] != stop - start:
+        raise ValueError(f"{what}: {key!r} is flattened with range [{start}, {stop}), so its local_tensor must be "
+                         f"1-D with {stop - start} elements, got shape {local_tensor.shape}")
+    return slice(start, stop)
 
 
 def _rank_and_size(group, what: str) -> tuple[int, int]:

@@ -1,6 +1,10 @@
 """A state dict as the checkpoint sees it: nested dicts flattened to "a.b" keys (as Paddle does),
 each tensor as a LocalShard (its box of the global tensor), and plain Python values (an optimizer's
-step counts, an LR scheduler's state) as JSON objects the metadata carries."""
+step counts, an LR scheduler's state) as JSON objects the metadata carries.
+
+A flattened ShardedWeight becomes one LocalShard per n-d box its range covers (flat.py), each
+naming the run of the 1-D local tensor it is; shards are keyed by their name, the tensor key for
+a single box, "key@i" for the i-th box of a flat range that needs several."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import numpy as np
 
 from oarlock import Tensor
 from oarlock_checkpoint.flex.boxes import box_of
+from oarlock_checkpoint.flex.flat import flat_pieces
 from oarlock_checkpoint.flex.sharded import ShardedWeight
 
 
@@ -21,14 +26,23 @@ class LocalShard(NamedTuple):
     box: tuple            # this rank's box of the global tensor
     global_shape: tuple
     dtype: str            # oarlock dtype name
+    name: str             # the shard's name in this rank's data file (unique on the rank)
+    span: tuple | None    # (first, end) elements of the 1-D tensor that the box is; None: the whole tensor
+
+    def values(self, array):
+        """The box's values out of `array`, the tensor's own values (a view: a flat span reshaped)."""
+        if self.span is None:
+            return array
+        first, end = self.span
+        return array.reshape(-1)[first:end].reshape([hi - lo for lo, hi in self.box])
 
 
 def flatten(state_dict, where: str) -> tuple[dict, dict]:
-    """({key: LocalShard}, {key: JSON value}) of a (possibly nested) state dict."""
+    """({name: LocalShard}, {key: JSON value}) of a (possibly nested) state dict."""
     if not isinstance(state_dict, Mapping):
         raise TypeError(f"{where}: state_dict must be a dict of str -> Tensor / ShardedWeight (nested dicts "
                         f"allowed), got {type(state_dict).__name__}")
-    shards, objects = {}, {}
+    shards, objects, keys = {}, {}, set()
 
     def visit(prefix: str, mapping):
         for name, value in mapping.items():
@@ -39,20 +53,35 @@ def flatten(state_dict, where: str) -> tuple[dict, dict]:
                 visit(key, value)
                 continue
             if isinstance(value, ShardedWeight):
-                tensor, shard = value.local_tensor, box_of(value.global_offset, value.local_shape)
-                global_shape, key = value.global_shape, value.key
+                tensor, global_shape, key = value.local_tensor, value.global_shape, value.key
+                pieces = _pieces(value)
             elif isinstance(value, Tensor):
-                tensor, shard, global_shape = value, box_of((0,) * value.ndim, value.shape), tuple(value.shape)
+                tensor, global_shape = value, tuple(value.shape)
+                pieces = [(box_of((0,) * value.ndim, value.shape), None)]
             else:
                 objects[key] = _json_value(value, key, where)
                 continue
-            if key in shards or key in objects:
+            if key in keys or key in objects:
                 raise ValueError(f"{where}: the key {key!r} appears twice in the flattened state_dict (nested dicts "
                                  f"join keys with '.', and a ShardedWeight is stored under its own .key)")
-            shards[key] = LocalShard(key, tensor, shard, tuple(global_shape), tensor.dtype.name)
+            keys.add(key)
+            for i, (box, span) in enumerate(pieces):
+                name = key if len(pieces) == 1 else f"{key}@{i}"
+                if name in shards:
+                    raise ValueError(f"{where}: the shard name {name!r} is taken twice (the boxes of a flattened "
+                                     f"key are named key@0, key@1, ...); rename the key that clashes")
+                shards[name] = LocalShard(key, tensor, box, tuple(global_shape), tensor.dtype.name, name, span)
 
     visit("", state_dict)
     return shards, objects
+
+
+def _pieces(weight: ShardedWeight) -> list:
+    """[(box of the global tensor, span of the local tensor or None)] that the ShardedWeight holds."""
+    if not weight.is_flattened:
+        return [(box_of(weight.global_offset, weight.local_shape), None)]
+    return flat_pieces(weight.local_shape, weight.global_offset, weight.flattened_range.start,
+                       weight.flattened_range.stop)
 
 
 def _json_value(value, key: str, where: str):
