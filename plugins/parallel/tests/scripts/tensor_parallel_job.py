@@ -11,11 +11,11 @@ test_tensor_parallel.py imports this module to list the checks (CHECKS) and runs
 
 from __future__ import annotations
 
-import json
+import functools
 import sys
-import traceback
 
 import numpy as np
+from _checks import close, expect_error, leaf, registry, run_checks
 from mpi4py import MPI
 
 import oarlock
@@ -25,28 +25,9 @@ import oarlock.nn.functional as F
 from oarlock.distributed.fleet.meta_parallel import (ColumnParallelLinear, ParallelCrossEntropy, RowParallelLinear,
                                                      VocabParallelEmbedding, get_rng_state_tracker)
 
-CHECKS: dict = {}
+CHECKS, check = registry()
 RTOL = 1e-6
-
-
-def check(fn):
-    CHECKS[fn.__name__] = fn
-    return fn
-
-
-def close(failures, what, got, want, rtol=RTOL, atol=1e-7):
-    got = got.numpy() if isinstance(got, oarlock.Tensor) else np.asarray(got)
-    want = want.numpy() if isinstance(want, oarlock.Tensor) else np.asarray(want)
-    if got.shape != want.shape:
-        failures.append(f"{what}: shape {got.shape} != {want.shape}")
-    elif not np.allclose(got, want, rtol=rtol, atol=atol):
-        failures.append(f"{what}: max abs diff {np.abs(got - want).max():.3g}")
-
-
-def leaf(array):
-    t = oarlock.to_tensor(array)
-    t.stop_gradient = False
-    return t
+close = functools.partial(close, rtol=RTOL, atol=1e-7)
 
 
 def cols(array, rank, size):
@@ -256,13 +237,7 @@ def bad_input(group, failures):
              ("x must be an int32/int64", "float32",
               lambda: VocabParallelEmbedding(4, 2, mp_group=group)(oarlock.zeros([3])))]
     for argument, detail, make in cases:
-        try:
-            make()
-        except (ValueError, TypeError) as error:
-            if argument not in str(error) or detail not in str(error):
-                failures.append(f"{argument}: unclear message {error}")
-        else:
-            failures.append(f"{argument}: no error")
+        expect_error(failures, argument, (ValueError, TypeError), [argument, detail], make)
 
 
 @check
@@ -302,20 +277,7 @@ def fleet_defaults(group, failures):
 
 def main(out):
     dist.init_parallel_env()
-    group = dist.new_group(list(range(dist.get_world_size())))
-    report = {}
-    for name, fn in CHECKS.items():
-        failures: list = []
-        try:
-            fn(group, failures)
-        except Exception:
-            failures.append(traceback.format_exc())
-        report[name] = [f"rank {dist.get_rank()}: {f}" for f in failures]
-    gathered = MPI.COMM_WORLD.gather(report, root=0)
-    if MPI.COMM_WORLD.rank == 0:
-        merged = {name: sum((r[name] for r in gathered), []) for name in CHECKS}
-        with open(out, "w") as f:
-            json.dump({"size": MPI.COMM_WORLD.size, "failures": merged}, f)
+    run_checks(CHECKS, out, dist.new_group(list(range(dist.get_world_size()))))
 
 
 if __name__ == "__main__":
