@@ -6,24 +6,15 @@ from every rank. The namespace, the marks and the single-process behaviour are c
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from parallel_jobs import assert_check_passed, launch_report, load_job
 
 import oarlock
 
 pytest.importorskip("mpi4py")
 
-JOB = Path(__file__).parent / "scripts" / "sequence_parallel_job.py"
-_spec = importlib.util.spec_from_file_location("sequence_parallel_job", JOB)
-job = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(job)
+job = load_job("sequence_parallel_job")
 
 # the public names Paddle 3.2's paddle/distributed/fleet/utils/sequence_parallel_utils.py defines
 PADDLE_NAMES = {"scatter", "all_gather", "reduce_scatter", "ScatterOp", "GatherOp", "AllGatherOp", "ReduceScatterOp",
@@ -36,20 +27,13 @@ PADDLE_NAMES = {"scatter", "all_gather", "reduce_scatter", "ScatterOp", "GatherO
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sp") / "report.json"
-    env = dict(os.environ, OARLOCK_COLLECTIVE_TIMEOUT="120", PYTHONWARNINGS="ignore")
-    done = subprocess.run([sys.executable, "-m", "oarlock.cli", "launch", "-n", "2", str(JOB), str(out)],
-                          capture_output=True, text=True, timeout=300, env=env)
-    assert done.returncode == 0 and out.exists(), (
-        f"2-rank job failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    return json.loads(out.read_text())
+    return launch_report("sequence_parallel_job", tmp_path_factory.mktemp("sp") / "report.json", ranks=2,
+                         collective_timeout=120)
 
 
 @pytest.mark.parametrize("check", list(job.CHECKS))
 def test_two_ranks(report, check):
-    assert report["size"] == 2
-    failures = report["failures"][check]
-    assert not failures, "\n".join(failures)
+    assert_check_passed(report, check)
 
 
 def test_namespace_has_paddles_public_names():

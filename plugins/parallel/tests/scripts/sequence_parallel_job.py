@@ -13,11 +13,11 @@ test_sequence_parallel.py imports this module to list the checks (CHECKS) and ru
 
 from __future__ import annotations
 
-import json
+import functools
 import sys
-import traceback
 
 import numpy as np
+from _checks import close, expect_error, leaf, registry, run_checks
 from mpi4py import MPI
 
 import oarlock
@@ -31,29 +31,11 @@ from oarlock.distributed.fleet.utils.sequence_parallel_utils import (
     register_sequence_parallel_allreduce_hooks, scatter)
 from oarlock_parallel import marks
 
-CHECKS: dict = {}
+CHECKS, check = registry()
 COMM = MPI.COMM_WORLD
 S, B, H, FF = 4, 3, 6, 8           # sequence (divisible by 2 and 4), batch, hidden, feed-forward
-
-
-def check(fn):
-    CHECKS[fn.__name__] = fn
-    return fn
-
-
-def close(failures, what, got, want, rtol=1e-5, atol=1e-5):
-    got = got.numpy() if isinstance(got, oarlock.Tensor) else np.asarray(got)
-    want = want.numpy() if isinstance(want, oarlock.Tensor) else np.asarray(want)
-    if got.shape != want.shape:
-        failures.append(f"{what}: shape {got.shape} != {want.shape}")
-    elif not np.allclose(got, want, rtol=rtol, atol=atol):
-        failures.append(f"{what}: max abs diff {np.abs(got - want).max():.3g}")
-
-
-def leaf(array):
-    t = oarlock.to_tensor(np.asarray(array, dtype="float32"))
-    t.stop_gradient = False
-    return t
+close = functools.partial(close, rtol=1e-5, atol=1e-5)
+leaf = functools.partial(leaf, dtype="float32")
 
 
 def share(array, rank, size, axis=0):
@@ -338,16 +320,7 @@ def bad_input(group, failures):
          lambda: register_sequence_parallel_allreduce_hooks(col, accumulation_steps="2")),
     ]
     for kind, parts, make in cases:
-        try:
-            make()
-        except kind as error:
-            missing = [p for p in parts if p not in str(error)]
-            if missing:
-                failures.append(f"{parts[0]}: message lacks {missing}: {error}")
-        except Exception as error:       # noqa: BLE001 - reported as the wrong kind
-            failures.append(f"{parts[0]}: {type(error).__name__} instead of {kind.__name__}: {error}")
-        else:
-            failures.append(f"{parts[0]} ({parts[1]}): no error")
+        expect_error(failures, f"{parts[0]} ({parts[1]})", kind, parts, make)
     gathered = all_gather(oarlock.to_tensor([[float(group.rank)]]))
     close(failures, "a collective after the errors", gathered, np.arange(size, dtype="float32")[:, None])
 
@@ -391,20 +364,7 @@ def main(out):
     strategy = fleet.DistributedStrategy()
     strategy.hybrid_configs = {"dp_degree": 1, "mp_degree": dist.get_world_size(), "pp_degree": 1}
     fleet.init(is_collective=True, strategy=strategy)
-    group = fleet.get_hybrid_communicate_group().get_model_parallel_group()
-    report = {}
-    for name, fn in CHECKS.items():
-        failures: list = []
-        try:
-            fn(group, failures)
-        except Exception:
-            failures.append(traceback.format_exc())
-        report[name] = [f"rank {dist.get_rank()}: {f}" for f in failures]
-    gathered = COMM.gather(report, root=0)
-    if COMM.rank == 0:
-        merged = {name: sum((r[name] for r in gathered), []) for name in CHECKS}
-        with open(out, "w") as f:
-            json.dump({"size": COMM.size, "failures": merged}, f)
+    run_checks(CHECKS, out, fleet.get_hybrid_communicate_group().get_model_parallel_group())
 
 
 if __name__ == "__main__":
