@@ -7,45 +7,28 @@ no collectives) and the argument errors are checked in-process.
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from parallel_jobs import assert_check_passed, launch_report, load_job
 
 import oarlock
 import oarlock.nn as nn
 
 pytest.importorskip("mpi4py")
 
-JOB = Path(__file__).parent / "scripts" / "sharding_job.py"
-_spec = importlib.util.spec_from_file_location("sharding_job", JOB)
-job = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(job)
+job = load_job("sharding_job")
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=["2ranks", "4ranks"])
 def report(request, tmp_path_factory):
     ranks = request.param
-    out = tmp_path_factory.mktemp(f"sharding{ranks}") / "report.json"
-    env = dict(os.environ, OARLOCK_COLLECTIVE_TIMEOUT="120", PYTHONWARNINGS="ignore")
-    done = subprocess.run([sys.executable, "-m", "oarlock.cli", "launch", "-n", str(ranks), str(JOB), str(out)],
-                          capture_output=True, text=True, timeout=600, env=env)
-    assert done.returncode == 0 and out.exists(), (
-        f"{ranks}-rank job failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    report = json.loads(out.read_text())
-    assert report["size"] == ranks
-    return report
+    return launch_report("sharding_job", tmp_path_factory.mktemp(f"sharding{ranks}") / "report.json", ranks=ranks,
+                         timeout=600, collective_timeout=120)
 
 
 @pytest.mark.parametrize("check", list(job.CHECKS))
 def test_sharded_job(report, check):
-    failures = report["failures"][check]
-    assert not failures, "\n".join(failures)
+    assert_check_passed(report, check)
 
 
 def _plain():

@@ -53,6 +53,11 @@ def leaf(array, dtype=None):
     return t
 
 
+def mean_over_ranks(value) -> float:
+    """The mean of a number over the ranks of the job, through raw MPI (not the code under test)."""
+    return MPI.COMM_WORLD.allreduce(float(value)) / MPI.COMM_WORLD.size
+
+
 def expect_error(failures: list, what: str, kind, parts, make) -> None:
     """Records a failure unless make() raises `kind` (an exception class or a tuple of them) whose message
     holds every one of `parts` (a str or a list of them)."""

@@ -13,12 +13,12 @@ test_sharding.py imports this module to list the checks (CHECKS) and runs it on 
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 import sys
-import traceback
 
 import numpy as np
+from _checks import close, expect_error, mean_over_ranks, registry, run_checks
 from mpi4py import MPI
 
 import oarlock
@@ -29,26 +29,13 @@ from oarlock.distributed.fleet.meta_optimizers.dygraph_optimizer import DygraphS
 from oarlock.distributed.fleet.meta_parallel import ShardingParallel
 from oarlock.distributed.sharding import group_sharded_parallel, save_group_sharded_model
 
-CHECKS: dict = {}
+CHECKS, check = registry()
 RTOL = 1e-5
 CLIP_NORM = 0.05
 ROWS = 4          # rows of each batch per rank
 STEPS = 5
 COMM = MPI.COMM_WORLD
-
-
-def check(fn):
-    CHECKS[fn.__name__] = fn
-    return fn
-
-
-def close(failures, what, got, want, rtol=RTOL, atol=1e-7):
-    got = got.numpy() if isinstance(got, oarlock.Tensor) else np.asarray(got)
-    want = want.numpy() if isinstance(want, oarlock.Tensor) else np.asarray(want)
-    if got.shape != want.shape:
-        failures.append(f"{what}: shape {got.shape} != {want.shape}")
-    elif not np.allclose(got, want, rtol=rtol, atol=atol):
-        failures.append(f"{what}: max abs diff {np.abs(got - want).max():.3g}")
+close = functools.partial(close, rtol=RTOL, atol=1e-7)
 
 
 def make_model():
@@ -113,10 +100,6 @@ def reference(micro=1, steps=STEPS) -> Reference:
     if (micro, steps) not in _REFERENCE:
         _REFERENCE[micro, steps] = Reference(batches()[:steps], micro)
     return _REFERENCE[micro, steps]
-
-
-def mean_over_ranks(value: float) -> float:
-    return COMM.allreduce(value) / COMM.size
 
 
 def train(model, optimizer, data, after_backward=None, micro=1):
@@ -427,18 +410,6 @@ def stage1_flex_checkpoint(failures):
         close(failures, f"resumed run: parameter {i} after {STEPS} steps", got, wanted)
 
 
-def expect_error(failures, what, error, text, make):
-    try:
-        make()
-    except error as exc:
-        if any(part not in str(exc) for part in text):
-            failures.append(f"{what}: unclear message {exc}")
-    except Exception as exc:   # noqa: BLE001 -- any other error is a failure to report
-        failures.append(f"{what}: {type(exc).__name__} instead of {error.__name__}: {exc}")
-    else:
-        failures.append(f"{what}: no error")
-
-
 @check
 def bad_input(failures):
     """A bad level, a bad group, a group without this rank, a non-optimizer: the same error on every rank,
@@ -533,19 +504,7 @@ def main(out):
     strategy = fleet.DistributedStrategy()
     strategy.hybrid_configs = {"dp_degree": 1, "sharding_degree": COMM.size}
     fleet.init(is_collective=True, strategy=strategy)
-    report = {}
-    for name, fn in CHECKS.items():
-        failures: list = []
-        try:
-            fn(failures)
-        except Exception:
-            failures.append(traceback.format_exc())
-        report[name] = [f"rank {COMM.rank}: {f}" for f in failures]
-    gathered = COMM.gather(report, root=0)
-    if COMM.rank == 0:
-        merged = {name: sum((r[name] for r in gathered), []) for name in CHECKS}
-        with open(out, "w") as f:
-            json.dump({"size": COMM.size, "failures": merged}, f)
+    run_checks(CHECKS, out)
 
 
 if __name__ == "__main__":
