@@ -8,41 +8,21 @@ size reports the failures of every rank.
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from parallel_jobs import assert_check_passed, launch_report, load_job
 
 pytest.importorskip("mpi4py")
 
-JOB = Path(__file__).parent / "scripts" / "sharding_stage3_job.py"
-_spec = importlib.util.spec_from_file_location("sharding_stage3_job", JOB)
-job = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(job)
-
-_REPORTS: dict = {}
+job = load_job("sharding_stage3_job")
 
 
-def _report(ranks, tmp_path_factory):
-    if ranks not in _REPORTS:
-        out = tmp_path_factory.mktemp(f"stage3_{ranks}") / "report.json"
-        env = dict(os.environ, OARLOCK_COLLECTIVE_TIMEOUT="60", PYTHONWARNINGS="ignore")
-        done = subprocess.run([sys.executable, "-m", "oarlock.cli", "launch", "-n", str(ranks), str(JOB), str(out)],
-                              capture_output=True, text=True, timeout=600, env=env)
-        assert done.returncode == 0 and out.exists(), (
-            f"{ranks}-rank job failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-        _REPORTS[ranks] = json.loads(out.read_text())
-    return _REPORTS[ranks]
+@pytest.fixture(scope="module", params=[2, 4], ids=["2ranks", "4ranks"])
+def report(request, tmp_path_factory):
+    ranks = request.param
+    return launch_report("sharding_stage3_job", tmp_path_factory.mktemp(f"stage3_{ranks}") / "report.json",
+                         ranks=ranks, timeout=600)
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
 @pytest.mark.parametrize("check", list(job.CHECKS))
-def test_ranks(tmp_path_factory, ranks, check):
-    report = _report(ranks, tmp_path_factory)
-    assert report["size"] == ranks
-    failures = report["failures"][check]
-    assert not failures, "\n".join(failures)
+def test_ranks(report, check):
+    assert_check_passed(report, check)

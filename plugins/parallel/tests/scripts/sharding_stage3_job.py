@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
+import functools
 import sys
-import traceback
 
 import numpy as np
+from _checks import close, expect_error, mean_over_ranks, registry, run_checks
 from mpi4py import MPI
 
 import oarlock
@@ -27,23 +27,10 @@ import oarlock.nn as nn
 import oarlock.nn.functional as F
 from oarlock_parallel.sharding_stage3 import GroupShardedStage3
 
-CHECKS: dict = {}
+CHECKS, check = registry()
 RTOL, ATOL = 1e-5, 1e-6
 VOCAB, SEQ, HIDDEN, STEPS = 32, 8, 16, 5
-
-
-def check(fn):
-    CHECKS[fn.__name__] = fn
-    return fn
-
-
-def close(failures, what, got, want, rtol=RTOL, atol=ATOL):
-    got = got.numpy() if isinstance(got, oarlock.Tensor) else np.asarray(got)
-    want = want.numpy() if isinstance(want, oarlock.Tensor) else np.asarray(want)
-    if got.shape != want.shape:
-        failures.append(f"{what}: shape {got.shape} != {want.shape}")
-    elif not np.allclose(got, want, rtol=rtol, atol=atol):
-        failures.append(f"{what}: max abs diff {np.abs(got - want).max():.3g}")
+close = functools.partial(close, rtol=RTOL, atol=ATOL)
 
 
 # -- the model -----------------------------------------------------------------------------------------------
@@ -116,10 +103,6 @@ def adamw(model, clip_norm=0.05):
     # sign its rounding took, so any two summation orders (one process, N ranks) disagree by lr there
     return oarlock.optimizer.AdamW(learning_rate=0.01, parameters=model.parameters(), weight_decay=0.1,
                                    epsilon=1e-6, grad_clip=nn.ClipGradByGlobalNorm(clip_norm))
-
-
-def mean_over_ranks(value):
-    return MPI.COMM_WORLD.allreduce(float(value)) / MPI.COMM_WORLD.size
 
 
 def reference_run(steps=STEPS, **build_kwargs):
@@ -366,18 +349,6 @@ def set_state_dict_and_clear_grad(group, failures):
         failures.append("after forward and backward the full parameters must be freed")
 
 
-def expect_error(failures, what, kind, match, fn):
-    try:
-        fn()
-    except kind as exc:
-        if match not in str(exc):
-            failures.append(f"{what}: message {str(exc)!r} lacks {match!r}")
-    except Exception as exc:     # noqa: BLE001 - any other kind is the failure reported
-        failures.append(f"{what}: raised {type(exc).__name__}: {exc}")
-    else:
-        failures.append(f"{what}: no error")
-
-
 @check
 def bad_arguments_fail_on_every_rank(group, failures):
     spare = build()
@@ -427,20 +398,7 @@ def tied_weight_used_outside_its_owner(group, failures):
 
 def main(out):
     dist.init_parallel_env()
-    group = dist.new_group(list(range(dist.get_world_size())))
-    report = {}
-    for name, fn in CHECKS.items():
-        failures: list = []
-        try:
-            fn(group, failures)
-        except Exception:
-            failures.append(traceback.format_exc())
-        report[name] = [f"rank {dist.get_rank()}: {f}" for f in failures]
-    gathered = MPI.COMM_WORLD.gather(report, root=0)
-    if MPI.COMM_WORLD.rank == 0:
-        merged = {name: sum((r[name] for r in gathered), []) for name in CHECKS}
-        with open(out, "w") as f:
-            json.dump({"size": MPI.COMM_WORLD.size, "failures": merged}, f)
+    run_checks(CHECKS, out, dist.new_group(list(range(dist.get_world_size()))))
 
 
 if __name__ == "__main__":
