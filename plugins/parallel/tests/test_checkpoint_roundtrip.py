@@ -7,52 +7,28 @@ checkpoint (mode "single"). One pytest test per check reports the failures of ev
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from parallel_jobs import assert_check_passed, job_report, launch_command, launch_report, load_job
 
 pytest.importorskip("mpi4py")
 
-SCRIPTS = Path(__file__).parent / "scripts"
-JOB = SCRIPTS / "roundtrip_job.py"
-sys.path.insert(0, str(SCRIPTS))     # roundtrip_job imports hybrid_job, as it does when run as a script
-_spec = importlib.util.spec_from_file_location("roundtrip_job", JOB)
-job = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(job)
-sys.path.remove(str(SCRIPTS))
-
-ENV = dict(os.environ, OARLOCK_COLLECTIVE_TIMEOUT="60", PYTHONWARNINGS="ignore")
-
-
-def _run(command: list, out: Path, what: str) -> dict:
-    done = subprocess.run(command, capture_output=True, text=True, timeout=400, env=ENV)
-    assert done.returncode == 0 and out.exists(), (
-        f"{what} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    return json.loads(out.read_text())
+job = load_job("roundtrip_job")
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     folder = tmp_path_factory.mktemp("roundtrip")
-    parallel = _run([sys.executable, "-m", "oarlock.cli", "launch", "-n", "4", str(JOB), "parallel", str(folder),
-                     str(folder / "parallel.json")], folder / "parallel.json", "the 4-rank job")
-    assert parallel["size"] == 4
+    parallel = launch_report("roundtrip_job", folder / "parallel.json", "parallel", folder, ranks=4, timeout=400)
     single = ({"failures": {name: ["the 4-rank job saved no checkpoint"] for name in job.CHECKS["single"]}}
               if not (folder / "saved.npz").exists() else
-              _run([sys.executable, str(JOB), "single", str(folder), str(folder / "single.json")],
-                   folder / "single.json", "the one-process load"))
-    return {**parallel["failures"], **single["failures"]}
+              job_report(launch_command("roundtrip_job", "single", folder, folder / "single.json", ranks=None),
+                         folder / "single.json", "the one-process load", timeout=400))
+    return {"failures": {**parallel["failures"], **single["failures"]}}
 
 
 @pytest.mark.parametrize("check", job.CHECKS["parallel"] + job.CHECKS["single"])
 def test_roundtrip(reports, check):
-    failures = reports[check]
-    assert not failures, "\n".join(failures)
+    assert_check_passed(reports, check)
 
 
 def test_optimizer_sharded_state_dict_in_one_process():

@@ -7,33 +7,13 @@ mode reports the failures of every rank. The wrappers' errors without a world ru
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from parallel_jobs import assert_check_passed, job_outcome, launch_command, load_job
 
 pytest.importorskip("mpi4py")
 
-JOB = Path(__file__).parent / "scripts" / "hybrid_job.py"
-_spec = importlib.util.spec_from_file_location("hybrid_job", JOB)
-job = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(job)
-
+job = load_job("hybrid_job")
 RANKS = {"dp2mp2": 4, "mp2": 2}
-
-
-def _launch(mode: str, out: Path):
-    """The job's report, or why there is none (a str: the checks of that mode fail with it, unrun again)."""
-    env = dict(os.environ, OARLOCK_COLLECTIVE_TIMEOUT="60", PYTHONWARNINGS="ignore")
-    done = subprocess.run([sys.executable, "-m", "oarlock.cli", "launch", "-n", str(RANKS[mode]), str(JOB), mode,
-                           str(out)], capture_output=True, text=True, timeout=300, env=env)
-    if done.returncode != 0 or not out.exists():
-        return f"{mode} job failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return json.loads(out.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +25,13 @@ def reports(tmp_path_factory):
 @pytest.mark.parametrize("mode", list(RANKS))
 def test_hybrid(reports, mode, check):
     done, folder = reports
-    if mode not in done:   # one job per mode, shared by its checks
-        done[mode] = _launch(mode, folder / f"{mode}.json")
-    report = done[mode]
-    assert not isinstance(report, str), report
+    if mode not in done:   # one job per mode, shared by its checks; a failed one is not launched again
+        out = folder / f"{mode}.json"
+        done[mode] = job_outcome(launch_command("hybrid_job", mode, out, ranks=RANKS[mode]), out, f"{mode} job")
+    report, why = done[mode]
+    assert why is None, why
     assert report["size"] == RANKS[mode] and report["mode"] == mode
-    failures = report["failures"][check]
-    assert not failures, "\n".join(failures)
+    assert_check_passed(report, check)
 
 
 class FakeHcg:

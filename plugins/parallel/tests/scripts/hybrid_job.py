@@ -18,11 +18,12 @@ roundtrip_job.py reuses the model, the weights and the batches.
 
 from __future__ import annotations
 
-import json
+import functools
 import sys
 import traceback
 
 import numpy as np
+from _checks import close, expect_error, registry, run_checks
 from mpi4py import MPI
 
 import oarlock
@@ -41,12 +42,8 @@ REPLICATED = ("norm.weight", "norm.bias", "down.bias")
 MODES = {"dp2mp2": {"dp_degree": 2, "mp_degree": 2}, "mp2": {"dp_degree": 1, "mp_degree": 2}}
 RTOL = 1e-5
 
-CHECKS: dict = {}
-
-
-def check(fn):
-    CHECKS[fn.__name__] = fn
-    return fn
+CHECKS, check = registry()
+close = functools.partial(close, rtol=RTOL, atol=1e-6)
 
 
 class Net(nn.Layer):
@@ -199,15 +196,6 @@ def parallel_run(hcg, steps: int) -> dict:
 CTX: dict = {}
 
 
-def close(failures, what, got, want, rtol=RTOL, atol=1e-6):
-    got, want = np.asarray(got), np.asarray(want)
-    if got.shape != want.shape:
-        failures.append(f"{what}: shape {got.shape} != {want.shape}")
-    elif not np.allclose(got, want, rtol=rtol, atol=atol):
-        failures.append(f"{what}: got {got.ravel()[:6]}, want {want.ravel()[:6]} (max abs diff "
-                        f"{np.abs(got - want).max():.3g})")
-
-
 @check
 def wrappers(failures):
     """distributed_model wraps once in TensorParallel (no DataParallel inside, also with dp 2),
@@ -301,37 +289,18 @@ def bad_input(failures):
              ("HybridParallelOptimizer()", "must be an oarlock.optimizer.Optimizer", TypeError,
               lambda: HybridParallelOptimizer(object(), hcg, None))]
     for name, detail, kind, call in cases:
-        try:
-            call()
-        except kind as error:
-            if name not in str(error) or detail not in str(error):
-                failures.append(f"{name}: unclear message {error}")
-        else:
-            failures.append(f"{name}: no error")
+        expect_error(failures, name, kind, [name, detail], call)
 
 
 def main(mode, out):
     CTX["hcg"] = hcg = init_fleet(MODES[mode])
     CTX["ref"] = reference_run(5)
-    report, setup = {}, None
+    setup = None
     try:
         CTX["run"] = parallel_run(hcg, 5)
     except Exception:
         setup = traceback.format_exc()
-    for name, fn in CHECKS.items():
-        failures: list = []
-        try:
-            if setup is not None:
-                raise RuntimeError(f"training under fleet failed:\n{setup}")
-            fn(failures)
-        except Exception:
-            failures.append(traceback.format_exc())
-        report[name] = [f"rank {MPI.COMM_WORLD.rank}: {f}" for f in failures]
-    gathered = MPI.COMM_WORLD.gather(report, root=0)
-    if MPI.COMM_WORLD.rank == 0:
-        merged = {name: sum((r[name] for r in gathered), []) for name in CHECKS}
-        with open(out, "w") as f:
-            json.dump({"size": MPI.COMM_WORLD.size, "mode": mode, "failures": merged}, f)
+    run_checks(CHECKS, out, setup_error=setup, mode=mode)
 
 
 if __name__ == "__main__":

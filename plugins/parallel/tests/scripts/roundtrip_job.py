@@ -23,9 +23,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-import traceback
 
 import numpy as np
+from _checks import run_one, write_report
 from mpi4py import MPI
 
 import hybrid_job as hj
@@ -84,14 +84,10 @@ def load_both(model, opt, folder: str):
     return msd, osd
 
 
-def run_checked(report: dict, name: str, fn, *args):
-    failures: list = []
-    try:
-        fn(failures, *args)
-    except Exception:
-        failures.append(traceback.format_exc())
-    report[name] = failures
-    return failures
+def run_checked(report: dict, name: str, fn) -> list:
+    """Runs the check fn(failures) and records its failures under `name`."""
+    report[name] = run_one(fn)
+    return report[name]
 
 
 def parallel(folder: str, report: dict) -> None:
@@ -181,13 +177,7 @@ def single(folder: str, report: dict) -> None:
 def main(mode: str, folder: str, out: str) -> None:
     report: dict = {}
     (parallel if mode == "parallel" else single)(folder, report)
-    tagged = {name: [f"rank {MPI.COMM_WORLD.rank}: {f}" for f in report.get(name, ["not run"])]
-              for name in CHECKS[mode]}
-    gathered = MPI.COMM_WORLD.gather(tagged, root=0)
-    if MPI.COMM_WORLD.rank == 0:
-        merged = {name: sum((r[name] for r in gathered), []) for name in CHECKS[mode]}
-        with open(out, "w") as f:
-            json.dump({"size": MPI.COMM_WORLD.size, "failures": merged}, f)
+    write_report(out, CHECKS[mode], report)
 
 
 if __name__ == "__main__":
