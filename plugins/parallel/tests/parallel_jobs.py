@@ -36,19 +36,19 @@ def launch_command(script: str, *args, ranks: int | None = 2) -> list:
     return [*launcher, str(SCRIPTS / f"{script}.py"), *map(str, args)]
 
 
-def job_outcome(command: list, out: Path, what: str, timeout: int = 300, collective_timeout: int = 60):
+def job_outcome(command: list, out: Path, what: str, timeout: int = 300, collective_timeout: int = 60, cwd=None):
     """(the JSON the command wrote to `out`, None), or (None, why there is none) when it failed or wrote
     nothing. A collective that waits longer than `collective_timeout` seconds fails instead of hanging."""
     env = dict(os.environ, OARLOCK_COLLECTIVE_TIMEOUT=str(collective_timeout), PYTHONWARNINGS="ignore")
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
     if done.returncode != 0 or not out.exists():
         return None, f"{what} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return json.loads(out.read_text()), None
 
 
-def job_report(command: list, out: Path, what: str, timeout: int = 300, collective_timeout: int = 60):
+def job_report(command: list, out: Path, what: str, timeout: int = 300, collective_timeout: int = 60, cwd=None):
     """The JSON the command wrote to `out`; the calling test fails with the job's output when it failed."""
-    report, why = job_outcome(command, out, what, timeout, collective_timeout)
+    report, why = job_outcome(command, out, what, timeout, collective_timeout, cwd)
     assert why is None, why
     return report
 

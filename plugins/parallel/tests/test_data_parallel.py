@@ -12,11 +12,10 @@ wrapper is the plain model.
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from parallel_jobs import launch_command
 
 import oarlock
 import oarlock.nn as nn
@@ -24,14 +23,12 @@ from oarlock_parallel import buckets
 
 pytest.importorskip("mpi4py")
 
-JOB = Path(__file__).parent / "scripts" / "dp_job.py"
 SCENARIOS = ["sgd", "adamw-buckets", "no_sync", "find_unused", "missing", "utilities", "failed_backward",
              "fleet"]
 
 
 def test_two_ranks_match_one_process():
-    done = subprocess.run([sys.executable, "-m", "oarlock.cli", "launch", "-n", "2", str(JOB)],
-                          capture_output=True, text=True, timeout=240)
+    done = subprocess.run(launch_command("dp_job", ranks=2), capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     for rank in (0, 1):
         for scenario in SCENARIOS:

@@ -7,35 +7,23 @@ all_reduce of (rank + 1) * [1, 2, 3] over the model, data and sep groups against
 3 ranks under mpiexec with dp2 x mp2 (product 4): every rank gets the same clear ValueError, no hang.
 """
 
-import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from parallel_jobs import job_report, launch_command
 
 pytest.importorskip("mpi4py")
 paddle_topology = pytest.importorskip("paddle.distributed.fleet.base.topology",
                                       reason="Paddle 3.2 is the oracle for the rank layout")
 
-JOB = Path(__file__).parent / "scripts" / "fleet_job.py"
-ENV = dict(os.environ, OARLOCK_COLLECTIVE_TIMEOUT="60", PYTHONWARNINGS="ignore")
-
-
-def _run(command, out: Path):
-    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=ENV)
-    assert done.returncode == 0 and out.exists(), (
-        f"job failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    return json.loads(out.read_text())
-
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     out = tmp_path_factory.mktemp("fleet") / "report.json"
-    return _run([sys.executable, "-m", "oarlock.cli", "launch", "-n", "4", str(JOB), "hybrid", str(out)], out)
+    return job_report(launch_command("fleet_job", "hybrid", out, ranks=4), out, "4-rank fleet job", timeout=240)
 
 
 def _mine(comm_list, rank):
@@ -87,7 +75,8 @@ def test_reference_layout_and_workers(reports):
 def test_degrees_not_matching_the_world_fail_on_every_rank(tmp_path):
     out = tmp_path / "report.json"
     mpiexec = shutil.which("mpiexec") or str(Path(sys.executable).parent / "mpiexec")
-    errors = _run([mpiexec, "-n", "3", sys.executable, str(JOB), "mismatch", str(out)], out)
+    errors = job_report([mpiexec, "-n", "3", *launch_command("fleet_job", "mismatch", out, ranks=None)], out,
+                        "3-rank fleet job", timeout=240)
     assert len(errors) == 3
     for error in errors:
         assert error.startswith("ValueError: fleet.init(): the hybrid degrees"), error

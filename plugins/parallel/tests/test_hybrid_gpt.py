@@ -19,13 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from parallel_jobs import job_report, launch_command
 
 import oarlock
 
 pytest.importorskip("mpi4py")
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "hybrid_gpt.py"
-ERROR_JOB = Path(__file__).parent / "scripts" / "hybrid_gpt_error_job.py"
 ENV = dict(os.environ, OARLOCK_COLLECTIVE_TIMEOUT="60", PYTHONWARNINGS="ignore")
 # the tiny GPT of the issue: vocab 64, width 32, 2 layers, 4 heads, seq 16, global batch 8
 MODEL = ["--vocab", "64", "--width", "32", "--layers", "2", "--heads", "4", "--seq-len", "16", "--batch", "8"]
@@ -161,9 +161,8 @@ def test_help_tells_the_flags(tmp_path):
 
 def test_vocab_not_divisible_by_mp_fails_on_every_rank(tmp_path):
     out = tmp_path / "errors.json"
-    _run([sys.executable, "-m", "oarlock.cli", "launch", "-n", "2", str(ERROR_JOB), str(out),
-          "--mp", "2", "--vocab", "63", "--steps", "1"], tmp_path, timeout=120)
-    errors = json.loads(out.read_text())
+    errors = job_report(launch_command("hybrid_gpt_error_job", out, "--mp", "2", "--vocab", "63", "--steps", "1"),
+                        out, "2-rank hybrid_gpt error job", timeout=120, cwd=tmp_path)
     assert errors == ["ValueError: VocabParallelEmbedding: num_embeddings (63) must be divisible by the "
                       "model-parallel degree (2)"] * 2, errors
 
