@@ -60,15 +60,20 @@ def _op_table(rank, size):
             "ReduceScatterOp": (ReduceScatterOp, reduce_scatter, S, lambda xs: mine(sum(xs)), cat)}
 
 
+def _per_rank(rng, shape, size) -> list:
+    """One float32 array per rank, every rank drawing them all (so each knows the others' for the oracle)."""
+    return [rng.standard_normal(shape).astype("float32") for _ in range(size)]
+
+
 @check
 def ops_forward_backward(group, failures):
     """Each PyLayer's forward and backward with different inputs and output gradients on every rank."""
     rank, size = group.rank, group.nranks
     for index, (name, (op, _, rows, forward, backward)) in enumerate(_op_table(rank, size).items()):
         rng = np.random.default_rng(10 + index)
-        xs = [rng.standard_normal((rows, B, H)).astype("float32") for _ in range(size)]
+        xs = _per_rank(rng, (rows, B, H), size)
         want = forward([x.astype("float64") for x in xs])
-        coefs = [rng.standard_normal(want.shape).astype("float32") for _ in range(size)]
+        coefs = _per_rank(rng, want.shape, size)
         x = leaf(xs[rank])
         y = op.apply(x)
         close(failures, f"{name} forward", y, want, rtol=1e-6, atol=1e-6)
@@ -84,8 +89,7 @@ def functions(group, failures):
     """scatter / all_gather / reduce_scatter on dim 0, and the inputs left untouched."""
     rank, size = group.rank, group.nranks
     for index, (name, (_, fn, rows, forward, _)) in enumerate(_op_table(rank, size).items()):
-        rng = np.random.default_rng(20 + index)
-        xs = [rng.standard_normal((rows, B, H)).astype("float32") for _ in range(size)]
+        xs = _per_rank(np.random.default_rng(20 + index), (rows, B, H), size)
         x = oarlock.to_tensor(xs[rank])
         close(failures, f"{fn.__name__} (as in {name})", fn(x), forward([a.astype("float64") for a in xs]),
               rtol=1e-6, atol=1e-6)
