@@ -80,6 +80,21 @@ def test_extreme_scores(level, spread, dtype, exact_blocks):
         assert exact_blocks, "every row underflows at reference 0: the blocks must be redone exactly"
 
 
+@pytest.mark.parametrize("score", [88.0, 88.7])
+def test_total_in_range_but_output_overflowing_redoes_exactly(score):
+    """One score ~88 nats above the reference: the fast step's total (about 2^127) is finite, but P @ V with
+    |v| = 4 is past the float32 range; the run must be redone exactly (it gave inf, found by `oarlock train
+    --nproc 4 --dp 2 --mp 2` at step 179)."""
+    d = 16
+    u = np.eye(d)[0]
+    q = np.broadcast_to(u * np.sqrt(d), (1, 2, 1, d))
+    k = np.stack([u * score, u * 0.0])[None, :, None, :]
+    v = np.full((1, 2, 1, d), 4.0)
+    out, lse = _attend(q, k, v)
+    np.testing.assert_allclose(out, 4.0, rtol=1e-6)   # the weights are (1, e^-score): out is v
+    np.testing.assert_allclose(lse, score, rtol=1e-6)
+
+
 def test_fully_masked_rows_redo_exactly(exact_blocks):
     """Rows that see no key end with a zero sum: their block is redone exactly and gives out 0, lse -inf."""
     rng = np.random.default_rng(3)

@@ -486,9 +486,10 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
     Each row keeps a reference m (0 at first), the sum `total` of 2^(s - m) and acc = sum 2^(s - m) v. m enters
     the score matmul through Q's last column, so a run's scores arrive as s - m. Two kinds of step:
     - fast (no max and no subtraction pass over the scores): exp2 straight away. Overflow (a score more than
-      ~128 above m, or a sum past the float range) shows up as a non-finite total and the run is redone with the
-      exact step; when total passes _RENORM, m moves up by floor(log2 total) (total and acc scaled by that power
-      of two, exactly). Underflow loses terms below 2^-126 each, negligible unless the row's total ends tiny:
+      ~128 above m, or a sum past the float range) shows up as a non-finite total, or as a total above
+      float max / (2 max|v|), with which acc could overflow; the run is then redone with the exact step. When
+      total passes _RENORM, m moves up by floor(log2 total) (total and acc scaled by that power of two,
+      exactly). Underflow loses terms below 2^-126 each, negligible unless the row's total ends tiny:
       rows ending below _TINY (including rows that saw no key) make the whole block run again with `exact`.
     - exact (the standard online softmax, every step when `exact`): the run's row max, a shift max(0, max) (the
       max itself while a row has seen nothing), s -= shift, exp2, total and acc rescaled by 2^-shift.
@@ -501,6 +502,11 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
     rs = slice(r0 * g, r1 * g)
     qi, mcol = q[f0:f1, rs], q[f0:f1, rs, d:]
     ktf, vf = kt[f0:f1], v[f0:f1]
+    # A fast step's acc grows to at most total * max|v| (/ (1 - dropout)): a finite total can still overflow it
+    # (one score ~88 nats above the reference gives a total just under the float32 range), so past this bound
+    # the run is redone exactly too.
+    vmax = float(xp.abs(vf).max()) / (1.0 - dropout) if vf.size else 0.0
+    fast_limit = float(xp.finfo(ct).max) / 2 / max(vmax, 1.0)
     m = xp.zeros((nf, n, 1), dtype=ct)
     mcol[...] = 0
     total, total_new, rsum = (xp.zeros((nf, n, 1), dtype=ct) for _ in range(3))
@@ -527,7 +533,7 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
             xp.matmul(s, ones[:w], out=rsum)
             xp.add(total, rsum, out=total_new)
             top = float(total_new.max())
-            if math.isfinite(top):
+            if top <= fast_limit:   # also False for inf and nan
                 total, total_new = total_new, total
                 accumulate(s, c0, c1)
                 if top > _RENORM:
