@@ -24,6 +24,7 @@ from oarlock.nn import Layer
 
 from oarlock_parallel import buckets
 from oarlock_parallel.dp_utils import broadcast_model, resolve_group
+from oarlock_parallel.wrapper import WrapperLayer
 
 _WHAT = "DataParallel()"
 
@@ -119,7 +120,7 @@ class _Reducer:
                 self.params[i].grad = piece.detach()
 
 
-class DataParallel(Layer):
+class DataParallel(WrapperLayer):
     """Run `layers` data-parallel over `group` (the world when None): Paddle's paddle.DataParallel.
 
     strategy is accepted for Paddle's signature and unused (the group says who takes part).
@@ -179,19 +180,6 @@ class DataParallel(Layer):
         """How many buckets' all-reduces the running backward has started so far (observable from a
         gradient hook: buckets launched while backward still runs overlap with it)."""
         return 0 if self._reducer is None else len(self._reducer.launched)
-
-    # state without a wrapper prefix, as Paddle's DataParallel forwards it to the wrapped layers
-    def state_dict(self, *args, **kwargs):
-        return self._layers.state_dict(*args, **kwargs)
-
-    def set_state_dict(self, state_dict, *args, **kwargs):
-        return self._layers.set_state_dict(state_dict, *args, **kwargs)
-
-    set_dict = set_state_dict
-    load_dict = set_state_dict
-
-    def sharded_state_dict(self, structured_name_prefix: str = ""):
-        return self._layers.sharded_state_dict(structured_name_prefix)
 
 
 def wrap_model(strategy, model, hcg, user_strategy):

@@ -17,6 +17,7 @@ from oarlock.nn import Layer
 
 from oarlock_parallel import sharding_common as common
 from oarlock_parallel.dp_utils import broadcast_dp_parameters, broadcast_sharding_parameters
+from oarlock_parallel.wrapper import WrapperLayer
 
 _WHAT = "DygraphShardingOptimizer()"
 
@@ -147,7 +148,7 @@ class DygraphShardingOptimizer:
                                                "DygraphShardingOptimizer")
 
 
-class ShardingParallel(Layer):
+class ShardingParallel(WrapperLayer):
     """Paddle's ShardingParallel(layers, hcg): the model of a sharding run, its parameters and buffers
     broadcast over the sharding group (and the data-parallel group) when it is wrapped. Gradients are
     reduced by the DygraphShardingOptimizer. state_dict keys carry no wrapper prefix."""
@@ -163,17 +164,6 @@ class ShardingParallel(Layer):
 
     def forward(self, *inputs, **kwargs):
         return self._layers(*inputs, **kwargs)
-
-    def state_dict(self, *args, **kwargs):
-        return self._layers.state_dict(*args, **kwargs)
-
-    def set_state_dict(self, state_dict, *args, **kwargs):
-        return self._layers.set_state_dict(state_dict, *args, **kwargs)
-
-    set_dict = load_dict = set_state_dict
-
-    def sharded_state_dict(self, *args, **kwargs):
-        return self._layers.sharded_state_dict(*args, **kwargs)
 
 
 def wrap_model(strategy, model, hcg, user_strategy):

@@ -18,6 +18,7 @@ from oarlock.nn import Layer
 from oarlock_parallel import sharding_common as common
 from oarlock_parallel.dp_utils import resolve_group
 from oarlock_parallel.sharding_reducer import OwnerReducer
+from oarlock_parallel.wrapper import WrapperLayer
 
 _OPT = "GroupShardedOptimizerStage2()"
 _MODEL = "GroupShardedStage2()"
@@ -162,12 +163,14 @@ class GroupShardedOptimizerStage2:
         self._optim.set_lr(lr)
 
 
-class GroupShardedStage2(Layer):
+class GroupShardedStage2(WrapperLayer):
     """Paddle's GroupShardedStage2(layer, sharding_optimizer, group=None, sync_buffers=False,
     buffer_max_size=2**23, auto_refresh_trainable=True, device, dp_group=None): runs `layer` and reduces each
     gradient to its owner during backward (buckets of at most buffer_max_size elements). sync_buffers
     broadcasts the buffers from the group's first rank before each forward. state_dict keys carry no wrapper
     prefix. The trainable set is fixed when wrapping (auto_refresh_trainable is accepted, not acted on)."""
+
+    _WRAPPED = "_layer"
 
     def __init__(self, layer, sharding_optimizer, group=None, sync_buffers=False, buffer_max_size=2**23,
                  auto_refresh_trainable=True, device="cpu", dp_group=None):
@@ -202,17 +205,6 @@ class GroupShardedStage2(Layer):
             for group in (self._group, self._dp_group):
                 broadcast_model_buffers(self._layer, group)
         return self._layer(*inputs, **kwargs)
-
-    def state_dict(self, *args, **kwargs):
-        return self._layer.state_dict(*args, **kwargs)
-
-    def set_state_dict(self, state_dict, *args, **kwargs):
-        return self._layer.set_state_dict(state_dict, *args, **kwargs)
-
-    set_dict = load_dict = set_state_dict
-
-    def sharded_state_dict(self, *args, **kwargs):
-        return self._layer.sharded_state_dict(*args, **kwargs)
 
 
 def broadcast_model_buffers(layer, group) -> None:

@@ -18,11 +18,12 @@ from oarlock.nn import Layer
 
 from oarlock_parallel.dp_utils import (broadcast_dp_parameters, broadcast_mp_parameters,
                                        broadcast_sharding_parameters)
+from oarlock_parallel.wrapper import WrapperLayer
 
 _WHAT = "TensorParallel()"
 
 
-class TensorParallel(Layer):
+class TensorParallel(WrapperLayer):
     """Run `layers` (built from fleet.meta_parallel layers) under the hybrid group `hcg`.
 
     kwargs: Paddle's `strategy` (a fleet.DistributedStrategy; its mp_configs.need_broadcast_data says
@@ -60,19 +61,6 @@ class TensorParallel(Layer):
         if self._broadcast_inputs:
             broadcast_input_data(self._hcg, *inputs, **kwargs)
         return self._layers(*inputs, **kwargs)
-
-    # state without a wrapper prefix, as Paddle's wrappers forward it to the wrapped layers
-    def state_dict(self, *args, **kwargs):
-        return self._layers.state_dict(*args, **kwargs)
-
-    def set_state_dict(self, state_dict, *args, **kwargs):
-        return self._layers.set_state_dict(state_dict, *args, **kwargs)
-
-    set_dict = set_state_dict
-    load_dict = set_state_dict
-
-    def sharded_state_dict(self, structured_name_prefix: str = ""):
-        return self._layers.sharded_state_dict(structured_name_prefix)
 
 
 def _tensors_in(value, found: list) -> list:
