@@ -57,7 +57,8 @@ def _check_last_dim(layer: str, x, size: int, what: str):
 
 
 class _ParallelLayer(nn.Layer):
-    """What the four layers share: the group, and creating sliced weights in the tracked state."""
+    """What the parallel layers (and the sequence-parallel linears) share: the group, and creating sliced
+    weights in the tracked state: a column- or row-parallel linear's weight and bias."""
 
     SPLIT_AXES: dict = {}
 
@@ -65,6 +66,28 @@ class _ParallelLayer(nn.Layer):
         self.model_parallel_group = _mp_group(type(self).__name__, mp_group)
         self.rank, self.world_size = mp_ops.group_rank_size(self.model_parallel_group)
         self.is_mp = self.world_size > 1
+
+    def _init_features(self, layer: str, in_features, out_features):
+        self.in_features = _positive(layer, "in_features", in_features)
+        self.out_features = _positive(layer, "out_features", out_features)
+
+    def _column_parameters(self, layer: str, weight_attr, has_bias):
+        """This rank's columns of the weight, [in, out/n], and of the bias, [out/n] (None without has_bias)."""
+        self.output_size_per_partition = _divisible(layer, "out_features", self.out_features, self.world_size)
+        self.weight = self._sliced_parameter([self.in_features, self.output_size_per_partition], weight_attr)
+        self.bias = self._zero_bias(self.output_size_per_partition) if has_bias else None
+        self._mark_split()
+
+    def _row_parameters(self, layer: str, weight_attr, has_bias):
+        """This rank's rows of the weight, [in/n, out], and the whole bias, [out] (None without has_bias)."""
+        self.input_size_per_partition = _divisible(layer, "in_features", self.in_features, self.world_size)
+        self.weight = self._sliced_parameter([self.input_size_per_partition, self.out_features], weight_attr)
+        self.bias = self._zero_bias(self.out_features) if has_bias else None
+        self._mark_split()
+
+    def _zero_bias(self, size: int):
+        # Megatron's (and Paddle's) bias starts at zero whatever weight_attr says
+        return self.create_parameter([size], attr=nn.initializer.Constant(0.0), is_bias=True)
 
     def _sliced_parameter(self, shape, attr):
         tracker = get_rng_state_tracker()
@@ -104,17 +127,10 @@ class ColumnParallelLinear(_ParallelLayer):
     def __init__(self, in_features, out_features, weight_attr=None, has_bias=None, gather_output=True,
                  fuse_matmul_bias=False, mp_group=None, name=None):
         super().__init__()
-        layer = "ColumnParallelLinear"
-        self.in_features = _positive(layer, "in_features", in_features)
-        self.out_features = _positive(layer, "out_features", out_features)
+        self._init_features("ColumnParallelLinear", in_features, out_features)
         self._init_group(mp_group)
-        self.output_size_per_partition = _divisible(layer, "out_features", self.out_features, self.world_size)
         self.gather_output, self.fuse_matmul_bias, self._name = bool(gather_output), fuse_matmul_bias, name
-        self.weight = self._sliced_parameter([self.in_features, self.output_size_per_partition], weight_attr)
-        # Megatron's (and Paddle's) bias starts at zero whatever weight_attr says
-        self.bias = (self.create_parameter([self.output_size_per_partition], attr=nn.initializer.Constant(0.0),
-                                           is_bias=True) if has_bias else None)
-        self._mark_split()
+        self._column_parameters("ColumnParallelLinear", weight_attr, has_bias)
 
     def forward(self, x):
         _check_last_dim("ColumnParallelLinear", x, self.in_features, f"in_features={self.in_features}")
@@ -136,16 +152,10 @@ class RowParallelLinear(_ParallelLayer):
     def __init__(self, in_features, out_features, weight_attr=None, has_bias=True, input_is_parallel=False,
                  fuse_matmul_bias=False, mp_group=None, name=None):
         super().__init__()
-        layer = "RowParallelLinear"
-        self.in_features = _positive(layer, "in_features", in_features)
-        self.out_features = _positive(layer, "out_features", out_features)
+        self._init_features("RowParallelLinear", in_features, out_features)
         self._init_group(mp_group)
-        self.input_size_per_partition = _divisible(layer, "in_features", self.in_features, self.world_size)
         self.input_is_parallel, self.fuse_matmul_bias, self._name = bool(input_is_parallel), fuse_matmul_bias, name
-        self.weight = self._sliced_parameter([self.input_size_per_partition, self.out_features], weight_attr)
-        self.bias = (self.create_parameter([self.out_features], attr=nn.initializer.Constant(0.0), is_bias=True)
-                     if has_bias else None)
-        self._mark_split()
+        self._row_parameters("RowParallelLinear", weight_attr, has_bias)
 
     def forward(self, x):
         group = self.model_parallel_group

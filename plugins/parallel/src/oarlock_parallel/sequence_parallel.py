@@ -25,7 +25,7 @@ from oarlock.autograd import queue_callback
 
 from oarlock_parallel import buckets, marks
 from oarlock_parallel.config import MP_CONFIGS
-from oarlock_parallel.mp_layers import _check_last_dim, _divisible, _ParallelLayer, _positive
+from oarlock_parallel.mp_layers import _check_last_dim, _ParallelLayer
 from oarlock_parallel.mp_ops import hybrid_group
 from oarlock_parallel.sequence_parallel_ops import (AllGatherOp, GatherOp, MPScale, ReduceScatterOp, ScatterOp,
                                                     SPInnerOverlapLinear, all_gather, check_sequence, reduce_scatter,
@@ -177,8 +177,7 @@ class ColumnSequenceParallelLinear(_ParallelLayer):
                  fuse_matmul_bias=False, mp_group=None, name=None):
         super().__init__()
         layer = "ColumnSequenceParallelLinear"
-        self.in_features = _positive(layer, "in_features", in_features)
-        self.out_features = _positive(layer, "out_features", out_features)
+        self._init_features(layer, in_features, out_features)
         self._init_group(mp_group)
         if not self.is_mp:
             raise ValueError(f"{layer}: the model-parallel degree must be greater than 1 in sequence parallel, "
@@ -187,12 +186,8 @@ class ColumnSequenceParallelLinear(_ParallelLayer):
             raise ValueError(f"{layer}: gather_output must be False in sequence parallel (the output stays split "
                              f"on its last dim), got gather_output={gather_output!r}; pass gather_output=False")
         _no_fused_kernel(layer, fuse_matmul_bias)
-        self.output_size_per_partition = _divisible(layer, "out_features", self.out_features, self.world_size)
         self.gather_output, self.fuse_matmul_bias, self._name = False, False, name
-        self.weight = self._sliced_parameter([self.in_features, self.output_size_per_partition], weight_attr)
-        self.bias = (self.create_parameter([self.output_size_per_partition], attr=nn.initializer.Constant(0.0),
-                                           is_bias=True) if has_bias else None)
-        self._mark_split()
+        self._column_parameters(layer, weight_attr, has_bias)
         configs = _mp_configs()
         self.mp_async_allreduce = configs["mp_async_allreduce"]
         self.sp_async_reduce_scatter = configs["sp_async_reduce_scatter"]
@@ -224,19 +219,14 @@ class RowSequenceParallelLinear(_ParallelLayer):
                  fuse_matmul_bias=False, mp_group=None, name=None):
         super().__init__()
         layer = "RowSequenceParallelLinear"
-        self.in_features = _positive(layer, "in_features", in_features)
-        self.out_features = _positive(layer, "out_features", out_features)
+        self._init_features(layer, in_features, out_features)
         if input_is_parallel is not True:
             raise ValueError(f"{layer}: input_is_parallel must be True in sequence parallel (the input is the "
                              f"column-parallel output), got input_is_parallel={input_is_parallel!r}")
         _no_fused_kernel(layer, fuse_matmul_bias)
         self._init_group(mp_group)
-        self.input_size_per_partition = _divisible(layer, "in_features", self.in_features, self.world_size)
         self.input_is_parallel, self.fuse_matmul_bias, self._name, self.mp_scale = True, False, name, None
-        self.weight = self._sliced_parameter([self.input_size_per_partition, self.out_features], weight_attr)
-        self.bias = (self.create_parameter([self.out_features], attr=nn.initializer.Constant(0.0), is_bias=True)
-                     if has_bias else None)
-        self._mark_split()
+        self._row_parameters(layer, weight_attr, has_bias)
         if self.is_mp and self.bias is not None:
             mark_as_sequence_parallel_parameter(self.bias)
 
