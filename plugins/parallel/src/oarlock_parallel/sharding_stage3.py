@@ -22,7 +22,7 @@ import types
 import oarlock
 import oarlock.distributed as dist
 from oarlock.nn import Layer
-from oarlock.plugin_api import array_of
+from oarlock.plugin_api import array_of, wrap
 
 from oarlock_parallel.sharding_stage3_hooks import Partition, Plan, run_gathered, stage3_clip
 
@@ -247,13 +247,27 @@ class GroupShardedStage3(Layer):
         return self.set_state_dict(state_dict, use_structured_name=use_structured_name)
 
     def sharded_state_dict(self, structured_name_prefix: str = ""):
-        """Not available: FlexCheckpoint stores n-d boxes, and a stage-3 piece is a flat range of a flattened
-        parameter (Paddle's flattened_range). The wrapped layer's own would read the freed parameters, so
-        this refuses instead of saving placeholders."""
-        raise NotImplementedError(
-            "GroupShardedStage3.sharded_state_dict(): stage 3 keeps flat pieces of flattened parameters, which "
-            "FlexCheckpoint's n-d boxes cannot describe; save with save_group_sharded_model() or state_dict() "
-            "(full weights)")
+        """{name: ShardedWeight} for FlexCheckpoint, no collective: the wrapped layer's own (kept-whole
+        parameters and buffers replicated, tensor-parallel slices as their boxes), with each partitioned
+        parameter given as this rank's piece: a flattened ShardedWeight (Paddle's is_flattened /
+        flattened_range) of the elements [r * len, min((r + 1) * len, numel)) of the parameter's box. Its
+        local tensor is the piece itself, or a view of the piece's unpadded part (the optimizer's
+        sharded_state_dict recognises it by its address), so a load writes into the piece that the
+        optimizer updates and the recompute gathers. A piece that is all padding gives an empty range
+        (nothing saved or loaded), so that the optimizer still finds the piece's entry."""
+        shard = oarlock.distributed.ShardedWeight
+        out = self._layer.sharded_state_dict(structured_name_prefix)
+        for key, weight in out.items():
+            part = self._partitions.get(id(weight.local_tensor))
+            if part is None:
+                continue
+            start = min(part.group.rank * part.length, part.numel)
+            stop = min(start + part.length, part.numel)
+            piece = part.piece
+            local = piece if stop - start == part.length else wrap(array_of(piece)[:stop - start], piece.place)
+            out[key] = shard(weight.key, local, weight.local_shape, weight.global_shape, weight.global_offset,
+                             is_flattened=True, flattened_range=slice(start, stop))
+        return out
 
     def pieces(self) -> list:
         """This rank's flat pieces of the partitioned parameters (what its optimizer updates)."""

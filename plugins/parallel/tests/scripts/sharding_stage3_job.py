@@ -363,8 +363,6 @@ def bad_arguments_fail_on_every_rank(group, failures):
                  lambda: GroupShardedStage3(spare, opt, group="world"))
     expect_error(failures, "exclude_layer not a list", TypeError, "exclude_layer must be a list",
                  lambda: GroupShardedStage3(spare, opt, group=group, exclude_layer="Linear"))
-    expect_error(failures, "sharded_state_dict", NotImplementedError, "flat pieces of flattened parameters",
-                 lambda: GroupShardedStage3(spare, opt, group=group).sharded_state_dict())
     expect_error(failures, "foreign optimizer", ValueError, "not in the layer",
                  lambda: GroupShardedStage3(build(), opt, group=group))
 

@@ -5,6 +5,9 @@ Each parameter's state is placed by the model's own ShardedWeight for that param
 identity, then by name): a state tensor of the parameter's shape (a moment) is sharded exactly like it,
 "<model key>.<state name>_0" (Paddle's "linear.weight.moment1_0"); a float32 master weight of
 multi_precision is "<model key>.w_0", sharded the same way; other state tensors are replicated.
+When the model's shard is flattened (a flat range [a, b) of the parameter's box, as sharding stage 3
+keeps a parameter as a flat, zero-padded piece), a state tensor of the parameter's shape is given as
+the same flat range: its first b - a elements (the piece's unpadded part), a view, so loads are in place.
 
 The step count, a Python int in oarlock's optimizers (Paddle keeps beta1^t / beta2^t tensors instead), is
 "<model key>.step", a replicated int64 tensor of shape [1], kept on the host. Loading is in place, so
@@ -25,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 import oarlock
+from oarlock.plugin_api import array_of, wrap
 
 
 def _sharded_weight_class(owner: str):
@@ -35,12 +39,21 @@ def _sharded_weight_class(owner: str):
     return cls
 
 
-def _model_keys(owner: str, model_sharded_state_dict, sharded_weight) -> tuple[dict, dict]:
-    """({id(tensor): model key}, {tensor name: model key}) of the model's sharded state dict."""
+def _address(tensor):
+    """Where the tensor's values start in memory (numpy or CUDA arrays), None when unknown."""
+    array = array_of(tensor)
+    interface = getattr(array, "__array_interface__", None) or getattr(array, "__cuda_array_interface__", None)
+    return interface["data"][0] if interface else None
+
+
+def _model_keys(owner: str, model_sharded_state_dict, sharded_weight) -> tuple[dict, dict, dict]:
+    """({id(tensor): model key}, {tensor name: model key}, {address: model key}) of the model's sharded
+    state dict; the addresses are those of flattened shards, whose local tensor may be a view of a
+    padded piece's leading elements rather than the piece (the parameter) itself."""
     if not isinstance(model_sharded_state_dict, dict):
         raise TypeError(f"{owner}.sharded_state_dict(): model_sharded_state_dict must be the dict "
                         f"model.sharded_state_dict() returns, got {type(model_sharded_state_dict).__name__}")
-    by_id, by_name = {}, {}
+    by_id, by_name, by_address = {}, {}, {}
     for key, weight in model_sharded_state_dict.items():
         if not isinstance(weight, sharded_weight):
             raise TypeError(f"{owner}.sharded_state_dict(): model_sharded_state_dict[{key!r}] must be a ShardedWeight, "
@@ -48,7 +61,9 @@ def _model_keys(owner: str, model_sharded_state_dict, sharded_weight) -> tuple[d
         by_id[id(weight.local_tensor)] = key
         if weight.local_tensor.name:
             by_name[weight.local_tensor.name] = key
-    return by_id, by_name
+        if getattr(weight, "is_flattened", False) and _address(weight.local_tensor) is not None:
+            by_address[_address(weight.local_tensor)] = key
+    return by_id, by_name, by_address
 
 
 def ensure_state(optimizer, param, group) -> dict:
@@ -90,14 +105,15 @@ def sharded_state_dict(optimizer, model_sharded_state_dict) -> dict:
     docstring). Every trainable parameter of the optimizer must be in the model's sharded state dict."""
     owner = optimizer._owner
     sharded_weight = _sharded_weight_class(owner)
-    by_id, by_name = _model_keys(owner, model_sharded_state_dict, sharded_weight)
+    by_id, by_name, by_address = _model_keys(owner, model_sharded_state_dict, sharded_weight)
     sync_step_links(optimizer)
     out = {}
     for group in optimizer._param_groups:
         for param in group["params"]:
             if param.stop_gradient:
                 continue
-            key = by_id.get(id(param)) or (by_name.get(param.name) if param.name else None)
+            key = by_id.get(id(param)) or (by_name.get(param.name) if param.name else None) or \
+                by_address.get(_address(param) or -1)
             if key is None:
                 raise KeyError(f"{owner}.sharded_state_dict(): the parameter {optimizer._keys[id(param)]!r} (shape "
                                f"{param.shape}) is not in model_sharded_state_dict; pass the sharded state dict of "
@@ -109,16 +125,22 @@ def sharded_state_dict(optimizer, model_sharded_state_dict) -> dict:
                     out[f"{key}.step"] = sharded_weight(f"{key}.step", _step_tensor(optimizer, param, state), (1,),
                                                         (1,), (0,))
                 else:
-                    out[f"{key}.{name}_0"] = _placed_like(sharded_weight, f"{key}.{name}_0", value, placed)
+                    out[f"{key}.{name}_0"] = _placed_like(sharded_weight, f"{key}.{name}_0", value, param, placed)
             master = optimizer._master_weights.get(id(param))
             if master is not None:
-                out[f"{key}.w_0"] = _placed_like(sharded_weight, f"{key}.w_0", master, placed)
+                out[f"{key}.w_0"] = _placed_like(sharded_weight, f"{key}.w_0", master, param, placed)
     return out
 
 
-def _placed_like(sharded_weight, key: str, tensor, placed):
+def _placed_like(sharded_weight, key: str, tensor, param, placed):
     """`tensor` as the same box of its global tensor as the parameter's shard `placed` when it has the
-    parameter's shape (a moment, a master weight); replicated otherwise."""
+    parameter's shape (a moment, a master weight), or the same flat range when `placed` is flattened;
+    replicated otherwise."""
+    if getattr(placed, "is_flattened", False) and tuple(tensor.shape) == tuple(param.shape):
+        count = placed.flattened_range.stop - placed.flattened_range.start
+        local = tensor if tensor.size == count else wrap(array_of(tensor).reshape(-1)[:count], tensor.place)
+        return sharded_weight(key, local, placed.local_shape, placed.global_shape, placed.global_offset,
+                              is_flattened=True, flattened_range=placed.flattened_range)
     if tuple(tensor.shape) == tuple(placed.local_shape):
         return sharded_weight(key, tensor, placed.local_shape, placed.global_shape, placed.global_offset)
     shape = tuple(tensor.shape)
