@@ -2,6 +2,7 @@
 paddle.distributed.save_state_dict / load_state_dict), exported into oarlock.distributed.
 
 sharded.py   ShardedWeight and the helpers that build sharded state dicts
+flat.py      flattened shards (is_flattened / flattened_range) cut into the n-d boxes they cover
 state.py     state dicts flattened to keys, local boxes and plain values
 team.py      the ranks of a save or load and the collectives it needs
 datafile.py  per-rank data files (safetensors or pickle) with an XXH3-64 checksum per tensor
