@@ -24,22 +24,12 @@ import oarlock.distributed as dist
 from oarlock.nn import Layer
 from oarlock.plugin_api import array_of, wrap
 
+from oarlock_parallel.sharding_common import check_member
 from oarlock_parallel.sharding_stage3_hooks import Partition, Plan, run_gathered, stage3_clip
 
 __all__ = ["GroupShardedStage3"]
 
 _WHERE = "GroupShardedStage3()"
-
-
-def _check_group(group, name):
-    if group is None:
-        return
-    if not (hasattr(group, "ranks") and hasattr(group, "rank") and hasattr(group, "nranks")):
-        raise TypeError(f"{_WHERE}: {name} must be an oarlock.distributed Group (from new_group), got "
-                        f"{type(group).__name__}")
-    if group.rank < 0:
-        raise ValueError(f"{_WHERE}: {name} {list(group.ranks)} does not contain this process (global rank "
-                         f"{dist.get_rank()}); every rank that wraps the model must be a member of its group")
 
 
 def _check_arguments(layer, optimizer, segment_size, exclude_layer):
@@ -74,8 +64,8 @@ class GroupShardedStage3(Layer):
                  pretrain_sync_models=True, offload=False, sync_comm=False, dp_group=None, exclude_layer=None):
         super().__init__()
         _check_arguments(layer, optimizer, segment_size, exclude_layer)
-        _check_group(group, "group")
-        _check_group(dp_group, "dp_group")
+        check_member(group, _WHERE, "group")
+        check_member(dp_group, _WHERE, "dp_group")
         self._layer = layer
         self._optim = optimizer
         self._default_device, self._offload, self._sync_comm = device, offload, sync_comm
