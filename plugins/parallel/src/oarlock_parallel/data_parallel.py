@@ -19,97 +19,57 @@ import contextlib
 
 import oarlock
 import oarlock.distributed as dist
-from oarlock.autograd import queue_callback
 from oarlock.nn import Layer
 
 from oarlock_parallel import buckets
+from oarlock_parallel.bucket_rounds import BucketRounds
 from oarlock_parallel.dp_utils import broadcast_model, resolve_group
 from oarlock_parallel.wrapper import WrapperLayer
 
 _WHAT = "DataParallel()"
 
 
-class _Reducer:
-    """The per-backward state: which gradients of each bucket are in, and the launched all-reduces."""
+class _Reducer(BucketRounds):
+    """DataParallel's rounds: each bucket's gradient sums all-reduced (averaged) over the group."""
 
     def __init__(self, named_params: list, group, limits_mb: list, find_unused: bool):
         self.names = [name for name, _ in named_params]
-        self.params = [param for _, param in named_params]
         self.group, self.find_unused = group, find_unused
-        self.buckets = buckets.assign(self.params, limits_mb)
-        self.bucket_of = {index: b for b, members in enumerate(self.buckets) for index in members}
-        self.enabled = True
-        self.handles = [param.register_hook(self._hook_for(index)) for index, param in enumerate(self.params)]
-        self._reset()
+        params = [param for _, param in named_params]
+        self.buckets = buckets.assign(params, limits_mb)
+        super().__init__(params, self.buckets)
 
-    def _reset(self):
+    def _new_round(self):
         self.totals = [None] * len(self.params)          # this rank's gradient sums, once final
-        self.missing = [len(members) for members in self.buckets]
-        self.launched: list = []                          # (bucket, flat tensor, task), in bucket order
-        self.round_open = False
 
-    # -- during backward --------------------------------------------------------------------
-    def _hook_for(self, index: int):
-        def hook(grad):
-            if self.enabled:
-                self._ready(index, grad)
-            return None
-        return hook
-
-    def _ready(self, index: int, grad):
-        if not self.round_open:
-            self.round_open = True
-            queue_callback(self._finish)
+    def _take(self, index: int, grad):
         param = self.params[index]
         # the engine adds `grad` to .grad after the hooks: the sum is what gets averaged, so that
         # gradients accumulated under no_sync() are averaged too
         self.totals[index] = grad if param.grad is None else param.grad + grad
-        bucket = self.bucket_of[index]
-        self.missing[bucket] -= 1
-        self._launch_ready()
 
-    def _launch_ready(self):
-        """Start the all-reduces of the complete buckets that are next in the fixed bucket order."""
-        while len(self.launched) < len(self.buckets) and self.missing[len(self.launched)] == 0:
-            self._launch(len(self.launched))
-
-    def _launch(self, bucket: int):
+    def _launch(self, bucket: int) -> tuple:
         members = self.buckets[bucket]
         with oarlock.no_grad():
             flat = buckets.flatten([self.totals[i].detach() for i in members])
-        task = dist.all_reduce(flat, op=dist.ReduceOp.AVG, group=self.group, sync_op=False)
-        self.launched.append((bucket, flat, task))
+        return flat, dist.all_reduce(flat, op=dist.ReduceOp.AVG, group=self.group, sync_op=False)
 
-    # -- at the end of backward -------------------------------------------------------------
-    def _finish(self):
-        try:
-            unready = [i for b in range(len(self.launched), len(self.buckets)) for i in self.buckets[b]
-                       if self.totals[i] is None]
-            if unready and not self.find_unused:
-                names = [self.names[i] for i in sorted(unready)]
-                raise RuntimeError(
-                    f"DataParallel: parameter(s) {names} received no gradient in this backward, so their "
-                    f"gradient bucket(s) cannot be all-reduced. Pass find_unused_parameters=True to "
-                    f"DataParallel to treat them as zero gradients, or set stop_gradient=True on them")
-            for i in unready:       # find_unused_parameters: an unused parameter contributes zeros
-                param = self.params[i]
-                self.totals[i] = param.grad if param.grad is not None else oarlock.zeros_like(param)
-            for bucket in range(len(self.buckets)):
-                self.missing[bucket] = 0
-            self._launch_ready()
-            self._write_back()
-        finally:
-            for _, _, task in self.launched:    # never leave a collective of the group in flight
-                task.wait()
-            self._reset()
-
-    def abandon(self):
-        """After a backward that raised before its end (its callback never ran): wait for the
-        all-reduces it started, so the group's collectives stay matched, and forget its state."""
-        if self.round_open:
-            for _, _, task in self.launched:
-                task.wait()
-            self._reset()
+    def _complete(self):
+        unready = [i for b in range(len(self.launched), len(self.buckets)) for i in self.buckets[b]
+                   if self.totals[i] is None]
+        if unready and not self.find_unused:
+            names = [self.names[i] for i in sorted(unready)]
+            raise RuntimeError(
+                f"DataParallel: parameter(s) {names} received no gradient in this backward, so their "
+                f"gradient bucket(s) cannot be all-reduced. Pass find_unused_parameters=True to "
+                f"DataParallel to treat them as zero gradients, or set stop_gradient=True on them")
+        for i in unready:       # find_unused_parameters: an unused parameter contributes zeros
+            param = self.params[i]
+            self.totals[i] = param.grad if param.grad is not None else oarlock.zeros_like(param)
+        for bucket in range(len(self.buckets)):
+            self.missing[bucket] = 0
+        self._launch_ready()
+        self._write_back()
 
     def _write_back(self):
         for bucket, flat, task in self.launched:

@@ -2,22 +2,22 @@
 as soon as it is final, and the other ranks drop it, so after backward each rank holds only the gradients of
 the parameters it owns (Paddle's GroupShardedStage2 reduce hooks).
 
-A gradient hook on every trainable parameter fires once backward has its final gradient. Parameters are
-grouped, in the order backward reaches them (reverse registration), into buckets of consecutive parameters
-with one owner and one dtype, up to `buffer_max_size` elements; when a bucket's last gradient is in, the
-bucket is flattened and its reduce to the owner starts asynchronously while backward goes on. Buckets
-launch in their fixed order on every rank, so the collectives match. A callback queued on the backward
-waits for them at its end: the owner's gradient becomes the average (added to what earlier backwards left
-it, for gradient accumulation), every other rank's becomes None.
+A gradient hook on every trainable parameter fires once backward has its final gradient (the rounds of
+bucket_rounds.py). Parameters are grouped, in the order backward reaches them (reverse registration), into
+buckets of consecutive parameters with one owner and one dtype, up to `buffer_max_size` elements; when a
+bucket's last gradient is in, the bucket is flattened and its reduce to the owner starts asynchronously while
+backward goes on. Buckets launch in their fixed order on every rank, so the collectives match. A callback
+queued on the backward waits for them at its end: the owner's gradient becomes the average (added to what
+earlier backwards left it, for gradient accumulation), every other rank's becomes None.
 """
 
 from __future__ import annotations
 
 import oarlock
 import oarlock.distributed as dist
-from oarlock.autograd import queue_callback
 
 from oarlock_parallel import buckets
+from oarlock_parallel.bucket_rounds import BucketRounds
 
 
 def owner_buckets(params: list, owners: list, limit: int) -> list:
@@ -36,84 +36,49 @@ def owner_buckets(params: list, owners: list, limit: int) -> list:
     return out
 
 
-class OwnerReducer:
+class OwnerReducer(BucketRounds):
     """The hooks and per-backward state that average `params`' gradients onto `owners` (ranks of `group`)."""
 
     def __init__(self, names: list, params: list, owners: list, group, buffer_max_size: int):
-        self.names, self.params, self.owners, self.group = names, params, owners, group
+        self.names, self.owners, self.group = names, owners, group
         self.buckets = owner_buckets(params, owners, max(int(buffer_max_size), 1))
-        self.bucket_of = {index: b for b, (_, members) in enumerate(self.buckets) for index in members}
-        self.handles = [param.register_hook(self._hook_for(index)) for index, param in enumerate(params)]
-        self._reset()
+        super().__init__(params, [members for _, members in self.buckets])
 
-    def _reset(self):
+    def _new_round(self):
         self.fresh = [None] * len(self.params)       # this backward's local gradients, until flattened
         self.previous = [None] * len(self.params)    # what the gradient was before this backward
         self.seen = [False] * len(self.params)
-        self.missing = [len(members) for _, members in self.buckets]
-        self.launched: list = []                      # (bucket, flat tensor, task), in bucket order
-        self.round_open = False
 
-    def _hook_for(self, index: int):
-        def hook(grad):
-            self._ready(index, grad)
-            return None
-        return hook
-
-    def _ready(self, index: int, grad):
-        if not self.round_open:
-            self.round_open = True
-            queue_callback(self._finish)
+    def _take(self, index: int, grad):
         # the engine stores previous + grad in a new tensor after the hooks: `previous` stays as it is
         self.previous[index] = self.params[index].grad
         self.fresh[index], self.seen[index] = grad.detach(), True
-        self.missing[self.bucket_of[index]] -= 1
-        while len(self.launched) < len(self.buckets) and self.missing[len(self.launched)] == 0:
-            self._launch(len(self.launched))
 
-    def _launch(self, bucket: int):
+    def _launch(self, bucket: int) -> tuple:
         owner, members = self.buckets[bucket]
         with oarlock.no_grad():
             flat = buckets.flatten([self.fresh[i] for i in members])
         for i in members:
             self.fresh[i] = None
-        task = dist.reduce(flat, dst=self.group.ranks[owner], op=dist.ReduceOp.AVG, group=self.group,
-                           sync_op=False)
-        self.launched.append((bucket, flat, task))
+        return flat, dist.reduce(flat, dst=self.group.ranks[owner], op=dist.ReduceOp.AVG, group=self.group,
+                                 sync_op=False)
 
-    def _finish(self):
-        try:
-            unused = [self.names[i] for i, seen in enumerate(self.seen) if not seen]
-            if unused:
-                raise RuntimeError(
-                    f"GroupShardedStage2: parameter(s) {unused} received no gradient in this backward, so their "
-                    f"gradient bucket(s) cannot be reduced to their owners; set stop_gradient=True on parameters "
-                    f"the loss does not use")
-            me = self.group.rank
-            for bucket, flat, task in self.launched:
-                task.wait()
-                owner, members = self.buckets[bucket]
-                if owner != me:
-                    for i in members:
-                        self.params[i].grad = None
-                    continue
-                pieces = buckets.unflatten(flat, [self.params[i] for i in members])
-                for i, piece in zip(members, pieces):
-                    before = self.previous[i]
-                    self.params[i].grad = piece.detach() if before is None else (before + piece).detach()
-        finally:
-            for _, _, task in self.launched:     # never leave a collective of the group in flight
-                task.wait()
-            self._reset()
-
-    def abandon(self):
-        """After a backward that raised before its end: wait for what it started and forget it."""
-        if self.round_open:
-            for _, _, task in self.launched:
-                task.wait()
-            self._reset()
-
-    def remove(self):
-        for handle in self.handles:
-            handle.remove()
-        self.handles = []
+    def _complete(self):
+        unused = [self.names[i] for i, seen in enumerate(self.seen) if not seen]
+        if unused:
+            raise RuntimeError(
+                f"GroupShardedStage2: parameter(s) {unused} received no gradient in this backward, so their "
+                f"gradient bucket(s) cannot be reduced to their owners; set stop_gradient=True on parameters "
+                f"the loss does not use")
+        me = self.group.rank
+        for bucket, flat, task in self.launched:
+            task.wait()
+            owner, members = self.buckets[bucket]
+            if owner != me:
+                for i in members:
+                    self.params[i].grad = None
+                continue
+            pieces = buckets.unflatten(flat, [self.params[i] for i in members])
+            for i, piece in zip(members, pieces):
+                before = self.previous[i]
+                self.params[i].grad = piece.detach() if before is None else (before + piece).detach()
