@@ -156,6 +156,39 @@ def owned_sharded_state_dict(optimizer, owned: set, model_sharded_state_dict, wh
         return build(model_sharded_state_dict)
 
 
+class OwnedOptimizerState:
+    """The state methods of a sharded optimizer (stage 1's DygraphShardingOptimizer, stage 2's
+    GroupShardedOptimizerStage2): the inner optimizer's state, for the parameters this rank owns. Subclasses
+    name the attribute holding the inner optimizer in _INNER and their class in _NAME (for errors), and keep
+    the ids of the owned parameters in _owned."""
+
+    _INNER = "_optim"
+    _NAME = ""
+
+    def _inner_optimizer(self):
+        return getattr(self, self._INNER)
+
+    def state_dict(self) -> dict:
+        """The inner optimizer's state: the owned parameters' only, keyed as the unsharded optimizer keys them."""
+        return self._inner_optimizer().state_dict()
+
+    def set_state_dict(self, state_dict):
+        """Load the entries of `state_dict` (a full or a sharded optimizer state) that belong to the owned
+        parameters."""
+        inner = self._inner_optimizer()
+        with owned_only(inner, self._owned):
+            inner.set_state_dict(owned_state(inner, state_dict, self._owned))
+
+    set_dict = load_state_dict = set_state_dict
+
+    def sharded_state_dict(self, model_sharded_state_dict):
+        """The owned states as ShardedWeights (FlexCheckpoint): each moment sharded like its parameter in
+        `model_sharded_state_dict` (a tensor-parallel slice's moments are the same slice), written by the owner
+        rank only, since only the owner holds it."""
+        return owned_sharded_state_dict(self._inner_optimizer(), self._owned, model_sharded_state_dict,
+                                        self._NAME)
+
+
 def fleet_model_parallel_group():
     """The model-parallel group of fleet when fleet.init ran with mp_degree > 1, else None."""
     from oarlock_parallel import fleet

@@ -28,10 +28,12 @@ def _sharding_configs() -> dict:
     return {} if strategy is None else strategy.hybrid_configs["sharding_configs"]
 
 
-class DygraphShardingOptimizer:
+class DygraphShardingOptimizer(common.OwnedOptimizerState):
     """Paddle's DygraphShardingOptimizer(optimizer, hcg): `optimizer` (an oarlock optimizer over the whole
     model) keeps state only for the parameters this rank owns in hcg's sharding group. Other attributes
     (get_lr, set_lr, _learning_rate, ...) are the inner optimizer's."""
+
+    _INNER, _NAME = "_inner_opt", "DygraphShardingOptimizer"
 
     def __init__(self, optimizer, hcg):
         common.check_optimizer(optimizer, _WHAT)
@@ -126,26 +128,6 @@ class DygraphShardingOptimizer:
 
     def zero_grad(self, set_to_none=True):
         self.clear_grad(set_to_zero=not set_to_none)
-
-    # -- state --------------------------------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        """The inner optimizer's state: this rank's parameters only, keyed as the unsharded optimizer keys them."""
-        return self._inner_opt.state_dict()
-
-    def set_state_dict(self, state_dict):
-        """Load the entries of `state_dict` (a full or a sharded optimizer state) that belong to this rank's
-        parameters."""
-        with common.owned_only(self._inner_opt, self._owned):
-            self._inner_opt.set_state_dict(common.owned_state(self._inner_opt, state_dict, self._owned))
-
-    set_dict = load_state_dict = set_state_dict
-
-    def sharded_state_dict(self, model_sharded_state_dict):
-        """The owned states as ShardedWeights (FlexCheckpoint): each moment sharded like its parameter in
-        `model_sharded_state_dict` (a tensor-parallel slice's moments are the same slice), written by the owner
-        rank only, since only the owner holds it."""
-        return common.owned_sharded_state_dict(self._inner_opt, self._owned, model_sharded_state_dict,
-                                               "DygraphShardingOptimizer")
 
 
 class ShardingParallel(WrapperLayer):

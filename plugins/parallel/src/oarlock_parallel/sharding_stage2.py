@@ -50,11 +50,13 @@ def check_buffer_size(buffer_max_size, what: str) -> None:
         raise ValueError(f"{what}: buffer_max_size must be an int >= 0 (elements), got {buffer_max_size!r}")
 
 
-class GroupShardedOptimizerStage2:
+class GroupShardedOptimizerStage2(common.OwnedOptimizerState):
     """Paddle's GroupShardedOptimizerStage2(params, optim, group=None, offload=False, device, pretrain_sync_models=True,
     dp_group=None): `optim` keeps state for the parameters this rank owns in `group` (the world when None).
     Used with GroupShardedStage2 (group_sharded_parallel does both), which reduces the gradients to their
     owners. `device` is accepted for Paddle's signature (parameters stay where they are)."""
+
+    _INNER, _NAME = "_optim", "GroupShardedOptimizerStage2"
 
     def __init__(self, params, optim, group=None, offload=False, device="cpu", pretrain_sync_models=True,
                  dp_group=None, **kw):
@@ -139,22 +141,6 @@ class GroupShardedOptimizerStage2:
 
     def zero_grad(self, set_to_none=True):
         self.clear_grad(set_to_zero=not set_to_none)
-
-    def state_dict(self) -> dict:
-        """The owned parameters' state (keys as the unsharded optimizer's)."""
-        return self._optim.state_dict()
-
-    def set_state_dict(self, state_dict):
-        """Load the entries of a full or sharded optimizer state that belong to the owned parameters."""
-        with common.owned_only(self._optim, self._owned):
-            self._optim.set_state_dict(common.owned_state(self._optim, state_dict, self._owned))
-
-    set_dict = load_state_dict = set_state_dict
-
-    def sharded_state_dict(self, model_sharded_state_dict):
-        """The owned parameters' states as FlexCheckpoint ShardedWeights, placed like their parameters."""
-        return common.owned_sharded_state_dict(self._optim, self._owned, model_sharded_state_dict,
-                                               "GroupShardedOptimizerStage2")
 
     def get_lr(self):
         return self._optim.get_lr()
