@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
@@ -59,6 +61,16 @@ def launch_report(script: str, out: Path, *args, ranks: int = 2, timeout: int = 
     report = job_report(launch_command(script, *args, out, ranks=ranks), out, f"{ranks}-rank job {script}",
                         timeout, collective_timeout)
     assert report["size"] == ranks
+    return report
+
+
+def report_fixture(script: str, ranks: list, timeout: int = 300, collective_timeout: int = 60):
+    """A module-scoped fixture `report`: the report of scripts/<script>.py (launch_report, run once per module),
+    parametrized over the world sizes `ranks`."""
+    @pytest.fixture(scope="module", params=ranks, ids=[f"{n}ranks" for n in ranks])
+    def report(request, tmp_path_factory):
+        out = tmp_path_factory.mktemp(f"{script}_{request.param}") / "report.json"
+        return launch_report(script, out, ranks=request.param, timeout=timeout, collective_timeout=collective_timeout)
     return report
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from parallel_jobs import assert_check_passed, launch_report, load_job
+from parallel_jobs import assert_check_passed, load_job, report_fixture
 
 import oarlock
 
@@ -25,10 +25,7 @@ PADDLE_NAMES = {"scatter", "all_gather", "reduce_scatter", "ScatterOp", "GatherO
                 "MPScale", "RowSequenceParallelLinear"}
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    return launch_report("sequence_parallel_job", tmp_path_factory.mktemp("sp") / "report.json", ranks=2,
-                         collective_timeout=120)
+report = report_fixture("sequence_parallel_job", [2], collective_timeout=120)
 
 
 @pytest.mark.parametrize("check", list(job.CHECKS))

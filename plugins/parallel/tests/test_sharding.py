@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from parallel_jobs import assert_check_passed, launch_report, load_job
+from parallel_jobs import assert_check_passed, load_job, report_fixture
 
 import oarlock
 import oarlock.nn as nn
@@ -17,13 +17,7 @@ import oarlock.nn as nn
 pytest.importorskip("mpi4py")
 
 job = load_job("sharding_job")
-
-
-@pytest.fixture(scope="module", params=[2, 4], ids=["2ranks", "4ranks"])
-def report(request, tmp_path_factory):
-    ranks = request.param
-    return launch_report("sharding_job", tmp_path_factory.mktemp(f"sharding{ranks}") / "report.json", ranks=ranks,
-                         timeout=600, collective_timeout=120)
+report = report_fixture("sharding_job", [2, 4], timeout=600, collective_timeout=120)
 
 
 @pytest.mark.parametrize("check", list(job.CHECKS))

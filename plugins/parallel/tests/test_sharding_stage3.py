@@ -9,18 +9,12 @@ size reports the failures of every rank.
 from __future__ import annotations
 
 import pytest
-from parallel_jobs import assert_check_passed, launch_report, load_job
+from parallel_jobs import assert_check_passed, load_job, report_fixture
 
 pytest.importorskip("mpi4py")
 
 job = load_job("sharding_stage3_job")
-
-
-@pytest.fixture(scope="module", params=[2, 4], ids=["2ranks", "4ranks"])
-def report(request, tmp_path_factory):
-    ranks = request.param
-    return launch_report("sharding_stage3_job", tmp_path_factory.mktemp(f"stage3_{ranks}") / "report.json",
-                         ranks=ranks, timeout=600)
+report = report_fixture("sharding_stage3_job", [2, 4], timeout=600)
 
 
 @pytest.mark.parametrize("check", list(job.CHECKS))

@@ -9,19 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from parallel_jobs import assert_check_passed, launch_report, load_job
+from parallel_jobs import assert_check_passed, load_job, report_fixture
 
 import oarlock
 
 pytest.importorskip("mpi4py")
 
 job = load_job("tensor_parallel_job")
-
-
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    return launch_report("tensor_parallel_job", tmp_path_factory.mktemp("tp") / "report.json", ranks=2,
-                         collective_timeout=120)
+report = report_fixture("tensor_parallel_job", [2], collective_timeout=120)
 
 
 @pytest.mark.parametrize("check", list(job.CHECKS))
