@@ -276,8 +276,9 @@ def sharded_state_dicts(failures):
 
 @check
 def bad_input(failures):
-    """Inputs of different shapes on the model-parallel ranks, a wrapper of a non-Layer and a
-    HybridParallelOptimizer of a non-optimizer: the same clear error on every rank, no hang."""
+    """Inputs of different shapes on the model-parallel ranks, a wrapper of a non-Layer, a
+    HybridParallelOptimizer of a non-optimizer and an unknown hybrid_configs key: the same clear error on
+    every rank, no hang."""
     from oarlock.distributed.fleet.meta_optimizers import HybridParallelOptimizer
     from oarlock.distributed.fleet.meta_parallel import TensorParallel
     hcg, model = CTX["hcg"], CTX["run"]["model"]
@@ -287,7 +288,9 @@ def bad_input(failures):
     cases = [("TensorParallel.forward()", "different input tensors", ValueError, lambda: model(ids, ids)),
              ("TensorParallel()", "layers must be an oarlock.nn.Layer", TypeError, lambda: TensorParallel("net", hcg)),
              ("HybridParallelOptimizer()", "must be an oarlock.optimizer.Optimizer", TypeError,
-              lambda: HybridParallelOptimizer(object(), hcg, None))]
+              lambda: HybridParallelOptimizer(object(), hcg, None)),
+             ("key:xx_degree not in hybrid_configs", "accepts: cp_configs", ValueError,
+              lambda: setattr(fleet.DistributedStrategy(), "hybrid_configs", {"dp_degree": 2, "xx_degree": 2}))]
     for name, detail, kind, call in cases:
         expect_error(failures, name, kind, [name, detail], call)
 
