@@ -30,15 +30,21 @@ def resolve_group(group, what: str):
     return group
 
 
-def broadcast_model(model, group, skip=None) -> None:
-    """Copy the parameters and buffers of the group's first rank into every member's model, but those
-    for which `skip(tensor)` is true (each rank must skip the same ones)."""
+def broadcast_tensors(tensors, group, skip=None) -> None:
+    """Copy the values of the group's first rank into every member's `tensors`, but those for which
+    `skip(tensor)` is true (each rank must pass and skip the same ones). Nothing for no group or one rank."""
     if group is None or group.nranks <= 1:
         return
     with oarlock.no_grad():
-        for tensor in list(model.parameters()) + list(model.buffers()):
+        for tensor in tensors:
             if skip is None or not skip(tensor):
                 dist.broadcast(tensor, src=group.ranks[0], group=group)
+
+
+def broadcast_model(model, group, skip=None) -> None:
+    """Copy the parameters and buffers of the group's first rank into every member's model, but those
+    for which `skip(tensor)` is true (each rank must skip the same ones)."""
+    broadcast_tensors(list(model.parameters()) + list(model.buffers()), group, skip)
 
 
 def _hcg_group(hcg, getter: str, what: str):

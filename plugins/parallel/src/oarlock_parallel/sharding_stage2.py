@@ -16,7 +16,7 @@ import oarlock.distributed as dist
 from oarlock.nn import Layer
 
 from oarlock_parallel import sharding_common as common
-from oarlock_parallel.dp_utils import resolve_group
+from oarlock_parallel.dp_utils import broadcast_tensors, resolve_group
 from oarlock_parallel.sharding_reducer import OwnerReducer
 from oarlock_parallel.wrapper import WrapperLayer
 
@@ -92,10 +92,7 @@ class GroupShardedOptimizerStage2(common.OwnedOptimizerState):
         """Every rank starts from the group's first rank's parameters (then the dp group's first rank's); as in
         Paddle, despite the name, buffers are left to sync_buffers."""
         for group in (self._group, self._dp_group):
-            if group is not None and group.nranks > 1:
-                with oarlock.no_grad():
-                    for p in self._local_params:
-                        dist.broadcast(p, src=group.ranks[0], group=group)
+            broadcast_tensors(self._local_params, group)
 
     @property
     def local_params(self) -> list:
@@ -189,14 +186,7 @@ class GroupShardedStage2(WrapperLayer):
             self._reducer.abandon()       # a new forward: any backward before it is over
         if self._sync_buffers:
             for group in (self._group, self._dp_group):
-                broadcast_model_buffers(self._layer, group)
+                broadcast_tensors(self._layer.buffers(), group)
         return self._layer(*inputs, **kwargs)
 
-
-def broadcast_model_buffers(layer, group) -> None:
-    """The buffers (batch-norm statistics, ...) of the group's first rank on every member."""
-    if group is not None and group.nranks > 1:
-        with oarlock.no_grad():
-            for buffer in layer.buffers():
-                dist.broadcast(buffer, src=group.ranks[0], group=group)
 

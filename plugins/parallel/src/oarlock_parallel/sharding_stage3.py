@@ -24,6 +24,7 @@ import oarlock.distributed as dist
 from oarlock.nn import Layer
 from oarlock.plugin_api import array_of, wrap
 
+from oarlock_parallel.dp_utils import broadcast_tensors
 from oarlock_parallel.sharding_common import check_member
 from oarlock_parallel.sharding_stage3_hooks import Partition, Plan, run_gathered, stage3_clip
 
@@ -142,13 +143,11 @@ class GroupShardedStage3(Layer):
 
         opt.step = types.MethodType(step, opt)
 
-    @oarlock.no_grad()
     def _broadcast(self, tensors):
         """The group's first rank's values (then the dp group's first rank's) on every rank."""
-        for t in tensors:
-            dist.broadcast(t, src=self._global_root_rank, group=self._group)
-            if self._dp_group is not None and self._dp_group.nranks > 1:
-                dist.broadcast(t, src=self._dp_group.ranks[0], group=self._dp_group)
+        tensors = list(tensors)
+        for group in (self._group, self._dp_group):
+            broadcast_tensors(tensors, group)
 
     def _sync_params_and_buffers(self):
         self._broadcast(self._layer.parameters() + self._layer.buffers())

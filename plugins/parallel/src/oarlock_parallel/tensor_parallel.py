@@ -17,7 +17,7 @@ import oarlock.distributed as dist
 from oarlock.nn import Layer
 
 from oarlock_parallel.dp_utils import (broadcast_dp_parameters, broadcast_mp_parameters,
-                                       broadcast_sharding_parameters)
+                                       broadcast_sharding_parameters, broadcast_tensors)
 from oarlock_parallel.wrapper import WrapperLayer
 
 _WHAT = "TensorParallel()"
@@ -93,9 +93,7 @@ def broadcast_input_data(hcg, *inputs, **kwargs):
         raise ValueError(f"TensorParallel.forward(): the model-parallel ranks {group.ranks} pass different input "
                          f"tensors (shapes and dtypes per rank: {seen}); the inputs are broadcast from rank "
                          f"{group.ranks[0]}, so each rank must pass tensors of the same shapes and dtypes")
-    with oarlock.no_grad():
-        for tensor in tensors:
-            dist.broadcast(tensor, src=group.ranks[0], group=group)
+    broadcast_tensors(tensors, group)
     return inputs, kwargs
 
 
