@@ -95,6 +95,15 @@ def test_total_in_range_but_output_overflowing_redoes_exactly(score):
     np.testing.assert_allclose(lse, score, rtol=1e-6)
 
 
+def test_dropout_one_gives_zeros():
+    """dropout=1 (allowed: [0, 1]) drops every weight: the output is 0 (the overflow bound must not divide
+    by 1 - dropout)."""
+    rng = np.random.default_rng(0)
+    q, k, v = (oarlock.to_tensor(rng.standard_normal((1, 8, 2, 16)).astype("float32")) for _ in range(3))
+    out = F.flashmask_attention(q, k, v, None, dropout=1.0, causal=True)
+    np.testing.assert_array_equal(out.numpy(), 0.0)
+
+
 def test_fully_masked_rows_redo_exactly(exact_blocks):
     """Rows that see no key end with a zero sum: their block is redone exactly and gives out 0, lse -inf."""
     rng = np.random.default_rng(3)

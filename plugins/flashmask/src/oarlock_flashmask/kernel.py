@@ -505,7 +505,8 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
     # A fast step's acc grows to at most total * max|v| (/ (1 - dropout)): a finite total can still overflow it
     # (one score ~88 nats above the reference gives a total just under the float32 range), so past this bound
     # the run is redone exactly too.
-    vmax = float(xp.abs(vf).max()) / (1.0 - dropout) if vf.size else 0.0
+    # (dropout 1 zeroes every weight: acc stays 0)
+    vmax = float(xp.abs(vf).max()) / (1.0 - dropout) if vf.size and dropout < 1.0 else 0.0
     fast_limit = float(xp.finfo(ct).max) / 2 / max(vmax, 1.0)
     m = xp.zeros((nf, n, 1), dtype=ct)
     mcol[...] = 0
