@@ -90,3 +90,20 @@ def test_model_sharded_state_dict_through_wrappers_and_containers():
                              "m.scale"]
     assert state["m.blocks.0.weight"].local_tensor is net.blocks[0].weight
     assert state["m.blocks.0.weight"].global_shape == (2, 4)
+
+
+def test_model_sharded_state_dict_gives_a_shared_sublayer_once():
+    """A sublayer reached under two names is given once, under its first name, as state_dict() gives it
+    (twice would save the same tensor twice and leave the optimizer's keys to whichever came last)."""
+    import oarlock
+
+    class Net(oarlock.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.a = oarlock.nn.Linear(2, 2)
+            self.b = self.a
+            self.deep = oarlock.nn.Sequential(oarlock.nn.Linear(2, 2), self.a)
+
+    net = Net()
+    state = net.sharded_state_dict()
+    assert sorted(state) == sorted(net.state_dict()) == ["a.bias", "a.weight", "deep.0.bias", "deep.0.weight"]

@@ -253,11 +253,23 @@ class Layer:
         if build is None:
             raise RuntimeError(f"{type(self).__name__}.sharded_state_dict(): needs FlexCheckpoint "
                                f"(oarlock.distributed.build_sharded_state_dict); install oarlock-checkpoint")
-        out = build(self.state_dict(include_sublayers=False), None, structured_name_prefix)
-        for name, layer in self._sub_layers.items():
-            if layer is not None:
-                out.update(layer.sharded_state_dict(f"{structured_name_prefix}{name}."))
+        out: dict = {}
+        self._sharded_into(out, build, structured_name_prefix, {id(self)})
         return out
+
+    def _sharded_into(self, out: dict, build, prefix: str, seen: set) -> None:
+        """Add this layer's replicated tensors and its sublayers' entries to `out`; a sublayer reached twice
+        (shared) is given once, under its first name, as state_dict() does. A sublayer with its own
+        sharded_state_dict (tensor-parallel layers, wrappers) gives its whole subtree."""
+        out.update(build(self.state_dict(include_sublayers=False), None, prefix))
+        for name, layer in self._sub_layers.items():
+            if layer is None or id(layer) in seen:
+                continue
+            seen.add(id(layer))
+            if type(layer).sharded_state_dict is not Layer.sharded_state_dict:
+                out.update(layer.sharded_state_dict(f"{prefix}{name}."))
+            else:
+                layer._sharded_into(out, build, f"{prefix}{name}.", seen)
 
     def load_state_dict(self, state_dict, strict=True):
         return self.set_state_dict(state_dict, strict=strict)
