@@ -296,7 +296,7 @@ class Optimizer:
                 if plain:
                     self._update_all(plain, group)
         if self._step_links:
-            sharded_state.sync_step_links(self)   # the linked step tensors follow
+            sharded_state.sync_step_links(self, adopt=False)   # the linked step tensors follow
         return loss
 
     def _update_all(self, entries, group):

@@ -25,8 +25,6 @@ checkpoint plugin is installed.
 
 from __future__ import annotations
 
-import numpy as np
-
 import oarlock
 from oarlock.plugin_api import array_of, wrap
 
@@ -76,18 +74,19 @@ def ensure_state(optimizer, param, group) -> dict:
     return state
 
 
-def sync_step_links(optimizer) -> None:
-    """Adopt step counts that a load wrote into the linked step tensors; refresh the others."""
+def sync_step_links(optimizer, adopt: bool = True) -> None:
+    """Adopt step counts that a load wrote into the linked step tensors (`adopt`; not after a step, which
+    writes none); refresh the others. The tensors are host int64 [1] (_step_tensor): read and written in
+    place through their arrays, as this runs around every step once a sharded state dict was taken."""
     for pid, link in optimizer._step_links.items():
         state = optimizer._state.get(pid)
         if state is None:
             continue
-        tensor, recorded = link
-        value = int(tensor.numpy().reshape(-1)[0])
-        if value != recorded:               # written by a load since the last sync
-            state["step"] = value
-        elif state["step"] != recorded:     # stepped on since: the tensor follows
-            tensor.set_value(np.array([state["step"]], dtype="int64"))
+        array, recorded = array_of(link[0]), link[1]
+        if adopt and int(array[0]) != recorded:     # written by a load since the last sync
+            state["step"] = int(array[0])
+        elif state["step"] != recorded:             # stepped on since: the tensor follows
+            array[0] = state["step"]
         link[1] = state["step"]
 
 
