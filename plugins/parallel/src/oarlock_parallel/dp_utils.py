@@ -79,15 +79,21 @@ def fused_allreduce_gradients(parameter_list, hcg):
     """Average the gradients of `parameter_list` over the data-parallel group of `hcg` (the world
     when None), fused into buckets of 128 MB; parameters without a gradient are skipped."""
     what = "fused_allreduce_gradients()"
-    params = [p for p in parameter_list if getattr(p, "grad", None) is not None]
     group = _hcg_group(hcg, "get_data_parallel_group", what)
     if group is None or group.nranks <= 1:
         return
+    allreduce_gradients_fused(parameter_list, group, dist.ReduceOp.AVG)
+
+
+def allreduce_gradients_fused(parameter_list, group, op) -> None:
+    """Replace the gradients of `parameter_list` (those it has) by their reduction `op` over `group`, in flat
+    buckets of 128 MB whose all-reduces are all started before the first is waited for."""
+    params = [p for p in parameter_list if getattr(p, "grad", None) is not None]
     tasks = []
     with oarlock.no_grad():
         for members in buckets.assign(params, [_FUSED_MB]):
             flat = buckets.flatten([params[i].grad for i in members])
-            tasks.append((members, flat, dist.all_reduce(flat, op=dist.ReduceOp.AVG, group=group, sync_op=False)))
+            tasks.append((members, flat, dist.all_reduce(flat, op=op, group=group, sync_op=False)))
         for members, flat, task in tasks:
             task.wait()
             for i, piece in zip(members, buckets.unflatten(flat, [params[i] for i in members])):

@@ -26,15 +26,6 @@ from oarlock_parallel.rng import MODEL_PARALLEL_RNG, get_rng_state_tracker
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding", "ParallelCrossEntropy"]
 
 
-def _mp_group(layer: str, mp_group):
-    """The explicit group, else the HCG's model-parallel group (fleet must be initialised)."""
-    if mp_group is not None:
-        if not hasattr(mp_group, "nranks") or not hasattr(mp_group, "rank"):
-            raise TypeError(f"{layer}: mp_group must be an oarlock.distributed Group or None, "
-                            f"got {type(mp_group).__name__}")
-        return mp_group
-    return mp_ops.hybrid_group(f"{layer} with mp_group=None").get_model_parallel_group()
-
 
 def _positive(layer: str, argument: str, value) -> int:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value <= 0:
@@ -63,7 +54,7 @@ class _ParallelLayer(nn.Layer):
     SPLIT_AXES: dict = {}
 
     def _init_group(self, mp_group):
-        self.model_parallel_group = _mp_group(type(self).__name__, mp_group)
+        self.model_parallel_group = mp_ops.mp_group_of(mp_group, type(self).__name__, "mp_group")
         self.rank, self.world_size = mp_ops.group_rank_size(self.model_parallel_group)
         self.is_mp = self.world_size > 1
 

@@ -34,6 +34,16 @@ def hybrid_group(where: str):
                            f"oarlock.distributed.fleet.init(is_collective=True, strategy=...) first)") from None
 
 
+def mp_group_of(group, what: str, argument: str = "group"):
+    """`group` (an oarlock.distributed Group), or fleet's model-parallel group when None; `what` and
+    `argument` name the caller and its argument in the errors."""
+    if group is None:
+        return hybrid_group(f"{what} with {argument}=None").get_model_parallel_group()
+    if not hasattr(group, "nranks") or not hasattr(group, "rank"):
+        raise TypeError(f"{what}: {argument} must be an oarlock.distributed Group or None, got {type(group).__name__}")
+    return group
+
+
 def _all_reduce(tensor, group):
     # a fresh copy: the collective writes in place and the input may be a user's tensor
     out = tensor.clone()

@@ -23,8 +23,9 @@ import oarlock.nn as nn
 import oarlock.nn.functional as F
 from oarlock.autograd import queue_callback
 
-from oarlock_parallel import buckets, marks
+from oarlock_parallel import marks
 from oarlock_parallel.config import MP_CONFIGS
+from oarlock_parallel.dp_utils import allreduce_gradients_fused
 from oarlock_parallel.mp_layers import _check_last_dim, _ParallelLayer
 from oarlock_parallel.mp_ops import hybrid_group
 from oarlock_parallel.sequence_parallel_ops import (AllGatherOp, GatherOp, MPScale, ReduceScatterOp, ScatterOp,
@@ -39,7 +40,6 @@ __all__ = ["scatter", "all_gather", "reduce_scatter", "ScatterOp", "GatherOp", "
            "MPScale", "RowSequenceParallelLinear"]
 
 MARK = "sequence_parallel"
-_FUSED_MB = 128      # Paddle's bucket size for the fused all-reduce
 
 
 # -- parameter marks ---------------------------------------------------------------------------------
@@ -72,19 +72,15 @@ def _after_backward(fn) -> None:
 def _sum_grads(params: list, group, fused: bool) -> None:
     """Replace the gradients of `params` by their sums over `group`: one all-reduce each, or fused into
     flat buckets of 128 MB. Fresh tensors are reduced, as a gradient may share memory with another."""
-    params = [p for p in params if p.grad is not None]
+    if fused:
+        allreduce_gradients_fused(params, group, dist.ReduceOp.SUM)
+        return
     with oarlock.no_grad():
-        if not fused:
-            for p in params:
+        for p in params:
+            if p.grad is not None:
                 total = p.grad.clone()
                 dist.all_reduce(total, group=group)
                 p.grad = total
-            return
-        for members in buckets.assign(params, [_FUSED_MB]):
-            flat = buckets.flatten([params[i].grad for i in members])
-            dist.all_reduce(flat, group=group)
-            for i, piece in zip(members, buckets.unflatten(flat, [params[i] for i in members])):
-                params[i].grad = piece.detach()
 
 
 def _steps(accumulation_steps, what: str) -> int:

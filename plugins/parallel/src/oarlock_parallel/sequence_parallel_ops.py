@@ -23,19 +23,10 @@ import oarlock.distributed as dist
 import oarlock.nn.functional as F
 from oarlock import PyLayer
 
-from oarlock_parallel.mp_ops import hybrid_group
+from oarlock_parallel.mp_ops import mp_group_of
 
 __all__ = ["scatter", "all_gather", "reduce_scatter", "ScatterOp", "GatherOp", "AllGatherOp", "ReduceScatterOp",
            "SPInnerOverlapLinear", "MPScale"]
-
-
-def mp_group_of(group, what: str):
-    """`group`, or fleet's model-parallel group when None."""
-    if group is None:
-        return hybrid_group(f"{what} with group=None").get_model_parallel_group()
-    if not hasattr(group, "nranks") or not hasattr(group, "rank"):
-        raise TypeError(f"{what}: group must be an oarlock.distributed Group or None, got {type(group).__name__}")
-    return group
 
 
 def check_sequence(x, what: str, degree: int, divisible: bool = True) -> None:
