@@ -2,7 +2,7 @@
 family module lists what it exports in EXPORTS = {namespace: [classes or (name, object) pairs]}."""
 
 from oarlock_nn.layers import (activation, attention, base, common, containers, conv, init, initializer, loss,
-                                norm)
+                                norm, transformer)
 
 CORE_EXPORTS = {
     "oarlock.nn": [base.Layer, base.Parameter, containers.Sequential, containers.LayerList, containers.LayerDict,
@@ -10,7 +10,7 @@ CORE_EXPORTS = {
                    ("Module", base.Layer), ("ModuleList", containers.LayerList), ("ModuleDict", containers.LayerDict)],
     "oarlock.nn.initializer": list(initializer.INITIALIZERS),
 }
-FAMILIES = (common, activation, conv, norm, attention, loss, init)
+FAMILIES = (common, activation, conv, norm, attention, loss, init, transformer)
 
 
 def register_api(api):

@@ -24,7 +24,7 @@ from oarlock_nn.layers.base import Layer
 from oarlock_nn.layers.common import Linear, check_input, check_positive
 
 
-def _convert_attention_mask(attn_mask, dtype):
+def convert_attention_mask(attn_mask, dtype):
     """Paddle's conversion: bool/int masks become additive (0 keep, -1e9 masked), float masks take `dtype`."""
     if attn_mask is None or attn_mask.dtype == dtype:
         return attn_mask
@@ -129,7 +129,7 @@ class MultiHeadAttention(Layer):
         value = query if value is None else value
         q = self._split_heads(self.q_proj(query))
         k, v, cache = self._keys_values(key, value, cache)
-        mask = _convert_attention_mask(attn_mask, q.dtype)
+        mask = convert_attention_mask(attn_mask, q.dtype)
         weights = None
         if self.need_weights:
             out, weights = self._attention_with_weights(q, k, v, mask)
