@@ -1,27 +1,23 @@
-"""Convolution, sliding blocks and pooling (oarlock.nn.functional): conv1d, conv2d, conv3d, conv2d_transpose,
-conv3d_transpose, unfold, fold, max_pool2d, avg_pool2d and adaptive_avg_pool2d, with Paddle's signatures
-and semantics.
+"""Convolution and sliding blocks (oarlock.nn.functional): conv1d, conv2d, conv3d, conv1d_transpose,
+conv2d_transpose, conv3d_transpose, unfold and fold, with Paddle's signatures and semantics; the
+pooling ops (oarlock_ops.pooling) walk the same windows and are registered with this family.
 
 How they compute. A convolution is im2col + matmul: the patches of the padded input are copied into
 a [groups, *kernel, C/groups, N, *out] array with one strided slice per kernel offset (prod(kernel)
 copies, no loop over elements), and one matmul per group multiplies them with the weight. Its
 adjoint, col2im, adds each offset's slice back into a padded buffer: the transposed convolution (and
 so the input gradient of a convolution) is matmul + col2im. The window walk works over any number of
-spatial axes: 2-D and 3-D run natively, a 1-D convolution runs as a 2-D one of unit height, and
-channel-last layouts as channel-first views. unfold and fold are im2col and col2im themselves, with
-the batch in the group axis. Pooling walks the same strided windows: max pooling keeps a running
-maximum and the offset where it was first reached, average pooling sums them; adaptive average
-pooling is a reshape and a mean when the windows tile the input, else one band matrix per spatial axis
-whose rows average the windows. Narrow floats (bfloat16, float16) compute in float32.
+spatial axes: 2-D and 3-D run natively, a 1-D convolution runs as a 2-D one of unit height (and
+conv1d_transpose is conv2d_transpose on a unit height, as in Paddle), and channel-last layouts as
+channel-first views. unfold and fold are im2col and col2im themselves, with the batch in the group axis.
+Narrow floats (bfloat16, float16) compute in float32.
 
 Gradients close over three ops per dimension (N = 2, 3), so derivatives of every order exist:
     d convNd / dx = convNd_transpose(g, w)      d convNd_transpose / dx = convNd(g, w)
     d convNd / dw = convNd_grad_weight(x, g)    d convNd_transpose / dw = convNd_grad_weight(g, x)
 and convNd_grad_weight, bilinear in (x, g), differentiates into convNd_transpose and convNd (conv1d
 goes through the 2-D ops). unfold and fold are linear and each other's adjoint, so each is the
-other's gradient. Each pooling op has a grad op (its adjoint) whose own gradient is the pooling op
-again; for max pooling the adjoint scatters into the saved argmax positions and its gradient gathers
-from them.
+other's gradient.
 
 Paddle's semantics, where they differ from torch's:
 - padding: an int, one per spatial axis ([ph, pw]), a (before, after) pair per spatial axis flattened
@@ -32,7 +28,7 @@ Paddle's semantics, where they differ from torch's:
   [top, left, bottom, right] (Paddle's order for them).
 - weight layouts: conv [out, in/groups, *kernel]; convNd_transpose [in, out/groups, *kernel].
 - argument order: conv2d_transpose takes (..., output_padding, dilation, groups, ...) but
-  conv3d_transpose (..., output_padding, groups, dilation, ...), as in Paddle.
+  conv1d_transpose and conv3d_transpose (..., output_padding, groups, dilation, ...), as in Paddle.
 - pooling windows follow PyTorch's rules, not Paddle's: padding is at most half the kernel (Paddle
   accepts more), and with ceil_mode a last window that would start in the right padding is dropped
   (torch's pooling_output_shape; Paddle keeps it). So every window holds an input element: Paddle's
@@ -40,7 +36,6 @@ Paddle's semantics, where they differ from torch's:
   cases have the torch-sized, finite result here instead.
 - avg_pool2d divides by kh*kw when exclusive=False, and divisor_override scales the average by
   kh*kw / divisor_override (so near borders with exclusive=True it is not sum / divisor_override).
-- max_pool2d's mask (return_mask=True) is the int32 index h * W + w of each maximum in its plane.
 """
 
 from __future__ import annotations
@@ -504,172 +499,32 @@ def _fold(xp, x, output_sizes, kernel_sizes, strides=1, paddings=0, dilations=1)
     return xp.ascontiguousarray(out).astype(x.dtype, copy=False)
 
 
-# -- pooling -------------------------------------------------------------------------------------------
+# -- conv1d_transpose (a Python function over conv2d_transpose) ------------------------------------------
 
-def _check_pool_input(x, last, name="x"):
-    if x.ndim != 4:
-        raise ValueError(f"{name} must be 4-D {_layout(2, last)} (data_format={LAYOUTS[2][last]!r}), got shape "
-                         f"{list(x.shape)}")
-
-
-def _max_pool2d_with_index(xp, x, kernel_size, stride=None, padding=0, ceil_mode=False, data_format="NCHW"):
-    last = _channel_last(data_format, 2)
-    _check_pool_input(x, last)
-    geom = _pool_geometry(_spatial(x.shape, last), kernel_size, stride, padding, ceil_mode, last)
-    ct = compute_dtype(xp, x.dtype)
-    src = _padded(xp, _as_nchw(xp, x, ct, 2, last), geom, -xp.inf)
-    (h, w) = geom.size
-    views, steps = [], []  # each offset's window slice, and its place (i * W + j) relative to the corner
-    for (i, j), index in _window_slices(geom):
-        views.append(src[index])
-        steps.append(i * w + j)
-    # a running maximum; where a later offset is strictly larger it takes over, so the first maximum in
-    # the window (row-major) is the one recorded. (An arithmetic update: copyto(where=) is ~5x slower.)
-    out = views[0].copy()
-    step = xp.zeros(out.shape, dtype=xp.int32)
-    larger = xp.empty(out.shape, dtype=bool)
-    for view, offset in zip(views[1:], steps[1:]):
-        xp.greater(view, out, out=larger)
-        xp.maximum(out, view, out=out)  # nan propagates (and compares as not larger)
-        step += larger * (offset - step)
-    if bool(xp.isnan(out).any()):  # the first nan of a window is its maximum
-        for view, offset in zip(views[::-1], steps[::-1]):
-            nan = xp.isnan(view)
-            step += nan * (offset - step)
-    # each maximum's index in its input plane: the window's corner (in the padded frame) plus its step
-    rows = xp.arange(geom.out[0], dtype=xp.int32) * geom.stride[0] - geom.pads[0][0]
-    cols = xp.arange(geom.out[1], dtype=xp.int32) * geom.stride[1] - geom.pads[1][0]
-    mask = (rows[:, None] * w + cols[None, :]) + step
-    if bool((out == -xp.inf).any()):
-        # a maximum of -inf may sit in the padding: point at the window's first input element, as torch does
-        first = xp.clip(rows, 0, h - 1)[:, None] * w + xp.clip(cols, 0, w - 1)[None, :]
-        mask = xp.where(out == -xp.inf, first, mask)
-    return _from_nchw(xp, out, 2, last, x.dtype), _from_nchw(xp, mask, 2, last, xp.int32)
-
-
-def _max_pool2d_grad(xp, grad, mask, input_size, data_format="NCHW"):
-    last = _channel_last(data_format, 2)
-    _check_pool_input(grad, last, "grad")
-    if tuple(mask.shape) != tuple(grad.shape) or mask.dtype.kind not in "iu":
-        raise ValueError(f"mask must be an integer tensor of grad's shape {list(grad.shape)}, got "
-                         f"{mask.dtype} of shape {list(mask.shape)}")
-    h, w = _ints("input_size", input_size, 2, 1)
-    ct = compute_dtype(xp, grad.dtype)
-    g, m = _as_nchw(xp, grad, ct, 2, last), _as_nchw(xp, mask, mask.dtype, 2, last)
-    n, c = g.shape[:2]
-    if m.size and (int(xp.max(m)) >= h * w or int(xp.min(m)) < 0):
-        raise ValueError(f"mask must hold indices in [0, {h * w}) (an input plane of {h} x {w}), got values from "
-                         f"{int(xp.min(m))} to {int(xp.max(m))}")
-    index = (m.astype(xp.int64) + (xp.arange(n * c, dtype=xp.int64) * (h * w)).reshape(n, c, 1, 1)).reshape(-1)
-    dx = xp.zeros(n * c * h * w, dtype=ct)
-    xp.add.at(dx, index, g.reshape(-1))  # overlapping windows may pick one element twice
-    return _from_nchw(xp, dx.reshape(n, c, h, w), 2, last, grad.dtype)
-
-
-def _avg_scale(xp, geom, exclusive, divisor_override, dtype):
-    """The factor of each window's sum [OH, OW]: 1 / the input elements in the window (exclusive; never 0,
-    as _pool_geometry leaves no window of padding alone) or 1 / its input and padding elements (inclusive:
-    kh*kw except for a ceil_mode window running past the padding, as in Paddle and torch)."""
-    area = math.prod(geom.kernel)
-    scale = 1.0 / _window_counts(xp, geom, padding=not exclusive)
-    if divisor_override is not None:  # Paddle: the average times kh*kw / divisor_override
-        scale = scale * (area / divisor_override)
-    return scale.astype(dtype)
-
-
-def _avg_geometry(size, kernel_size, stride, padding, ceil_mode, divisor_override, last):
-    if divisor_override is not None and divisor_override == 0:
-        raise ValueError("divisor_override must be non-zero (or None)")
-    return _pool_geometry(size, kernel_size, stride, padding, ceil_mode, last)
-
-
-def _avg_pool2d(xp, x, kernel_size, stride=None, padding=0, ceil_mode=False, exclusive=True, divisor_override=None,
-                data_format="NCHW"):
-    last = _channel_last(data_format, 2)
-    _check_pool_input(x, last)
-    geom = _avg_geometry(_spatial(x.shape, last), kernel_size, stride, padding, ceil_mode, divisor_override, last)
-    ct = compute_dtype(xp, x.dtype)
-    src = _padded(xp, _as_nchw(xp, x, ct, 2, last), geom, 0)
-    total = None
-    for _, index in _window_slices(geom):
-        total = src[index].copy() if total is None else xp.add(total, src[index], out=total)
-    total *= _avg_scale(xp, geom, exclusive, divisor_override, ct)
-    return _from_nchw(xp, total, 2, last, x.dtype)
-
-
-def _avg_pool2d_grad(xp, grad, input_size, kernel_size, stride=None, padding=0, ceil_mode=False, exclusive=True,
-                     divisor_override=None, data_format="NCHW"):
-    last = _channel_last(data_format, 2)
-    _check_pool_input(grad, last, "grad")
-    size = _ints("input_size", input_size, 2, 1)
-    geom = _avg_geometry(size, kernel_size, stride, padding, ceil_mode, divisor_override, last)
-    if _spatial(grad.shape, last) != geom.out:
-        raise ValueError(f"grad has spatial size {list(_spatial(grad.shape, last))}, but pooling an input of size "
-                         f"{list(size)} gives {list(geom.out)}")
-    ct = compute_dtype(xp, grad.dtype)
-    g = _as_nchw(xp, grad, ct, 2, last) * _avg_scale(xp, geom, exclusive, divisor_override, ct)
-    dx = xp.ascontiguousarray(_col2im(xp, lambda offset: g, g.shape[:2], geom, ct))
-    return _from_nchw(xp, dx, 2, last, grad.dtype)
-
-
-def _adaptive_size(output_size, size):
-    """Paddle's output_size: an int or two entries, None keeping that input size."""
-    items = [output_size] * 2 if _is_int(output_size) else list(output_size) \
-        if isinstance(output_size, (list, tuple)) else None
-    if items is None or len(items) != 2 or not all(v is None or (_is_int(v) and v >= 1) for v in items):
-        raise ValueError(f"output_size must be a positive int or a list of 2 (positive ints or None), "
-                         f"got {output_size!r}")
-    return tuple(n if v is None else int(v) for v, n in zip(items, size))
-
-
-def _band(xp, n_in, n_out, dtype):
-    """[n_out, n_in]: row o averages inputs floor(o * n_in / n_out) to ceil((o + 1) * n_in / n_out) - 1."""
-    o = xp.arange(n_out)[:, None]
-    start, end = (o * n_in) // n_out, -((-(o + 1) * n_in) // n_out)
-    i = xp.arange(n_in)[None, :]
-    return (((i >= start) & (i < end)) / (end - start)).astype(dtype)
-
-
-def _adaptive_avg_pool2d(xp, x, output_size, data_format="NCHW"):
-    last = _channel_last(data_format, 2)
-    _check_pool_input(x, last)
-    ct = compute_dtype(xp, x.dtype)
-    x4 = _as_nchw(xp, x, ct, 2, last)
-    (n, c, h, w), (oh, ow) = x4.shape, _adaptive_size(output_size, x4.shape[2:])
-    if h % oh == 0 and w % ow == 0:  # equal windows that tile the input: a reshape and a mean
-        out = x4.reshape(n, c, oh, h // oh, ow, w // ow).mean(axis=(3, 5))
+def conv1d_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1,
+                     output_size=None, data_format="NCL", name=None):
+    """1-D transposed convolution of x [N, C, L] (or [N, L, C]) with weight [in_channels, out_channels/groups,
+    kL], Paddle's signature: conv2d_transpose on a unit height, as Paddle computes it."""
+    where = "oarlock.nn.functional.conv1d_transpose()"
+    last = _channel_last(data_format, 1)
+    for arg, t in (("x", x), ("weight", weight)):
+        if not isinstance(t, oarlock.Tensor) or t.ndim != 3:
+            got = f"shape {list(t.shape)}" if isinstance(t, oarlock.Tensor) else type(t).__name__
+            layout = _layout(1, last) if arg == "x" else "[in_channels, out_channels/groups, kL]"
+            raise ValueError(f"{where}: {arg} must be a 3-D Tensor {layout}, got {got}")
+    one = lambda name, v: list(_ints(name, v, 1, 0 if name == "output_padding" else 1))  # noqa: E731
+    stride, dilation = one("stride", stride), one("dilation", dilation)
+    if isinstance(padding, str):
+        pads = padding  # 'same' / 'valid' mean the same on a unit height
     else:
-        out = xp.matmul(_band(xp, h, oh, ct), xp.matmul(x4, _band(xp, w, ow, ct).T))
-    return _from_nchw(xp, out, 2, last, x.dtype)
-
-
-def _adaptive_avg_pool2d_grad(xp, grad, input_size, data_format="NCHW"):
-    last = _channel_last(data_format, 2)
-    _check_pool_input(grad, last, "grad")
-    h, w = _ints("input_size", input_size, 2, 1)
-    ct = compute_dtype(xp, grad.dtype)
-    g = _as_nchw(xp, grad, ct, 2, last)
-    n, c, oh, ow = g.shape
-    if h % oh == 0 and w % ow == 0:
-        a, b = h // oh, w // ow
-        dx = xp.broadcast_to((g / (a * b))[:, :, :, None, :, None], (n, c, oh, a, ow, b)).reshape(n, c, h, w)
-    else:
-        dx = xp.matmul(_band(xp, h, oh, ct).T, xp.matmul(g, _band(xp, w, ow, ct)))
-    return _from_nchw(xp, dx, 2, last, grad.dtype)
-
-
-def max_pool2d(x, kernel_size, stride=None, padding=0, return_mask=False, ceil_mode=False, data_format="NCHW",
-               name=None):
-    """Max pooling over [N, C, H, W] windows (Paddle's signature); with return_mask=True also the int32
-    index h * W + w of every maximum in its input plane."""
-    if not isinstance(return_mask, bool):
-        raise TypeError(f"oarlock.nn.functional.max_pool2d(): return_mask must be a bool, got "
-                        f"{type(return_mask).__name__} {return_mask!r}")
-    if return_mask and data_format != "NCHW":
-        raise ValueError(f"oarlock.nn.functional.max_pool2d(): return_mask=True needs data_format='NCHW' (as in "
-                         f"Paddle), got {data_format!r}")
-    out, mask = oarlock.max_pool2d_with_index(x, kernel_size, stride, padding, ceil_mode, data_format)
-    return (out, mask) if return_mask else out
+        ((before, after),), _ = _padding(padding, _spatial(x.shape, last), tuple(weight.shape[2:]), stride,
+                                         dilation, last)
+        pads = [0, 0, before, after]
+    size = None if output_size is None else [1] + one("output_size", output_size)
+    out = F.conv2d_transpose(oarlock.unsqueeze(x, 1 if last else 2), oarlock.unsqueeze(weight, 2), bias,
+                             [1] + stride, pads, [0] + one("output_padding", output_padding), [1] + dilation, groups,
+                             size, LAYOUTS[2][last])
+    return oarlock.squeeze(out, 1 if last else 2)
 
 
 # -- gradients (Tensors and public ops only) --------------------------------------------------------------
@@ -766,59 +621,11 @@ def _fold_rule(ctx, gg):
     return F.unfold(gg, **a)
 
 
-def _max_pool_rule(ctx, g, _g_mask):
-    if g is None:
-        return None
-    (mask,) = ctx.saved
-    last = _channel_last(ctx.attrs["data_format"], 2)
-    return oarlock.max_pool2d_grad(g, mask, input_size=list(_spatial(ctx.meta[0][0], last)),
-                                   data_format=ctx.attrs["data_format"])
-
-
-def _max_pool_grad_rule(ctx, gg):
-    """The adjoint of the scatter: gather gg at the saved argmax positions."""
-    (mask,) = ctx.saved
-    last = _channel_last(ctx.attrs["data_format"], 2)
-    if last:  # the mask indexes planes: work channel-first
-        gg, mask = oarlock.transpose(gg, [0, 3, 1, 2]), oarlock.transpose(mask, [0, 3, 1, 2])
-    n, c, h, w = gg.shape
-    planes = oarlock.reshape(oarlock.arange(n * c, dtype="int64") * (h * w), [n, c, 1, 1])
-    index = oarlock.cast(mask, "int64") + planes
-    picked = oarlock.reshape(oarlock.gather(oarlock.reshape(gg, [-1]), oarlock.reshape(index, [-1])), mask.shape)
-    return (oarlock.transpose(picked, [0, 2, 3, 1]) if last else picked), None
-
-
-def _avg_pool_rule(ctx, g):
-    last = _channel_last(ctx.attrs["data_format"], 2)
-    return oarlock.avg_pool2d_grad(g, input_size=list(_spatial(ctx.meta[0][0], last)), **ctx.attrs)
-
-
-def _avg_pool_grad_rule(ctx, gg):
-    """The adjoint of the adjoint is avg_pool2d."""
-    a = dict(ctx.attrs)
-    a.pop("input_size")
-    return F.avg_pool2d(gg, **a)
-
-
-def _adaptive_rule(ctx, g):
-    last = _channel_last(ctx.attrs["data_format"], 2)
-    return oarlock.adaptive_avg_pool2d_grad(g, input_size=list(_spatial(ctx.meta[0][0], last)),
-                                            data_format=ctx.attrs["data_format"])
-
-
-def _adaptive_grad_rule(ctx, gg):
-    last = _channel_last(ctx.attrs["data_format"], 2)
-    return F.adaptive_avg_pool2d(gg, output_size=list(_spatial(ctx.meta[0][0], last)),
-                                 data_format=ctx.attrs["data_format"])
-
-
 # -- registration --------------------------------------------------------------------------------------------
 
 _CONV = "x: Tensor, weight: Tensor, bias: OptTensor = None, stride: Shape = 1, padding: Any = 0, "
 # Paddle orders conv2d_transpose's arguments dilation, groups but conv1d/conv3d_transpose's groups, dilation
 _GROUPS_DILATION = {False: "dilation: Shape = 1, groups: int = 1, ", True: "groups: int = 1, dilation: Shape = 1, "}
-_POOL = "kernel_size: Shape, stride: Shape|None = None, padding: Any = 0, ceil_mode: bool = False, "
-_AVG = _POOL + "exclusive: bool = True, divisor_override: float|None = None, data_format: str = 'NCHW'"
 _FLOATS = ("float",)
 
 
@@ -859,37 +666,15 @@ def register(ops):
                    "assumes bottom = top and right = left).")
     ops.kernel("fold")(_fold)
 
-    ops.define(f"max_pool2d_with_index(x: Tensor, {_POOL}data_format: str = 'NCHW') -> tuple[Tensor, Tensor]",
-               public=["max_pool2d_with_index"], dtypes=_FLOATS, grad=_max_pool_rule, saves=("out1",),
-               doc="Max pooling and the int32 index (h * W + w in the input plane) of every maximum.")
-    ops.kernel("max_pool2d_with_index")(_max_pool2d_with_index)
-    ops.define("max_pool2d_grad(grad: Tensor, mask: Tensor, input_size: Shape, data_format: str = 'NCHW') -> Tensor",
-               public=["max_pool2d_grad"], dtypes=_FLOATS, nondiff=("mask",), grad=_max_pool_grad_rule,
-               saves=("mask",), doc="The gradient of max pooling: grad added at the mask's input positions.")
-    ops.kernel("max_pool2d_grad")(_max_pool2d_grad)
-
-    ops.define(f"avg_pool2d(x: Tensor, {_AVG}) -> Tensor", public=["oarlock.nn.functional.avg_pool2d"],
-               dtypes=_FLOATS, grad=_avg_pool_rule,
-               doc="Average pooling; exclusive=True leaves padding out of each window's count.")
-    ops.kernel("avg_pool2d")(_avg_pool2d)
-    ops.define(f"avg_pool2d_grad(grad: Tensor, input_size: Shape, {_AVG}) -> Tensor", public=["avg_pool2d_grad"],
-               dtypes=_FLOATS, grad=_avg_pool_grad_rule, doc="The gradient (adjoint) of avg_pool2d.")
-    ops.kernel("avg_pool2d_grad")(_avg_pool2d_grad)
-
-    ops.define("adaptive_avg_pool2d(x: Tensor, output_size: Any, data_format: str = 'NCHW') -> Tensor",
-               public=["oarlock.nn.functional.adaptive_avg_pool2d"], dtypes=_FLOATS, grad=_adaptive_rule,
-               doc="Average pooling to output_size windows: window o spans floor(o*H/OH) to ceil((o+1)*H/OH).")
-    ops.kernel("adaptive_avg_pool2d")(_adaptive_avg_pool2d)
-    ops.define("adaptive_avg_pool2d_grad(grad: Tensor, input_size: Shape, data_format: str = 'NCHW') -> Tensor",
-               public=["adaptive_avg_pool2d_grad"], dtypes=_FLOATS, grad=_adaptive_grad_rule,
-               doc="The gradient (adjoint) of adaptive_avg_pool2d.")
-    ops.kernel("adaptive_avg_pool2d_grad")(_adaptive_avg_pool2d_grad)
+    from oarlock_ops import pooling  # here, not at the top: pooling imports this module's geometry
+    pooling.register(ops)
 
 
 def register_api(api):
-    """The functional max_pool2d is a Python wrapper over the op max_pool2d_with_index (it picks whether to
-    return the mask), so the family exports it itself."""
-    api.export("oarlock.nn.functional", "max_pool2d", max_pool2d)
+    """conv1d_transpose is a Python function over conv2d_transpose; pooling exports its own functions."""
+    from oarlock_ops import pooling
+    api.export("oarlock.nn.functional", "conv1d_transpose", conv1d_transpose)
+    pooling.register_api(api)
 
 
 # -- argument helpers oarlock-nn's conv and pooling layers share (public: another distribution imports them) --
