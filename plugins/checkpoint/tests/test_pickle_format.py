@@ -14,21 +14,29 @@ import oarlock
 from oarlock_checkpoint import pickle_format
 
 
-def test_tensors_of_every_dtype_round_trip_bit_for_bit(tmp_path, dtype_name, pattern_array, bits):
+# Paddle's numpy form of a Tensor (what paddle.save stores and return_numpy gives), where not its own dtype
+PADDLE_NUMPY = {"bfloat16": np.uint16, "float8_e4m3fn": np.int8, "float8_e5m2": np.int8}
+
+
+@pytest.mark.parametrize("layout", ["paddle", "oarlock"])
+def test_tensors_of_every_dtype_round_trip_bit_for_bit(tmp_path, dtype_name, pattern_array, bits, layout):
+    """Both layouts keep every bit; the Paddle layout, as paddle.save, keeps float8 Tensors as int8."""
     values = pattern_array(dtype_name)
     tensor = oarlock.to_tensor(values)
     tensor.name = "linear_0.w_0"
-    oarlock.save({"t": tensor, "scalar": tensor[0, 0], "empty": tensor[:0]}, tmp_path / "x.pdparams")
+    oarlock.save({"t": tensor, "scalar": tensor[0, 0], "empty": tensor[:0]}, tmp_path / "x.pdparams", layout=layout)
     loaded = oarlock.load(tmp_path / "x.pdparams")
     t = loaded["t"]
-    assert isinstance(t, oarlock.Tensor) and t.dtype == tensor.dtype and t.place == "cpu"
+    dtype = oarlock.int8 if layout == "paddle" and dtype_name.startswith("float8") else tensor.dtype
+    numpy_dtype = PADDLE_NUMPY.get(dtype_name, values.dtype) if layout == "paddle" else values.dtype
+    assert isinstance(t, oarlock.Tensor) and t.dtype == dtype and t.place == "cpu"
     assert t.name == "linear_0.w_0" and t.stop_gradient
     np.testing.assert_array_equal(bits(t.numpy()), bits(values))
     assert loaded["scalar"].shape == []
     np.testing.assert_array_equal(bits(loaded["scalar"].numpy()), bits(values[0, 0]))
     assert loaded["empty"].shape == [0, 70]
     as_numpy = oarlock.load(tmp_path / "x.pdparams", return_numpy=True)["t"]
-    assert type(as_numpy) is np.ndarray and as_numpy.dtype == values.dtype and as_numpy.flags.writeable
+    assert type(as_numpy) is np.ndarray and as_numpy.dtype == numpy_dtype and as_numpy.flags.writeable
     np.testing.assert_array_equal(bits(as_numpy), bits(values))
 
 
@@ -60,13 +68,21 @@ def test_state_dict_round_trip_restores_a_model(tmp_path, tiny_model):
     assert fresh.scale.dtype == oarlock.bfloat16
 
 
-def test_files_do_not_depend_on_class_layouts(tmp_path):
-    """Tensors and arrays are records, not pickled classes: a state dict file names no global besides
-    OrderedDict (so weights_only=True accepts it), and plain pickle cannot read it without our loader."""
-    oarlock.save(OrderedDict(w=oarlock.ones([2]).astype("bfloat16"), a=np.zeros(2)), tmp_path / "m.pdparams")
+def test_oarlock_layout_files_do_not_depend_on_class_layouts(tmp_path):
+    """layout="oarlock": Tensors and arrays are records, not pickled classes: a state dict file names no
+    global besides OrderedDict (so weights_only=True accepts it), and plain pickle cannot read it without
+    our loader. The default (Paddle's layout) is a plain pickle of numpy arrays."""
+    state = OrderedDict(w=oarlock.ones([2]).astype("bfloat16"), a=np.zeros(2))
+    oarlock.save(state, tmp_path / "m.pdparams", layout="oarlock")
     assert oarlock.load(tmp_path / "m.pdparams", weights_only=True)["w"].dtype == oarlock.bfloat16
     with open(tmp_path / "m.pdparams", "rb") as f, pytest.raises(pickle.UnpicklingError, match="persistent"):
         pickle.load(f)
+    oarlock.save(state, tmp_path / "p.pdparams")
+    with open(tmp_path / "p.pdparams", "rb") as f:
+        plain = pickle.load(f)
+    name, bits = plain["w"]   # not a state dict (an array value): the Tensor is Paddle's (name, ndarray)
+    assert name == "generated_tensor_0" and bits.dtype == np.uint16 and bits.tolist() == [0x3F80, 0x3F80]
+    assert oarlock.load(tmp_path / "p.pdparams", weights_only=True)["w"].dtype == oarlock.bfloat16
 
 
 def test_weights_only_refuses_other_objects(tmp_path):

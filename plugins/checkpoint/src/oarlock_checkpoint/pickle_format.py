@@ -3,20 +3,29 @@
 
 Any picklable object can be saved: dicts (OrderedDict included), lists,
 tuples, numbers, strings, numpy arrays and Tensors, nested as deep as you
-like. Tensors, numpy arrays and numpy scalars are stored as small records
-(dtype name, shape, little-endian bytes, and a Tensor's name) through
-pickle's persistent-ID mechanism, not as pickled objects: a file depends
-neither on oarlock's class layout nor on numpy's or ml_dtypes' pickling
-internals. Tensors come back as cpu Tensors with their dtype (bfloat16 and
-float8 included), their name and stop_gradient=True, as in Paddle; with
-`return_numpy=True` they come back as numpy arrays.
+like, in one of two layouts:
 
-Files paddle.save wrote hold no records (Paddle pickles Tensors as numpy
-arrays, with their names beside them): `load` hands what it unpickled from a
+- "paddle" (the default): exactly what Paddle 3.2's paddle.save writes for the same object
+  (`paddle_save`), so paddle.load reads the file and returns what it returns for its own, and
+  oarlock.load returns what paddle.load does (`paddle_layout`): Tensors as Paddle's ndarrays with a
+  name table (state dicts) or (name, ndarray) tuples (anything else); bfloat16 as uint16 bits.
+  Objects holding float8 values, which Paddle's files cannot hold (its paddle.save stores float8
+  Tensors as int8), are written in the "oarlock" layout instead, with a warning, unless
+  layout="paddle" is asked for explicitly.
+- "oarlock": Tensors, numpy arrays and numpy scalars as small records (dtype name, shape,
+  little-endian bytes, and a Tensor's name) through pickle's persistent-ID mechanism: every dtype
+  (float8 included) and numpy arrays come back exactly as saved, and the file depends neither on
+  oarlock's class layout nor on numpy's pickling internals; Paddle cannot read it.
+
+Tensors come back as cpu Tensors with their dtype, their name and
+stop_gradient=True, as in Paddle; with `return_numpy=True` they come back as
+numpy arrays (Paddle's numpy form: bfloat16 as uint16, for Paddle-layout files).
+
+Files in the Paddle layout hold no records: `load` hands what it unpickled from a
 file without records to `paddle_layout`, which does what paddle.load does to
 it (Tensors with their names, the name table dropped unless
 keep_name_table=True, split big parameters put back together). A file with
-records is oarlock's own and comes back as it was saved.
+records is in oarlock's layout and comes back as it was saved.
 
 Security: a pickle can name any function for the loader to call, so `load`
 unpickles through `safe_pickle` by default (`weights_only=True`): it builds
@@ -33,6 +42,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import warnings
 
 import numpy as np
 
@@ -40,6 +50,7 @@ from oarlock import Tensor
 from oarlock_checkpoint._arrays import NUMPY_DTYPE, OARLOCK_NAME, cpu_tensor, from_little_endian, host_array
 from oarlock_checkpoint._arrays import little_endian_bytes
 from oarlock_checkpoint._files import atomic_write, reject_unknown_options
+from oarlock_checkpoint import paddle_save
 from oarlock_checkpoint.paddle_layout import from_paddle
 from oarlock_checkpoint.safe_pickle import safe_load
 
@@ -48,6 +59,7 @@ __all__ = ["save", "load", "write", "SUFFIXES"]
 SUFFIXES = (".pdparams", ".pdopt", ".pdtensor", ".pkl", ".pickle")
 _TENSOR, _ARRAY, _SCALAR = "oarlock.Tensor", "numpy.ndarray", "numpy.scalar"
 _PROTOCOLS = (2, 3, 4, 5)
+LAYOUTS = ("paddle", "oarlock")
 
 
 def _dtype_key(dtype: np.dtype) -> str | None:
@@ -119,21 +131,43 @@ class _Unpickler(pickle.Unpickler):
         self.persistent_load = records
 
 
-def write(obj, f, protocol: int = 4) -> None:
-    """Pickle `obj` into the open binary file `f` in this format."""
-    _Pickler(f, protocol=protocol).dump(obj)
+def write(obj, f, protocol: int = 4, layout: str = "oarlock") -> None:
+    """Pickle `obj` into the open binary file `f` in this format, in `layout` ("oarlock" or "paddle")."""
+    if layout == "paddle":
+        paddle_save.write(obj, f, protocol)
+    else:
+        _Pickler(f, protocol=protocol).dump(obj)
 
 
-def save(obj, path, protocol: int = 4, **configs) -> None:
+def _choose_layout(obj, layout, path) -> str:
+    if layout is not None and layout not in LAYOUTS:
+        raise ValueError(f"save(): layout must be one of {list(LAYOUTS)} or None (Paddle's unless the object holds "
+                         f"float8 values), got {layout!r}")
+    if layout is None:
+        if not paddle_save.loses_dtypes(obj):
+            return "paddle"
+        warnings.warn(f"save(): {os.fspath(path)!r} holds float8 values, which Paddle's file layout cannot hold "
+                      f"(paddle.save stores float8 Tensors as int8); it is written in oarlock's layout, which "
+                      f"oarlock.load reads and Paddle does not. Pass layout='paddle' for Paddle's int8 form, or "
+                      f"layout='oarlock' to silence this warning", UserWarning, stacklevel=4)
+        return "oarlock"
+    return layout
+
+
+def save(obj, path, protocol: int = 4, layout: str | None = None, **configs) -> None:
     """`oarlock.save(obj, path)` for this format: pickle `obj` to `path` (parent directories are made).
 
-    `protocol` is the pickle protocol, 2 to 5 (Paddle's default 4)."""
-    reject_unknown_options("save()", configs, ["protocol"])
+    `protocol` is the pickle protocol, 2 to 5 (Paddle's default 4; Paddle itself writes 2 to 4).
+    `layout` is "paddle" (what paddle.save writes: Paddle 3.2 reads it), "oarlock" (records: every
+    dtype and numpy arrays exactly, not readable by Paddle) or None, the default: "paddle" unless the
+    object holds float8 values, which Paddle's layout stores as int8 (then "oarlock", with a warning)."""
+    reject_unknown_options("save()", configs, ["protocol", "layout"])
     if not isinstance(protocol, int) or isinstance(protocol, bool) or protocol not in _PROTOCOLS:
         raise ValueError(f"save(): protocol must be one of {list(_PROTOCOLS)}, got {protocol!r}")
+    layout = _choose_layout(obj, layout, path)
     try:
         with atomic_write(path, "save()") as f:  # an object that cannot be pickled leaves no file behind
-            write(obj, f, protocol)
+            write(obj, f, protocol, layout)
     except (pickle.PicklingError, TypeError, AttributeError) as exc:
         raise TypeError(f"save(): cannot pickle the object for {os.fspath(path)!r}: {exc}") from exc
 
