@@ -18,7 +18,7 @@ import oarlock
 from oarlock.dispatch import OpRegistrar
 from oarlock.plugins import PluginManager
 from oarlock.registry import (OP_LIBRARY, ApiRegistrar, DuplicateRegistration, NamespaceConflict, Registry,
-                              default_registry, is_op_library, library_name)
+                              default_registry, is_op_library, library_name, private_allowed)
 
 DATA = Path(__file__).resolve().parent / "data" / "namespace_plugin"
 
@@ -265,11 +265,29 @@ def test_define_returns_the_callable_and_fills_the_op_library():
 
 
 def test_no_public_namespace_holds_a_private_name():
+    """Only Paddle's private compatibility names (registry.PADDLE_PRIVATE_NAMES) may start with '_'."""
     registry = default_registry()
     oarlock.add   # noqa: B018  (loads the plugins)
-    private = sorted(f"{ns}.{name}" for ns, names in registry.api.items() if not is_op_library(ns)
-                     for name in names if name.startswith("_"))
-    assert not private, f"public names starting with '_': {private}"
+    qualified = [f"{ns}.{name}" for ns, names in registry.api.items() if not is_op_library(ns) for name in names]
+    private = sorted(q for q in qualified if not private_allowed(q))
+    assert not private, f"public names starting with '_' outside registry.PADDLE_PRIVATE_NAMES: {private}"
+    assert any(q.startswith("oarlock._C_ops.") for q in qualified)   # the allow-list is in use, not vacuous
+
+
+def test_private_names_outside_the_allow_list_are_refused():
+    reg = Registry()
+    api = ApiRegistrar(reg, "my-plugin")
+    with pytest.raises(ValueError, match="names starting with '_' are private"):
+        api.export("oarlock", "_helper", 1)
+    with pytest.raises(ValueError, match="namespaces are public"):
+        api.export("oarlock._private", "name", 1)
+    with pytest.raises(ValueError, match="names starting with '_' are private"):
+        api.export("Tensor", "_secret", 1)
+    api.export("oarlock._C_ops", "matmul", 1)            # Paddle's: allowed
+    api.export("oarlock.framework", "_current_expected_place", 2)
+    assert reg.api["oarlock._C_ops"]["matmul"][0] == 1
+    assert private_allowed("Tensor._md5sum") and not private_allowed("Tensor._data")
+    assert not private_allowed("oarlock._C_ops._hidden") and not private_allowed("oarlock._C_opsx.y")
 
 
 def test_every_op_is_in_the_op_library():

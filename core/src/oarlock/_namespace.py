@@ -27,7 +27,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 
-from oarlock.registry import OP_LIBRARY, ROOT, TENSOR
+from oarlock.registry import OP_LIBRARY, ROOT, TENSOR, private_allowed
 
 _PREFIX = ROOT + "."
 
@@ -175,7 +175,7 @@ class NamespaceFinder(importlib.abc.MetaPathFinder):
         if not fullname.startswith(_PREFIX):
             return None
         parts = fullname.split(".")
-        if not all(part.isidentifier() and not part.startswith("_") for part in parts):
+        if not all(part.isidentifier() for part in parts) or not private_allowed(fullname):
             return None
         # Never load nor import here: find_spec runs under the interpreter's global import lock, which a
         # thread importing oarlock.plugins (or loading plugins) needs for each of its own imports

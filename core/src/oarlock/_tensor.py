@@ -13,6 +13,7 @@ from oarlock import _ops
 from oarlock import autograd as _autograd
 from oarlock.autograd import PyLayer, run_backward, _seed_grads
 from oarlock.dtypes import _BY_NP, convert_dtype, fit_scalar, from_numpy_dtype, get_default_dtype
+from oarlock.registry import PADDLE_PRIVATE_TENSOR
 
 _new = object.__new__
 _LOW_PRECISION = {"bfloat16", "float8_e4m3fn", "float8_e5m2"}
@@ -477,7 +478,7 @@ class Tensor:
 
 
 def _tensor_method(name):
-    if name.startswith("_"):
+    if name.startswith("_") and name not in PADDLE_PRIVATE_TENSOR:   # Paddle's few private methods only
         return None
     from oarlock.registry import default_registry
     entry = default_registry().api["Tensor"].get(name)

@@ -29,6 +29,30 @@ OP_LIBRARY = "oarlock.ops"  # every op as oarlock.ops.<plugin>.<op name>; filled
 
 _EMPTY = MappingProxyType({})
 
+# Paddle's private names that code written for Paddle calls (`paddle._C_ops.matmul(...)`,
+# `paddle.framework._current_expected_place()`, `x._md5sum()`): the only names and namespaces starting with "_"
+# a plugin may export (docs/ARCHITECTURE.md, "Namespaces"). A namespace listed here may hold public names; every
+# other name or namespace part starting with "_" is refused, so a private helper never leaks by accident.
+PADDLE_PRIVATE_NAMES = frozenset({
+    "oarlock._C_ops",                                        # namespace: Paddle's raw op entry points
+    "oarlock.framework._current_expected_place", "oarlock.framework._current_expected_place_",
+    "oarlock.base.framework._current_expected_place", "oarlock.base.framework._current_expected_place_",
+    "oarlock.framework._no_check_dy2st_diff", "oarlock.base.framework._no_check_dy2st_diff",
+    "oarlock.framework._non_static_mode", "oarlock.base.framework._non_static_mode",
+    "oarlock.base.framework._dygraph_tracer", "oarlock.framework._dygraph_tracer",
+    "Tensor._md5sum", "Tensor._numel", "Tensor._is_initialized", "Tensor._inplace_version",
+    "Tensor._local_value", "Tensor._copy_to", "Tensor._to", "Tensor._clear_data", "Tensor._share_buffer_to",
+    "Tensor._is_shared_buffer_with", "Tensor._place_str",
+})
+PADDLE_PRIVATE_TENSOR = frozenset(n[len(TENSOR) + 1:] for n in PADDLE_PRIVATE_NAMES if n.startswith(TENSOR + "."))
+
+
+def private_allowed(qualified: str) -> bool:
+    """Whether every part of `qualified` ("oarlock._C_ops.matmul", "Tensor._md5sum") that starts with "_" is
+    allowed: the prefix ending at that part is in PADDLE_PRIVATE_NAMES."""
+    parts = qualified.split(".")
+    return all(not p.startswith("_") or ".".join(parts[:i + 1]) in PADDLE_PRIVATE_NAMES for i, p in enumerate(parts))
+
 
 class DuplicateRegistration(ValueError):
     """Two plugins registered the same key."""
@@ -108,6 +132,7 @@ class Registry:
         self._claim("backend", backend.type, plugin, f"device type {backend.type!r}")
         self.backends[backend.type] = backend
         self.devices_of[plugin].append(backend.type)
+        self.generation += 1   # plugin_api.xp_function's cache reads the backends
         for place in list(Place._interned.values()):
             if place.type == backend.type:
                 place.backend = backend
@@ -234,9 +259,9 @@ class Registry:
         if parts[0] != ROOT or not all(_is_identifier(p) for p in parts):
             raise ValueError(f"plugin {plugin!r} {what} namespace {namespace!r}: a namespace is \"Tensor\", "
                              f"\"oarlock\" or dotted identifiers under it, such as \"oarlock.incubate.nn\"")
-        if any(p.startswith("_") for p in parts):
+        if not private_allowed(namespace):
             raise ValueError(f"plugin {plugin!r} {what} namespace {namespace!r}: namespaces are public, so no "
-                             f"part may start with '_'")
+                             f"part may start with '_' (except Paddle's names in registry.PADDLE_PRIVATE_NAMES)")
 
     def _ensure_namespace(self, namespace: str, plugin: str):
         """Create `namespace` and the namespaces above it; refuse one that an exported name already spells."""
@@ -278,9 +303,10 @@ class Registry:
         if not isinstance(name, str) or not _is_identifier(name):
             raise ValueError(f"plugin {plugin!r} exported {name!r} into {namespace}: a public name must be an "
                              f"identifier (not a keyword)")
-        if name.startswith("_"):
+        if name.startswith("_") and not private_allowed(f"{namespace}.{name}"):
             raise ValueError(f"plugin {plugin!r} exported {namespace}.{name}: names starting with '_' are "
-                             f"private and never public; define an internal op with internal=True and call the "
+                             f"private and never public (except Paddle's names in registry.PADDLE_PRIVATE_NAMES); "
+                             f"define an internal op with internal=True and call the "
                              f"callable ops.define returns (it is also {OP_LIBRARY}.<plugin>.<op name>)")
         self._add_name(namespace, name, obj, plugin)
 
