@@ -15,6 +15,8 @@ never from a private `oarlock._*` module; import-linter holds that as a contract
   path included) and every node the autograd engine runs as observer.begin(event, inputs) -> token and
   observer.end(token); a profiler installs one. None (the default) costs op calls nothing (their observed
   code is swapped in only while an observer is installed) and the autograd engine one test per node.
+- Faster array functions: `xp_function(xp, name)` is `xp.<name>`, or the drop-in a backend whose array
+  module is `xp` supplies in `Backend.array_functions` (oarlock-cpu: vectorised float32 exp and exp2).
 - The Backend interface (`Backend`, `DeviceProperties`, `HostStream`, `HostEvent`), the op registrar
   types, autocast state, and the hook markers.
 """
@@ -31,7 +33,7 @@ from oarlock.registry import ANY_DTYPE, GENERIC, DuplicateRegistration, Registry
 __all__ = ["ANY_DTYPE", "array_of", "AUTOCAST", "Backend", "default_registry", "DeviceProperties",
            "DuplicateRegistration", "GENERIC", "guard_writes", "hookimpl", "hookspec", "HostEvent", "HostStream",
            "is_grad_enabled", "Node", "OpDef", "OpError", "OpRegistrar", "Place", "rebind", "Registry",
-           "set_autocast", "set_observer", "wrap", "write_out"]
+           "set_autocast", "set_observer", "wrap", "write_out", "xp_function"]
 
 
 def array_of(tensor: Tensor):
@@ -77,3 +79,26 @@ def guard_writes(tensor: Tensor, guard) -> None:
     if guard is not None and not callable(guard):
         raise TypeError(f"guard_writes(): guard must be callable or None, got {type(guard).__name__}")
     version_counter(tensor).guard = guard
+
+
+_xp_functions: dict = {}  # (id(xp), name) -> (registry, its generation, function)
+
+
+def xp_function(xp, name: str):
+    """`xp.<name>`, or the faster drop-in for it that a registered backend whose array module is `xp` supplies
+    (`Backend.array_functions`). Cached per registry generation; a kernel may call it on every call."""
+    registry = default_registry()
+    key = (id(xp), name)
+    hit = _xp_functions.get(key)
+    if hit is not None and hit[0] is registry and hit[1] == registry.generation:
+        return hit[2]
+    fn = None
+    for backend in registry.backends.values():
+        # array_functions first: a lazy `xp` property (CuPy) is not imported by asking
+        if name in backend.array_functions and backend.xp is xp:
+            fn = backend.array_functions[name]
+            break
+    if fn is None:
+        fn = getattr(xp, name)
+    _xp_functions[key] = (registry, registry.generation, fn)
+    return fn

@@ -313,6 +313,45 @@ INLINE float exp3_f(float a, float b, float c, int32_t tiny)
     return p * float_of((uint32_t)(m + 127) << 23);
 }
 
+/* Plain exp and exp2 over float's whole range (the ufuncs `exp` and `exp2`; numpy's float32 exp2 is libm's
+ * scalar exp2f, and the FlashMask kernel and softmax spend most of their non-GEMM time there).  Reduction to
+ * 2^n * e^r with |r| <= ln2/2 (exp: Cody-Waite, n ln2 in two parts; exp2: f = x - n is exact), e^r by the
+ * degree-7 Taylor polynomial (truncation under 1e-8), 2^n applied in two halves so that results in the
+ * subnormal range round once and n = 128 overflows to inf.  The clamps keep n in [-151, 129], past both ends
+ * of the range; a NaN passes them and the arithmetic keeps it NaN.  Within 2 ulp (tests/test_cpu_kernels.py). */
+INLINE float scale_pow2_f(float p, int32_t n)
+{
+    int32_t half = n >> 1;
+    return (p * float_of((uint32_t)(half + 127) << 23)) * float_of((uint32_t)(n - half + 127) << 23);
+}
+
+static const float EXP_TAYLOR_F[8] = {1.0f, 1.0f, 1.0f / 2, 1.0f / 6, 1.0f / 24, 1.0f / 120, 1.0f / 720,
+                                      1.0f / 5040};
+/* ln2^k / k!: 2^f = e^(f ln2) */
+static const float EXP2_TAYLOR_F[8] = {1.0f, 6.93147182e-01f, 2.40226507e-01f, 5.55041087e-02f, 9.61812911e-03f,
+                                       1.33335581e-03f, 1.54035304e-04f, 1.52527338e-05f};
+
+INLINE float exp1_f(float x)
+{
+    float xc = x < -104.0f ? -104.0f : x;
+    xc = xc > 89.0f ? 89.0f : xc;
+    float k = xc * LOG2E_F + ROUND_MAGIC_F;
+    float n = k - ROUND_MAGIC_F;
+    int32_t ni = (int32_t)(bits_of_f(k) - bits_of_f(ROUND_MAGIC_F));
+    float r = (xc - n * LN2_HI_F) - n * LN2_LO_F;
+    return scale_pow2_f(horner_f(EXP_TAYLOR_F, 8, r), ni);
+}
+
+INLINE float exp2_1_f(float x)
+{
+    float xc = x < -151.0f ? -151.0f : x;
+    xc = xc > 129.0f ? 129.0f : xc;
+    float k = xc + ROUND_MAGIC_F;
+    float n = k - ROUND_MAGIC_F;
+    int32_t ni = (int32_t)(bits_of_f(k) - bits_of_f(ROUND_MAGIC_F));
+    return scale_pow2_f(horner_f(EXP2_TAYLOR_F, 8, xc - n), ni);
+}
+
 /* x^2 = hi + lo, hi exact: xh keeps the top 12 bits of x's significand, so xh^2 fits in 24. */
 INLINE void square_split_f(float x, float *hi, float *lo)
 {
@@ -502,6 +541,10 @@ UNARY_BLOCK(sigmoid_block64, double, sigmoid1(x, 13))
 UNARY_BLOCK(sigmoid_block32, float, sigmoid1_f(x))
 UNARY_BLOCK(silu_block64, double, silu1(x, 13))
 UNARY_BLOCK(silu_block32, float, silu1_f(x))
+UNARY_BLOCK(exp_block64, double, exp(x))
+UNARY_BLOCK(exp_block32, float, exp1_f(x))
+UNARY_BLOCK(exp2_block64, double, exp2(x))
+UNARY_BLOCK(exp2_block32, float, exp2_1_f(x))
 BINARY_BLOCK(silu_grad_block64, double, silu_grad1(x, g, 13))
 BINARY_BLOCK(silu_grad_block32, float, silu_grad1_f(x, g))
 
@@ -571,6 +614,10 @@ UNARY_LOOP(silu_f, float, silu_block32)
 UNARY_LOOP(silu_d, double, silu_block64)
 BINARY_LOOP(silu_grad_f, float, silu_grad_block32)
 BINARY_LOOP(silu_grad_d, double, silu_grad_block64)
+UNARY_LOOP(exp_f, float, exp_block32)
+UNARY_LOOP(exp_d, double, exp_block64)
+UNARY_LOOP(exp2_f, float, exp2_block32)
+UNARY_LOOP(exp2_d, double, exp2_block64)
 
 /* ---------------------------------------------------------------------------------------------
  * module
@@ -591,6 +638,8 @@ static const ufunc_spec UFUNCS[] = {
     {"silu", "silu(x): x sigmoid(x).", {silu_f, silu_d}, 1},
     {"silu_grad", "silu_grad(x, g): g * s (1 + x (1 - s)), s = sigmoid(x): SiLU's backward.",
      {silu_grad_f, silu_grad_d}, 2},
+    {"exp", "exp(x): e^x (float32 vectorised here, float64 by libm).", {exp_f, exp_d}, 1},
+    {"exp2", "exp2(x): 2^x (float32 vectorised here, float64 by libm).", {exp2_f, exp2_d}, 1},
 };
 
 static char TYPES1[] = {NPY_FLOAT, NPY_FLOAT, NPY_DOUBLE, NPY_DOUBLE};
@@ -599,7 +648,7 @@ static void *NO_DATA[] = {NULL, NULL};
 
 static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT, "_kernels",
-    "One-pass float32/float64 ufuncs: erf, gelu, gelu_grad, sigmoid, silu, silu_grad (see _kernels.c).",
+    "One-pass float32/float64 ufuncs: erf, gelu, gelu_grad, sigmoid, silu, silu_grad, exp, exp2 (see _kernels.c).",
     -1, NULL, NULL, NULL, NULL, NULL,
 };
 

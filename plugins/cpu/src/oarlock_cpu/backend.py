@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 
 from oarlock.device import Backend
+from oarlock_cpu import fastmath
 
 try:
     from oarlock_cpu import _memstat
@@ -34,6 +35,7 @@ class CPUBackend(Backend):
     xp = np
     array_types = (np.ndarray,)
     dlpack_device_type = 1  # kDLCPU
+    array_functions = fastmath.FUNCTIONS   # vectorised float32 exp and exp2 for kernels generic over xp
 
     def __init__(self, seed: int = 0):
         self._seed = seed

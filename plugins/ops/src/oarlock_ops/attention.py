@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 
 import oarlock
+from oarlock.plugin_api import xp_function
 from oarlock_ops.linalg import compute_dtype
 from oarlock_ops.softmax import row_sums
 
@@ -147,7 +148,7 @@ def _softmax_into(xp, s, p, masked):
     if masked:
         m = xp.where(xp.isfinite(m), m, xp.zeros((), s.dtype))
     s -= m
-    xp.exp(s, out=s)
+    xp_function(xp, "exp")(s, out=s)
     total = row_sums(xp, s)
     if masked:
         total = xp.where(total == 0, xp.ones((), s.dtype), total)
@@ -309,7 +310,7 @@ def _sdpa(xp, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
         s = _block_scores(xp, q5, kt, bias, is_causal, tri, r0, kend, scratch(r1 - r0, kend))
         pb = p[..., r0:r1, :kend]
         s -= bound[..., r0:r1, :]
-        xp.exp(s, out=s)
+        xp_function(xp, "exp")(s, out=s)
         total = row_sums(xp, s)
         if (total < tiny).any():  # the bound was too loose for some row (or a row is fully masked): exact max
             s = _block_scores(xp, q5, kt, bias, is_causal, tri, r0, kend, s)

@@ -23,6 +23,7 @@ input's shape and a per-position scale `s` (weight and ignore mask), loss = -s *
 from __future__ import annotations
 
 import oarlock
+from oarlock.plugin_api import xp_function
 from oarlock_ops._inplace import define_variants
 from oarlock.nn import functional as F
 from oarlock_ops.linalg import compute_dtype
@@ -53,14 +54,14 @@ def _sum_along(xp, x, axis):
 
 def _log_softmax_xp(xp, x, axis):
     z = xp.subtract(x, xp.max(x, axis=axis, keepdims=True))
-    e = xp.exp(z)
+    e = xp_function(xp, "exp")(z)
     z -= xp.log(_sum_along(xp, e, axis))
     return z
 
 
 def _softmax_xp(xp, x, axis):
     e = xp.subtract(x, xp.max(x, axis=axis, keepdims=True))
-    xp.exp(e, out=e)
+    xp_function(xp, "exp")(e, out=e)
     e /= _sum_along(xp, e, axis)
     return e
 
@@ -242,7 +243,7 @@ def _row_softmax_parts(xp, x):
     rows = x.reshape(-1, x.shape[-1])
     m = rows.max(axis=1, keepdims=True)
     e = xp.subtract(rows, m)
-    xp.exp(e, out=e)
+    xp_function(xp, "exp")(e, out=e)
     return rows, e, m
 
 

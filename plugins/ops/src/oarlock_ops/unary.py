@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import oarlock
+from oarlock.plugin_api import xp_function
 from oarlock_ops._inplace import define_variants
 from oarlock_ops.elementwise import REAL, public
 
@@ -290,7 +291,7 @@ def _of_saved(derivative):
 
 # name, kernel, backward rule, the tensor it saves, is an activation (also in oarlock.nn.functional)
 FLOAT_MATH = [
-    ("exp", lambda xp, x: xp.exp(x), _of_saved(lambda g, out: g * out), "out", False),
+    ("exp", lambda xp, x: xp_function(xp, "exp")(x), _of_saved(lambda g, out: g * out), "out", False),
     ("log", lambda xp, x: xp.log(x), _of_saved(lambda g, x: g / x), "x", False),
     ("log1p", lambda xp, x: xp.log1p(x), _of_saved(lambda g, x: g / (x + 1)), "x", False),
     ("sqrt", lambda xp, x: xp.sqrt(x), _of_saved(lambda g, out: g / (2 * out)), "out", False),
