@@ -1,0 +1,5 @@
+"""oarlock.Model and its parts: data handling, batch steps, AMP settings, checkpoint files."""
+
+from oarlock_hapi.model.model import Model
+
+__all__ = ["Model"]
