@@ -926,16 +926,32 @@ def _run_inplace(op, args, flat, attrs, place, run):
         if vc is not None and vc.guard is not None:
             vc.guard(t)   # before the write: see plugin_api.guard_writes
     out = run()
-    if op.inplace_of is not None:   # a variant of an out-of-place op: its result is written into the target
+    reshaped = op.inplace_of is not None and op.registry.ops[op.inplace_of].view
+    if reshaped:   # reshape_, transpose_, squeeze_, ...: the target takes the view's shape; no value changes
+        target._data = out
+    elif op.inplace_of is not None:   # a variant of an out-of-place op: its result is written into the target
         _write_result(op, target, out)
     for t in written:
         bump_version(t)
+    if reshaped:
+        _reshape_view_identity(op, target, attrs)
     if graph:
         record(op, flat, target, attrs, place, written=target)
-        if view is not None:   # the view's identity is current again; then the base takes the write
+        if view is not None and not reshaped:   # the view's identity is current again; then the base takes it
             target._view = (view[0], view[1], target._vc.value)
             _rebase(view, target)
     return target
+
+
+def _reshape_view_identity(op, target, attrs):
+    """After a view-kind in-place op (reshape_) on a view of another tensor: the target is now that view op
+    applied to its old view function, so a later write through it rebases its base correctly."""
+    view = getattr(target, "_view", None)
+    if view is None:
+        return
+    root, make, _ = view
+    base_op = op.registry.ops[op.inplace_of]
+    target._view = (root, lambda base: apply(base_op, (make(base),), attrs), target._vc.value)
 
 
 def _shadow(t, copy):

@@ -443,7 +443,10 @@ def register(ops):
     ops.kernel("fill_")(_fill_kernel)
     ops.kernel("zero_")(_zero_kernel)
     define_variants(ops, ("scale",))
-    define_variants(ops, ("abs", "neg", "ceil", "floor", "trunc", "round", "square", "clip", "pow", "remainder",
+    # remainder_ also has Paddle's spellings mod_ and floor_mod_ (as remainder has mod and floor_mod)
+    ops.define_inplace("remainder", public=[f"{ns}.{name}_" for name in ("remainder", "mod", "floor_mod")
+                                            for ns in ("oarlock", "Tensor")])
+    define_variants(ops, ("abs", "neg", "ceil", "floor", "trunc", "round", "square", "clip", "pow",
                           "floor_divide",
                           "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "logical_and", "logical_or",
                           "logical_xor", "logical_not", "equal", "not_equal", "less_than", "less_equal", "greater_than",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import oarlock
 from oarlock_ops._grad import sum_to_shape
+from oarlock_ops._inplace import define_variants
 
 
 # -- axis helpers (kernels) -------------------------------------------------------------------------
@@ -308,3 +309,7 @@ def register(ops):
                aliases={"input": "x", "dim": "axis"}, grad=_split_grad,
                doc="Split x into `chunks` equal parts along `axis` (chunks must divide the axis, as in Paddle).")
     ops.kernel("chunk")(lambda xp, x, chunks, axis=0: _split_kernel(xp, x, chunks, axis))
+
+    # Paddle's view-kind in-place variants: the tensor takes the new shape and keeps its storage (the
+    # dispatcher sees the base op is a view op and rebinds instead of writing values)
+    define_variants(ops, ("reshape", "unsqueeze", "squeeze", "flatten", "transpose"))
