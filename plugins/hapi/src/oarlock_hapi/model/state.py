@@ -1,7 +1,7 @@
 """Model.save / Model.load: the files Paddle's hapi writes and reads, through oarlock.save / oarlock.load.
 
-`path.pdparams` holds network.state_dict(), `path.pdopt` the optimizer's state_dict() (only when it has state:
-plain SGD writes none), `path.pdscaler` the AMP GradScaler's. Loading matches parameters by structured name
+`path.pdparams` holds network.state_dict(), `path.pdopt` the optimizer's state_dict() (only when it has
+accumulators or a scheduler: plain SGD writes none), `path.pdscaler` the AMP GradScaler's. Loading matches parameters by structured name
 and shape, and reads optimizer states written by Paddle 3.2 as well as ours (paddle_optimizer_state)."""
 
 from __future__ import annotations
@@ -33,12 +33,18 @@ def save(model, path: str, training: bool = True) -> None:
     oarlock.save(model.network.state_dict(), path + ".pdparams")
     if model._optimizer is not None:
         optim = model._optimizer.state_dict()
-        if optim:
+        if has_optimizer_state(optim):
             oarlock.save(optim, path + ".pdopt")
     if model._scaler is not None:
         scaler = model._scaler.state_dict()
         if scaler:
             oarlock.save(scaler, path + ".pdscaler")
+
+
+def has_optimizer_state(optim: dict) -> bool:
+    """Whether there is state worth a .pdopt: Paddle writes none for an optimizer without accumulators (plain
+    SGD); oarlock's keeps a step count per parameter even then, which alone is not written either."""
+    return any(not (isinstance(key, str) and key.endswith("_step")) for key in optim)
 
 
 def save_inference(model, path: str) -> None:
