@@ -22,6 +22,8 @@ from oarlock import hookimpl
 
 # entry-point name (= module oarlock_ops.<name>) -> what the family holds; pyproject.toml lists the same names
 FAMILIES = {
+    "activation_extras": "relu6, hardswish, hardsigmoid, swish (Paddle's piecewise activations)",
+    "activations_more": "log_sigmoid, softplus, softsign, celu, selu, mish, shrinks, hardtanh, glu, prelu, rrelu, ...",
     "attention": "scaled_dot_product_attention and its fused backward",
     "compat": "oarlock.compat: Paddle 3.2's torch-style sort, split, max/min, median, softmax (no ops of its own)",
     "complex": "complex, polar, real, imag, view_as_complex/view_as_real, is_complex",
@@ -32,9 +34,11 @@ FAMILIES = {
     "linalg": "matmul, bmm, nn.functional.linear, norm and oarlock.linalg's norms",
     "loss": "nll_loss, mse_loss, l1_loss, smooth_l1_loss, binary_cross_entropy(_with_logits), kl_div",
     "matrix": "tril, triu, diff, outer, diag, diagonal, trace",
+    "nn_extras": "normalize, cosine_similarity, pairwise_distance, one_hot, label_smooth, pixel/channel shuffles, ...",
     "norm": "layer_norm, rms_norm, batch_norm, group_norm, embedding, dropout*",
     "optimizer_update": "the fused in-place optimizer steps (*_step_), gradient clipping list ops, global_norm",
     "reduction": "sum, mean, prod, var/std, max/min, argmax/argmin, logsumexp, cumsum, all/any",
+    "resample": "nn.functional.pad (constant, reflect, replicate, circular), zeropad2d, interpolate, upsample",
     "rotary": "fused_rotary_embedding",
     "sampling": "multinomial, bernoulli, randperm",
     "scatter": "scatter(_add/_reduce), put/take_along_axis, take_along_dim, argwhere, repeat_interleave",

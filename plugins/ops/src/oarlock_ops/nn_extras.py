@@ -1,0 +1,203 @@
+"""Paddle 3.2's remaining nn.functional helpers that are compositions of public ops (so their gradients
+come from those ops): normalize, cosine_similarity, pairwise_distance, one_hot, label_smooth,
+sequence_mask, pixel_shuffle, pixel_unshuffle, channel_shuffle, bilinear and local_response_norm.
+Each follows Paddle's formula (epsilons where Paddle puts them), checked against Paddle in
+tests/test_nn_functional_extras.py."""
+
+from __future__ import annotations
+
+import numbers
+
+import oarlock
+
+
+def _tensor(function, name, x):
+    if not isinstance(x, oarlock.Tensor):
+        raise TypeError(f"{function}: {name} must be a Tensor, got {type(x).__name__}")
+
+
+def _axis(function, x, axis):
+    if not isinstance(axis, numbers.Integral) or isinstance(axis, bool) or not -x.ndim <= axis < max(x.ndim, 1):
+        raise ValueError(f"{function}: axis must be an int in [{-x.ndim}, {x.ndim}) for a {x.ndim}-D input, "
+                         f"got {axis!r}")
+    return int(axis) % max(x.ndim, 1)
+
+
+def _positive(function, name, value):
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{function}: {name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def normalize(x, p=2, axis=1, epsilon=1e-12, name=None):
+    """x / max(||x||_p along axis, epsilon)."""
+    _tensor("normalize", "x", x)
+    axis = _axis("normalize", x, axis)
+    norm = oarlock.norm(x, p=float(p), axis=axis, keepdim=True)
+    return x / oarlock.clip(norm, min=epsilon)
+
+
+def cosine_similarity(x1, x2, axis=1, eps=1e-8):
+    """sum(x1 * x2) / sqrt(max(sum(x1^2) * sum(x2^2), eps^2)) along axis (x1, x2 broadcast)."""
+    _tensor("cosine_similarity", "x1", x1)
+    _tensor("cosine_similarity", "x2", x2)
+    axis = _axis("cosine_similarity", x1, axis)
+    w12 = oarlock.sum(x1 * x2, axis=axis)
+    n1, n2 = x1.shape[axis], x2.shape[axis]
+    # a size-1 axis broadcast against n: its squared norm counts n times, as Paddle does
+    w1 = oarlock.sum(x1 * x1, axis=axis) * (max(n1, n2) / n1 if n1 else 1)
+    w2 = oarlock.sum(x2 * x2, axis=axis) * (max(n1, n2) / n2 if n2 else 1)
+    return w12 / oarlock.sqrt(oarlock.clip(w1 * w2, min=eps * eps))
+
+
+def pairwise_distance(x, y, p=2.0, epsilon=1e-6, keepdim=False, name=None):
+    """||x - y + epsilon||_p over the last axis."""
+    _tensor("pairwise_distance", "x", x)
+    _tensor("pairwise_distance", "y", y)
+    diff = x - y
+    if epsilon:
+        diff = diff + epsilon
+    return oarlock.norm(diff, p=float(p), axis=-1, keepdim=keepdim)
+
+
+def one_hot(x, num_classes=-1, name=None):
+    """float32 one-hot vectors of the integer labels x: shape x.shape + [num_classes] (-1: max(x) + 1)."""
+    _tensor("one_hot", "x", x)
+    if x.dtype.kind != "int":
+        raise TypeError(f"one_hot: x must hold integer labels, got dtype {x.dtype.name}")
+    if isinstance(num_classes, oarlock.Tensor):
+        num_classes = int(num_classes.item())
+    labels = x.numpy()
+    if num_classes == -1:
+        num_classes = int(labels.max()) + 1 if labels.size else 0
+    if not isinstance(num_classes, numbers.Integral) or num_classes < 0:
+        raise ValueError(f"one_hot: num_classes must be a non-negative int or -1, got {num_classes!r}")
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+        raise ValueError(f"one_hot: labels must be in [0, {num_classes}), got values from {labels.min()} to "
+                         f"{labels.max()}")
+    classes = oarlock.arange(num_classes, dtype=x.dtype)
+    return oarlock.cast(oarlock.unsqueeze(x, -1) == classes, "float32")
+
+
+def label_smooth(label, prior_dist=None, epsilon=0.1, name=None):
+    """(1 - epsilon) * label + epsilon * prior_dist (uniform over the last axis by default)."""
+    _tensor("label_smooth", "label", label)
+    if not 0 <= epsilon <= 1:
+        raise ValueError(f"label_smooth: epsilon must be in [0, 1], got {epsilon!r}")
+    prior = 1.0 / label.shape[-1] if prior_dist is None else prior_dist
+    return (1 - epsilon) * label + epsilon * prior
+
+
+def sequence_mask(x, maxlen=None, dtype="int64", name=None):
+    """mask[..., j] = j < x[...] for j < maxlen (default max(x)), of `dtype`."""
+    _tensor("sequence_mask", "x", x)
+    if isinstance(maxlen, oarlock.Tensor):
+        maxlen = int(maxlen.item())
+    if maxlen is None:
+        maxlen = int(x.numpy().max()) if x.size else 0
+    if not isinstance(maxlen, numbers.Integral) or maxlen < 0:
+        raise ValueError(f"sequence_mask: maxlen must be a non-negative int, got {maxlen!r}")
+    positions = oarlock.arange(maxlen, dtype=x.dtype)
+    return oarlock.cast(positions < oarlock.unsqueeze(x, -1), dtype)
+
+
+def _check_4d(function, x, data_format):
+    _tensor(function, "x", x)
+    if data_format not in ("NCHW", "NHWC"):
+        raise ValueError(f"{function}: data_format must be 'NCHW' or 'NHWC', got {data_format!r}")
+    if x.ndim != 4:
+        raise ValueError(f"{function}: x must be 4-D, got shape {x.shape}")
+    return data_format == "NHWC"
+
+
+def _nchw(x, channel_last):
+    return oarlock.transpose(x, [0, 3, 1, 2]) if channel_last else x
+
+
+def _back(x, channel_last):
+    return oarlock.transpose(x, [0, 2, 3, 1]) if channel_last else x
+
+
+def pixel_shuffle(x, upscale_factor, data_format="NCHW", name=None):
+    """[N, C r^2, H, W] -> [N, C, H r, W r] (r = upscale_factor)."""
+    channel_last = _check_4d("pixel_shuffle", x, data_format)
+    r = _positive("pixel_shuffle", "upscale_factor", upscale_factor)
+    x = _nchw(x, channel_last)
+    n, c, h, w = x.shape
+    if c % (r * r):
+        raise ValueError(f"pixel_shuffle: the {c} channels must be divisible by upscale_factor^2 = {r * r}")
+    x = oarlock.reshape(x, [n, c // (r * r), r, r, h, w])
+    x = oarlock.reshape(oarlock.transpose(x, [0, 1, 4, 2, 5, 3]), [n, c // (r * r), h * r, w * r])
+    return _back(x, channel_last)
+
+
+def pixel_unshuffle(x, downscale_factor, data_format="NCHW", name=None):
+    """[N, C, H r, W r] -> [N, C r^2, H, W] (r = downscale_factor), pixel_shuffle's inverse."""
+    channel_last = _check_4d("pixel_unshuffle", x, data_format)
+    r = _positive("pixel_unshuffle", "downscale_factor", downscale_factor)
+    x = _nchw(x, channel_last)
+    n, c, h, w = x.shape
+    if h % r or w % r:
+        raise ValueError(f"pixel_unshuffle: height {h} and width {w} must be divisible by downscale_factor {r}")
+    x = oarlock.reshape(x, [n, c, h // r, r, w // r, r])
+    x = oarlock.reshape(oarlock.transpose(x, [0, 1, 3, 5, 2, 4]), [n, c * r * r, h // r, w // r])
+    return _back(x, channel_last)
+
+
+def channel_shuffle(x, groups, data_format="NCHW", name=None):
+    """Split the channels into `groups` groups and interleave them: [N, g, C/g, H, W] -> [N, C/g, g, H, W]."""
+    channel_last = _check_4d("channel_shuffle", x, data_format)
+    g = _positive("channel_shuffle", "groups", groups)
+    x = _nchw(x, channel_last)
+    n, c, h, w = x.shape
+    if c % g:
+        raise ValueError(f"channel_shuffle: the {c} channels must be divisible by groups {g}")
+    x = oarlock.reshape(oarlock.transpose(oarlock.reshape(x, [n, g, c // g, h, w]), [0, 2, 1, 3, 4]), [n, c, h, w])
+    return _back(x, channel_last)
+
+
+def bilinear(x1, x2, weight, bias=None, name=None):
+    """out[b, o] = x1[b] @ weight[o] @ x2[b] + bias[0, o]: x1 [B, in1], x2 [B, in2], weight [out, in1, in2]."""
+    for arg, value in (("x1", x1), ("x2", x2), ("weight", weight)):
+        _tensor("bilinear", arg, value)
+    if x1.ndim != 2 or x2.ndim != 2 or weight.ndim != 3 or x1.shape[0] != x2.shape[0] or \
+            weight.shape[1] != x1.shape[1] or weight.shape[2] != x2.shape[1]:
+        raise ValueError(f"bilinear: expected x1 [B, in1], x2 [B, in2] and weight [out, in1, in2], got shapes "
+                         f"{x1.shape}, {x2.shape} and {weight.shape}")
+    left = oarlock.matmul(oarlock.unsqueeze(x1, 0), weight)                 # [out, B, in2]
+    out = oarlock.transpose(oarlock.sum(left * oarlock.unsqueeze(x2, 0), axis=-1), [1, 0])
+    return out if bias is None else out + oarlock.reshape(bias, [1, -1])
+
+
+def local_response_norm(x, size, alpha=0.0001, beta=0.75, k=1.0, data_format="NCHW", name=None):
+    """x / (k + alpha * mean of x^2 over a window of `size` channels)^beta; the window covers size // 2
+    channels before and (size - 1) // 2 after (zero-padded), as Paddle's average pool does."""
+    _tensor("local_response_norm", "x", x)
+    if data_format not in ("NCL", "NLC", "NCHW", "NHWC", "NCDHW", "NDHWC"):
+        raise ValueError(f"local_response_norm: data_format must be one of NCL, NLC, NCHW, NHWC, NCDHW, NDHWC, "
+                         f"got {data_format!r}")
+    if x.ndim < 3:
+        raise ValueError(f"local_response_norm: x must be at least 3-D, got shape {x.shape}")
+    size = _positive("local_response_norm", "size", size)
+    axis = x.ndim - 1 if data_format[-1] == "C" else 1
+    square = x * x
+    pads = [[0, 0] for _ in range(x.ndim)]
+    pads[axis] = [size // 2 + 1, (size - 1) // 2]  # one more zero in front: window sums as cumsum differences
+    padded = oarlock.nn.functional.pad(square, [p for pair in pads for p in pair], value=0.0)
+    total = oarlock.cumsum(padded, axis=axis)
+    n = x.shape[axis]
+    index = [slice(None)] * x.ndim
+    index[axis] = slice(size, size + n)
+    upper = total[tuple(index)]
+    index[axis] = slice(0, n)
+    window = (upper - total[tuple(index)]) / size
+    return x / oarlock.pow(window * alpha + k, beta)
+
+
+FUNCTIONS = (normalize, cosine_similarity, pairwise_distance, one_hot, label_smooth, sequence_mask, pixel_shuffle,
+             pixel_unshuffle, channel_shuffle, bilinear, local_response_norm)
+
+
+def register_api(api):
+    for function in FUNCTIONS:
+        api.export("oarlock.nn.functional", function.__name__, function)
