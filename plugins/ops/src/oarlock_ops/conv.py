@@ -506,12 +506,16 @@ def conv1d_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0
     """1-D transposed convolution of x [N, C, L] (or [N, L, C]) with weight [in_channels, out_channels/groups,
     kL], Paddle's signature: conv2d_transpose on a unit height, as Paddle computes it."""
     where = "oarlock.nn.functional.conv1d_transpose()"
-    last = _channel_last(data_format, 1)
-    for arg, t in (("x", x), ("weight", weight)):
-        if not isinstance(t, oarlock.Tensor) or t.ndim != 3:
-            got = f"shape {list(t.shape)}" if isinstance(t, oarlock.Tensor) else type(t).__name__
-            layout = _layout(1, last) if arg == "x" else "[in_channels, out_channels/groups, kL]"
-            raise ValueError(f"{where}: {arg} must be a 3-D Tensor {layout}, got {got}")
+    for arg, t in (("x", x), ("weight", weight), ("bias", bias)):
+        if not isinstance(t, oarlock.Tensor) and not (arg == "bias" and t is None):
+            raise TypeError(f"{where}: {arg} must be a Tensor, got {type(t).__name__}")
+    try:  # the checks in 1-D terms, so an error shows the sizes the caller gave
+        last = _channel_last(data_format, 1)
+        _check_conv(x, weight, bias, groups, 1, last, transpose=True)
+        _transpose_geometry(_spatial(x.shape, last), tuple(weight.shape[2:]), stride, padding, output_padding,
+                            dilation, output_size, last)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
     one = lambda name, v: list(_ints(name, v, 1, 0 if name == "output_padding" else 1))  # noqa: E731
     stride, dilation = one("stride", stride), one("dilation", dilation)
     if isinstance(padding, str):

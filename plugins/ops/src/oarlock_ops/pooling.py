@@ -24,9 +24,8 @@ d * H * W + h * W + w (3-D).
 
 from __future__ import annotations
 
+import contextlib
 import math
-
-import numpy as np
 
 import oarlock
 from oarlock.nn import functional as F
@@ -190,9 +189,9 @@ def _band(xp, n_in, n_out, dtype):
     return (((i >= start) & (i < end)) / (end - start)).astype(dtype)
 
 
-def _along(xp, x, axis, fn):
-    """fn applied to x with `axis` moved last, moved back."""
-    return xp.moveaxis(fn(xp.moveaxis(x, axis, -1)), -1, axis)
+def _times(xp, x, axis, matrix):
+    """x with its `axis` multiplied by matrix [size of that axis, new size]."""
+    return xp.moveaxis(xp.matmul(xp.moveaxis(x, axis, -1), matrix), -1, axis)
 
 
 def _adaptive_avg_pool(nd):
@@ -208,8 +207,7 @@ def _adaptive_avg_pool(nd):
             return _from_nchw(xp, xc.reshape([n, c] + split).mean(axis=tuple(range(3, 3 + 2 * nd, 2))), nd, last,
                               x.dtype)
         for axis, (i, o) in enumerate(zip(size, out_size)):
-            band = _band(xp, i, o, ct)
-            xc = _along(xp, xc, 2 + axis, lambda v: xp.matmul(v, band.T))
+            xc = _times(xp, xc, 2 + axis, _band(xp, i, o, ct).T)
         return _from_nchw(xp, xc, nd, last, x.dtype)
     return kernel
 
@@ -222,8 +220,7 @@ def _adaptive_avg_pool_grad(nd):
         ct = compute_dtype(xp, grad.dtype)
         g = _as_nchw(xp, grad, ct, nd, last)
         for axis, (i, o) in enumerate(zip(size, g.shape[2:])):
-            band = _band(xp, i, o, ct)
-            g = _along(xp, g, 2 + axis, lambda v: xp.matmul(v, band))
+            g = _times(xp, g, 2 + axis, _band(xp, i, o, ct))
         return _from_nchw(xp, xp.ascontiguousarray(g), nd, last, grad.dtype)
     return kernel
 
@@ -316,12 +313,22 @@ def _as_2d_args(name, x, kernel_size, stride, padding):
     return oarlock.unsqueeze(x, 2), [1, kernel[0]], [1, stride[0]], pads
 
 
+@contextlib.contextmanager
+def _as_1d(name):
+    """Errors of the 2-D op a 1-D function runs name the 1-D function (the sizes they show are 2-D ones)."""
+    try:
+        yield
+    except ValueError as exc:
+        raise ValueError(f"{_fn(name)} (as 2-D on a unit height): {exc}") from None
+
+
 def max_pool1d(x, kernel_size, stride=None, padding=0, return_mask=False, ceil_mode=False, name=None):
     """Max pooling over [N, C, L] windows (Paddle's signature); with return_mask=True also the int32
     position of every maximum along L."""
     _check_bool("max_pool1d", "return_mask", return_mask)
     x4, kernel, stride, pads = _as_2d_args("max_pool1d", x, kernel_size, stride, padding)
-    out, mask = oarlock.max_pool2d_with_index(x4, kernel, stride, pads, ceil_mode)
+    with _as_1d("max_pool1d"):
+        out, mask = oarlock.max_pool2d_with_index(x4, kernel, stride, pads, ceil_mode)
     out, mask = oarlock.squeeze(out, 2), oarlock.squeeze(mask, 2)
     return (out, mask) if return_mask else out
 
@@ -329,7 +336,8 @@ def max_pool1d(x, kernel_size, stride=None, padding=0, return_mask=False, ceil_m
 def avg_pool1d(x, kernel_size, stride=None, padding=0, exclusive=True, ceil_mode=False, name=None):
     """Average pooling over [N, C, L] windows (Paddle's signature: exclusive before ceil_mode)."""
     x4, kernel, stride, pads = _as_2d_args("avg_pool1d", x, kernel_size, stride, padding)
-    return oarlock.squeeze(F.avg_pool2d(x4, kernel, stride, pads, ceil_mode, exclusive), 2)
+    with _as_1d("avg_pool1d"):
+        return oarlock.squeeze(F.avg_pool2d(x4, kernel, stride, pads, ceil_mode, exclusive), 2)
 
 
 def _output_size_1d(name, output_size):
@@ -426,7 +434,8 @@ def _avg_pool_grad_rule(nd):
 def _adaptive_rule(nd):
     def rule(ctx, g):
         fmt = ctx.attrs["data_format"]
-        return getattr(oarlock, f"adaptive_avg_pool{nd}d_grad")(g, input_size=_input_size(ctx, nd, fmt), data_format=fmt)
+        grad_op = getattr(oarlock, f"adaptive_avg_pool{nd}d_grad")
+        return grad_op(g, input_size=_input_size(ctx, nd, fmt), data_format=fmt)
     return rule
 
 

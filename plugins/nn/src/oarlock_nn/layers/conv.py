@@ -1,7 +1,8 @@
 """Convolution, pooling and sliding-block layers: Conv1D, Conv2D, Conv3D (torch-style aliases Conv1d, Conv2d,
-Conv3d: the same classes), Conv2DTranspose and Conv3DTranspose (aliases ConvTranspose2d/3d), MaxPool2D,
-AvgPool2D, AdaptiveAvgPool2D (alias AdaptiveAvgPool2d), Unfold and Fold, and compat.Unfold (torch's
-argument names), with Paddle's constructor signatures, weight layouts and default initialisation:
+Conv3d: the same classes), Conv1DTranspose, Conv2DTranspose and Conv3DTranspose (aliases ConvTranspose2d/3d),
+MaxPool1D/2D/3D, AvgPool1D/2D/3D, AdaptiveAvgPool1D/2D/3D (alias AdaptiveAvgPool2d), AdaptiveMaxPool1D/2D/3D,
+Unfold and Fold, and compat.Unfold (torch's argument names), with Paddle's constructor signatures, weight
+layouts and default initialisation:
 
 - Conv1D/2D/3D: weight [out_channels, in_channels/groups, *kernel] drawn from
   Normal(0, sqrt(2 / (in_channels * prod(kernel)))) -- Paddle's fan-in counts all input channels,
@@ -9,8 +10,8 @@ argument names), with Paddle's constructor signatures, weight layouts and defaul
   bias (False: no bias, whatever bias_attr says), dtype and device. (3.2 makes everything after groups
   keyword-only; the earlier positional order -- padding_mode, weight_attr, bias_attr, data_format --
   still works here.)
-- Conv2DTranspose/Conv3DTranspose: weight [in_channels, out_channels/groups, *kernel], Xavier-uniform
-  over the weight's own fans (Paddle leaves it to create_parameter's default); bias zeros.
+- Conv1DTranspose/Conv2DTranspose/Conv3DTranspose: weight [in_channels, out_channels/groups, *kernel],
+  Xavier-uniform over the weight's own fans (Paddle leaves it to create_parameter's default); bias zeros.
 
 padding_mode 'reflect', 'replicate' or 'circular' pads the input first (index_select with a
 precomputed index per spatial axis, so the gradient flows back through it) and then convolves without
@@ -210,6 +211,18 @@ class _ConvTransposeNd(_ConvNd):
             dilation=self._dilation, groups=self._groups, output_size=output_size, data_format=self._data_format)
 
 
+class Conv1DTranspose(_ConvTransposeNd):
+    """1-D transposed convolution over [N, C, L] ('NCL') or [N, L, C] ('NLC') inputs (Paddle's argument order:
+    groups before dilation)."""
+
+    _nd = 1
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
+                 dilation=1, weight_attr=None, bias_attr=None, data_format="NCL"):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, output_padding, dilation, groups,
+                         weight_attr, bias_attr, data_format)
+
+
 class Conv2DTranspose(_ConvTransposeNd):
     """2-D transposed convolution over [N, C, H, W] ('NCHW') or [N, H, W, C] ('NHWC') inputs."""
 
@@ -286,20 +299,29 @@ class CompatUnfold(Unfold):
 CompatUnfold.__name__ = "Unfold"  # Paddle's class name, which messages and repr show
 
 
-class _Pool2D(Layer):
+class _Pool(Layer):
+    """What the pooling layers share: the data_format check and the input's rank."""
+
+    _nd = 2
+
     def __init__(self, data_format, name):
         super().__init__()
-        self._channel_last = _data_format(self, data_format, 2)
+        data_format = data_format or LAYOUTS[self._nd][0]
+        self._channel_last = _data_format(self, data_format, self._nd)
         self._data_format, self._name = data_format, name
 
     def _check(self, x):
-        _check_rank(self, x, 2, self._channel_last)
+        _check_rank(self, x, self._nd, self._channel_last)
+
+    def _layout_args(self):
+        """The data_format argument of the functional call (the 1-D functions take none, as in Paddle)."""
+        return () if self._nd == 1 else (self._data_format,)
 
 
-class MaxPool2D(_Pool2D):
-    """Max pooling; return_mask=True also returns each maximum's index h * W + w in its input plane."""
+class _MaxPoolNd(_Pool):
+    """Max pooling; return_mask=True also returns each maximum's index in its input plane."""
 
-    def __init__(self, kernel_size, stride=None, padding=0, return_mask=False, ceil_mode=False, data_format="NCHW",
+    def __init__(self, kernel_size, stride=None, padding=0, return_mask=False, ceil_mode=False, data_format=None,
                  name=None):
         super().__init__(data_format, name)
         self.ksize, self.stride, self.padding = kernel_size, stride, padding
@@ -307,49 +329,166 @@ class MaxPool2D(_Pool2D):
 
     def forward(self, x):
         self._check(x)
-        return F.max_pool2d(x, self.ksize, self.stride, self.padding, self.return_mask, self.ceil_mode,
-                            self._data_format)
+        return getattr(F, f"max_pool{self._nd}d")(x, self.ksize, self.stride, self.padding, self.return_mask,
+                                                  self.ceil_mode, *self._layout_args())
 
     def extra_repr(self):
         return f"kernel_size={self.ksize}, stride={self.stride}, padding={self.padding}"
 
 
-class AvgPool2D(_Pool2D):
+class MaxPool1D(_MaxPoolNd):
+    """Max pooling over [N, C, L]; return_mask=True also returns each maximum's position along L."""
+
+    _nd = 1
+
+    def __init__(self, kernel_size, stride=None, padding=0, return_mask=False, ceil_mode=False, name=None):
+        super().__init__(kernel_size, stride, padding, return_mask, ceil_mode, None, name)
+
+
+class MaxPool2D(_MaxPoolNd):
+    """Max pooling; return_mask=True also returns each maximum's index h * W + w in its input plane."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, return_mask=False, ceil_mode=False, data_format="NCHW",
+                 name=None):
+        super().__init__(kernel_size, stride, padding, return_mask, ceil_mode, data_format, name)
+
+
+class MaxPool3D(_MaxPoolNd):
+    """Max pooling over [N, C, D, H, W]; return_mask=True also returns each maximum's index
+    d * H * W + h * W + w in its input plane."""
+
+    _nd = 3
+
+    def __init__(self, kernel_size, stride=None, padding=0, return_mask=False, ceil_mode=False, data_format="NCDHW",
+                 name=None):
+        super().__init__(kernel_size, stride, padding, return_mask, ceil_mode, data_format, name)
+
+
+class _AvgPoolNd(_Pool):
     """Average pooling; exclusive=True (default) leaves padding out of each window's count."""
 
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, exclusive=True, divisor_override=None,
-                 data_format="NCHW", name=None):
+                 data_format=None, name=None):
         super().__init__(data_format, name)
         self.ksize, self.stride, self.padding = kernel_size, stride, padding
         self.ceil_mode, self.exclusive, self.divisor = ceil_mode, exclusive, divisor_override
 
     def forward(self, x):
         self._check(x)
-        return F.avg_pool2d(x, self.ksize, self.stride, self.padding, self.ceil_mode, self.exclusive, self.divisor,
-                            self._data_format)
+        if self._nd == 1:  # Paddle's avg_pool1d: exclusive before ceil_mode, no divisor_override
+            return F.avg_pool1d(x, self.ksize, self.stride, self.padding, self.exclusive, self.ceil_mode)
+        return getattr(F, f"avg_pool{self._nd}d")(x, self.ksize, self.stride, self.padding, self.ceil_mode,
+                                                  self.exclusive, self.divisor, self._data_format)
 
     def extra_repr(self):
         return f"kernel_size={self.ksize}, stride={self.stride}, padding={self.padding}"
 
 
-class AdaptiveAvgPool2D(_Pool2D):
-    """Average pooling to a fixed output_size (an int, or [OH, OW] with None keeping that input size)."""
+class AvgPool1D(_AvgPoolNd):
+    """Average pooling over [N, C, L]; exclusive=True (default) leaves padding out of each window's count."""
 
-    def __init__(self, output_size, data_format="NCHW", name=None):
+    _nd = 1
+
+    def __init__(self, kernel_size, stride=None, padding=0, exclusive=True, ceil_mode=False, name=None):
+        super().__init__(kernel_size, stride, padding, ceil_mode, exclusive, None, None, name)
+
+
+class AvgPool2D(_AvgPoolNd):
+    """Average pooling; exclusive=True (default) leaves padding out of each window's count."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, exclusive=True, divisor_override=None,
+                 data_format="NCHW", name=None):
+        super().__init__(kernel_size, stride, padding, ceil_mode, exclusive, divisor_override, data_format, name)
+
+
+class AvgPool3D(_AvgPoolNd):
+    """Average pooling over [N, C, D, H, W]; exclusive=True (default) leaves padding out of each window's count."""
+
+    _nd = 3
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, exclusive=True, divisor_override=None,
+                 data_format="NCDHW", name=None):
+        super().__init__(kernel_size, stride, padding, ceil_mode, exclusive, divisor_override, data_format, name)
+
+
+class _AdaptiveAvgPoolNd(_Pool):
+    """Average pooling to a fixed output_size (an int, or one size per spatial axis, None keeping that size)."""
+
+    def __init__(self, output_size, data_format=None, name=None):
         super().__init__(data_format, name)
         self._output_size = output_size
 
     def forward(self, x):
         self._check(x)
-        return F.adaptive_avg_pool2d(x, self._output_size, self._data_format)
+        return getattr(F, f"adaptive_avg_pool{self._nd}d")(x, self._output_size, *self._layout_args())
 
     def extra_repr(self):
         return f"output_size={self._output_size}"
 
 
+class AdaptiveAvgPool1D(_AdaptiveAvgPoolNd):
+    """Average pooling of [N, C, L] to output_size windows."""
+
+    _nd = 1
+
+    def __init__(self, output_size, name=None):
+        super().__init__(output_size, None, name)
+
+
+class AdaptiveAvgPool2D(_AdaptiveAvgPoolNd):
+    """Average pooling to a fixed output_size (an int, or [OH, OW] with None keeping that input size)."""
+
+    def __init__(self, output_size, data_format="NCHW", name=None):
+        super().__init__(output_size, data_format, name)
+
+
+class AdaptiveAvgPool3D(_AdaptiveAvgPoolNd):
+    """Average pooling of [N, C, D, H, W] to a fixed output_size (an int, or [OD, OH, OW], None keeping that
+    input size)."""
+
+    _nd = 3
+
+    def __init__(self, output_size, data_format="NCDHW", name=None):
+        super().__init__(output_size, data_format, name)
+
+
+class _AdaptiveMaxPoolNd(_Pool):
+    """Max pooling to a fixed output_size; return_mask=True also returns each maximum's index in its input
+    plane. Channel-first inputs only, as in Paddle."""
+
+    def __init__(self, output_size, return_mask=False, name=None):
+        super().__init__(None, name)
+        self._output_size, self._return_mask = output_size, return_mask
+
+    def forward(self, x):
+        self._check(x)
+        return getattr(F, f"adaptive_max_pool{self._nd}d")(x, self._output_size, self._return_mask)
+
+    def extra_repr(self):
+        return f"output_size={self._output_size}, return_mask={self._return_mask}"
+
+
+class AdaptiveMaxPool1D(_AdaptiveMaxPoolNd):
+    """Max pooling of [N, C, L] to output_size windows."""
+
+    _nd = 1
+
+
+class AdaptiveMaxPool2D(_AdaptiveMaxPoolNd):
+    """Max pooling of [N, C, H, W] to output_size windows (an int or [OH, OW], None keeping that size)."""
+
+
+class AdaptiveMaxPool3D(_AdaptiveMaxPoolNd):
+    """Max pooling of [N, C, D, H, W] to output_size windows (an int or [OD, OH, OW], None keeping that size)."""
+
+    _nd = 3
+
+
 EXPORTS = {
-    "oarlock.nn": [Conv1D, Conv2D, Conv3D, Conv2DTranspose, Conv3DTranspose, MaxPool2D, AvgPool2D, AdaptiveAvgPool2D,
-                   Unfold, Fold,
+    "oarlock.nn": [Conv1D, Conv2D, Conv3D, Conv1DTranspose, Conv2DTranspose, Conv3DTranspose,
+                   MaxPool1D, MaxPool2D, MaxPool3D, AvgPool1D, AvgPool2D, AvgPool3D,
+                   AdaptiveAvgPool1D, AdaptiveAvgPool2D, AdaptiveAvgPool3D,
+                   AdaptiveMaxPool1D, AdaptiveMaxPool2D, AdaptiveMaxPool3D, Unfold, Fold,
                    ("Conv1d", Conv1D), ("Conv2d", Conv2D), ("Conv3d", Conv3D), ("ConvTranspose2d", Conv2DTranspose),
                    ("ConvTranspose3d", Conv3DTranspose), ("AdaptiveAvgPool2d", AdaptiveAvgPool2D)],
     "oarlock.compat": [("Unfold", CompatUnfold)],
