@@ -19,6 +19,11 @@ pickle's semantics, except that
 - APPEND(S), SETITEM(S) and ADDITEMS only fill lists, dicts and sets;
 - EXT1/2/4 are refused, and so are persistent ids unless the caller supplies a handler
   (oarlock's own format stores tensors as persistent-id records that only hold bytes);
+- a caller may admit plain record classes of its own under the names a file spells them with
+  (`records=`, e.g. the dataclasses of Paddle's FlexCheckpoint metadata): such a class is only
+  instantiated empty (NEWOBJ with no arguments, never its __init__) and given a state by BUILD that
+  is a dict of its declared fields, holding only what this machine built (the caller checks the
+  values' types afterwards);
 - reads are bounded by the file's size, so a corrupt length cannot ask for exabytes, and frames
   are checked as pickle checks them.
 
@@ -178,8 +183,10 @@ class _BoundedReader:
 class _Machine:
     """pickle's stack machine, with the restrictions the module docstring lists."""
 
-    def __init__(self, source: str, persistent_load):
+    def __init__(self, source: str, persistent_load, records: dict | None = None):
         self.source, self.persistent_load = source, persistent_load
+        self.records = records or {}   # (module, name) -> a plain record class the caller admits
+        self.record_classes = {id(cls): cls for cls in self.records.values()}
         self.stack: list = []
         self.metastack: list = []
         self.memo: dict = {}
@@ -231,13 +238,17 @@ class _Machine:
     def find(self, module, name):
         if not (isinstance(module, str) and isinstance(name, str)):
             self.broken("a global's module and name are not strings")
-        found = _GLOBALS.get((module, name))
+        found = _GLOBALS.get((module, name)) or self.records.get((module, name))
         if found is None:
             self.refuse(f"the global {module}.{name}")
         self.spelled[id(found)] = f"{module}.{name}"
         return found
 
     def call(self, func, args, kwargs=None, opname="REDUCE"):
+        if id(func) in self.record_classes:   # a record: created empty, filled by BUILD
+            if not (opname.startswith("NEWOBJ") and args == () and not kwargs):
+                self.refuse(f"a call ({opname}) of {self.describe(func)} other than creating it empty")
+            return func.__new__(func)
         accepts = _CALLS.get(id(func))  # the admitted objects stay alive, so their ids cannot be reused
         if accepts is None:
             self.refuse(f"a call ({opname}) of {self.describe(func)}")
@@ -430,6 +441,13 @@ class _Machine:
             _check_array_state(state, self)
         elif isinstance(target, np.dtype):
             _check_dtype_state(target, state, self)
+        elif id(type(target)) in self.record_classes:
+            fields = type(target).__dataclass_fields__
+            if not (type(state) is dict and all(type(k) is str and k in fields for k in state)):
+                self.refuse(f"BUILD of {self.describe(type(target))} with a state other than a dict of its fields "
+                            f"({', '.join(fields)})")
+            target.__dict__.update(state)   # what pickle does for a class without __setstate__
+            return
         else:
             self.refuse(f"BUILD (__setstate__) of {self.describe(target)}")
         target.__setstate__(state)
@@ -499,14 +517,16 @@ def _check_dtype_state(target: np.dtype, state, machine: _Machine) -> None:
         machine.refuse(f"BUILD (__setstate__) of numpy.dtype {target} with a state numpy never writes for it")
 
 
-def safe_load(file, *, source: str, persistent_load: Callable[[object], object] | None = None):
+def safe_load(file, *, source: str, persistent_load: Callable[[object], object] | None = None,
+              records: dict | None = None):
     """Unpickle one object from the open binary `file`, admitting only what checkpoints contain (see the
     module docstring); `source` names the data in errors, e.g. "load(): 'model.pdparams'".
 
     persistent_load, if given, builds the object for a persistent id (PERSID / BINPERSID); it must only
-    build data. Without it a persistent id is refused. Raises UnsafePickleError (a
+    build data. Without it a persistent id is refused. `records` ({(module, name): dataclass}) admits
+    plain record classes under those spellings (see the module docstring). Raises UnsafePickleError (a
     pickle.UnpicklingError) for anything refused and pickle.UnpicklingError for a damaged file."""
-    machine, reader = _Machine(source, persistent_load), _BoundedReader(file)
+    machine, reader = _Machine(source, persistent_load, records), _BoundedReader(file)
     try:
         return machine.run(reader)
     except (pickle.UnpicklingError, MemoryError):

@@ -3,8 +3,11 @@ read one tensor at a time, checked as read: any damage (a bad header, a pickle t
 unpickle, a tensor of the wrong dtype or shape, a checksum mismatch) is a DamagedFile naming the file.
 
 "safetensors" files (the default) let a reader fetch one tensor's bytes
-without touching the rest; "pickle" files (Paddle's .distcp, safetensors=False)
-are read whole on first use. Checksums are XXH3-64 (about 20 GB/s, against
+without touching the rest; "pickle" files (.distcp, safetensors=False)
+are read whole on first use. "paddle" files are Paddle 3.2's own .distcp
+(paddle.save of the rank's state dict: Paddle's pickle layout, bfloat16 as
+uint16 bits, float8 as int8 bits; or a safetensors file under that name),
+written without checksums in the file, read as Paddle's metadata describes them. Checksums are XXH3-64 (about 20 GB/s, against
 4 GB/s for zlib's CRC-32, so verifying costs little next to reading), computed
 beside the writing, piece by piece (an async save's live source may change once
 its piece is written: see cow.py). While writing, the kernel is asked to start
@@ -22,11 +25,15 @@ import numpy as np
 import xxhash
 
 from oarlock_checkpoint import pickle_format, safetensors
-from oarlock_checkpoint._arrays import OARLOCK_NAME
+from oarlock_checkpoint._arrays import NUMPY_DTYPE, OARLOCK_NAME
+from oarlock_checkpoint.paddle_layout import NAME_TABLE
 from oarlock_checkpoint._files import atomic_write
 from oarlock_checkpoint.flex.threads import Beside
 
-FORMATS = {"safetensors": ".safetensors", "pickle": ".distcp"}
+FORMATS = {"safetensors": ".safetensors", "pickle": ".distcp", "paddle": ".distcp"}
+# Paddle's numpy form of the dtypes numpy itself lacks (paddle_save.numpy_form): read back as the metadata says
+_PADDLE_BITS = {NUMPY_DTYPE["bfloat16"]: np.dtype(np.uint16), NUMPY_DTYPE["float8_e4m3fn"]: np.dtype(np.int8),
+                NUMPY_DTYPE["float8_e5m2"]: np.dtype(np.int8)}
 CHECKSUM = "xxh3-64"
 _FORMAT = "oarlock-flexcheckpoint"   # in the __metadata__ of a safetensors data file
 _CHUNK = 64 << 20   # bytes per write call, each followed by a writeback request
@@ -63,19 +70,30 @@ def checksum(array: np.ndarray) -> str:
     return xxhash.xxh3_64_hexdigest(raw_bytes(array))
 
 
-def write_data_file(path, arrays: dict, data_format: str) -> dict:
+def _paddle_payload(arrays: dict, names: dict) -> dict:
+    """paddle.save's state-dict layout of {key: array}: Paddle's numpy forms, then the name table."""
+    payload = {key: array.view(_PADDLE_BITS.get(array.dtype, array.dtype)) for key, array in arrays.items()}
+    payload[NAME_TABLE] = {key: names.get(key) or f"generated_tensor_{i}" for i, key in enumerate(arrays)}
+    return payload
+
+
+def write_data_file(path, arrays: dict, data_format: str, names: dict | None = None) -> dict:
     """Write {key: values} to `path` (temporary name, fsync, rename) and return {key: checksum hex} of
     each tensor's bytes. A value is a C-contiguous numpy array, or a live source (cow.Source: dtype,
     shape and nbytes like an array, stream(consume) handing over its bytes piece by piece, whole()
     giving them as one array), whose bytes are hashed piece by piece as they are written, since they
-    may not stay put after."""
+    may not stay put after. `names` gives the Tensor names Paddle's files list beside the arrays
+    ("paddle" format)."""
     sync = durable()
     if data_format != "safetensors":   # pickled files need every array at once
         arrays = {key: value if isinstance(value, np.ndarray) else value.whole() for key, value in arrays.items()}
         with Beside() as beside:
             sums = {key: beside.start(checksum, array) for key, array in arrays.items()}
             with atomic_write(path, "save_state_dict()", durable=sync) as f:
-                pickle_format.write(arrays, f)
+                if data_format == "paddle":
+                    pickle.dump(_paddle_payload(arrays, names or {}), f, protocol=4)   # as Paddle's _legacy_save
+                else:
+                    pickle_format.write(arrays, f)
             return {key: hashed() for key, hashed in sums.items()}
     header, layout = safetensors.encode_header(arrays, {"format": _FORMAT})
     sums, unflushed = {}, [0]
@@ -138,7 +156,9 @@ class DataFile:
         (hex) when given."""
         if self._broken is not None:
             raise self._damaged(self._broken)
-        array = self._read_pickled(key, dtype, shape, out) if self.format == "pickle" else \
+        if self.format == "paddle" and self._arrays is None and self._entries is None:
+            self._choose_paddle_content()
+        array = self._read_pickled(key, dtype, shape, out) if self.format in ("pickle", "paddle") else \
             self._read_safetensors(key, dtype, shape, out)
         if expected is not None and (found := checksum(array)) != expected:
             raise DamagedFile(f"{self.where}: tensor {key!r} in {self.path!r} fails its {CHECKSUM} checksum (stored "
@@ -146,6 +166,13 @@ class DataFile:
                               f"stored {expected}, read {found}: the {CHECKSUM} checksum does not match (the file "
                               f"was damaged after it was saved)")
         return array
+
+    def _choose_paddle_content(self) -> None:
+        """Paddle's .distcp is a pickle, or with safetensors=True a safetensors file (no format mark)."""
+        with open(self.path, "rb") as f:
+            pickled = f.read(1) == b"\x80"
+        if not pickled:
+            self.format, self.flex = "safetensors", False
 
     def _damaged(self, reason: str) -> DamagedFile:
         return DamagedFile(f"{self.where}: {self.path!r} {reason}", self.path, reason)
@@ -190,6 +217,9 @@ class DataFile:
         if self._arrays is None:
             self._arrays = self._unpickle()
         array = self._arrays.pop(key, None)   # read once: let go of it
+        if (self.format == "paddle" and isinstance(array, np.ndarray) and array.dtype != dtype
+                and _PADDLE_BITS.get(np.dtype(dtype)) == array.dtype):
+            array = array.view(dtype)   # Paddle's numpy form of bfloat16 / float8
         if not isinstance(array, np.ndarray) or array.dtype != dtype or array.shape != tuple(shape):
             found = f"{_name(array.dtype)} {list(array.shape)}" if isinstance(array, np.ndarray) else \
                 "nothing" if array is None else f"a {type(array).__name__}"

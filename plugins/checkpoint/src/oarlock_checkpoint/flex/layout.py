@@ -6,6 +6,9 @@ file is on disk (see save.py). Data files, `.done` records or temporary files
 of an id without metadata are the remains of an interrupted save. The
 metadata is JSON (safe to read, easy to inspect) with its own CRC-32.
 
+A `U.metadata` that is a pickle, not JSON, is Paddle 3.2's own FlexCheckpoint (paddle_format.py):
+its tensors are read from Paddle's `R_U.distcp` files, without checksums (Paddle writes none).
+
 Loading also accepts a Hugging Face style directory (`*.safetensors` files,
 with or without `model.safetensors.index.json`) or a single .safetensors
 file: each tensor is then one whole shard of its file.
@@ -27,6 +30,7 @@ from oarlock_checkpoint import safetensors
 from oarlock_checkpoint._arrays import NUMPY_DTYPE
 from oarlock_checkpoint._files import atomic_write
 from oarlock_checkpoint.flex.boxes import box_of, whole
+from oarlock_checkpoint.flex import paddle_format
 from oarlock_checkpoint.flex.datafile import CHECKSUM, DamagedFile, durable
 
 FORMAT = "oarlock-flexcheckpoint"
@@ -189,6 +193,8 @@ def _choose_id(path: str, unique_id, complete: set, partial: set, where: str) ->
 
 def _flex(path: str, unique_id: int, where: str, check_files: bool) -> tuple:
     meta_file = metadata_path(path, unique_id)
+    if paddle_format.is_paddle_metadata(meta_file):
+        return _paddle(path, unique_id, meta_file, where, check_files), "paddle"
     try:
         body = read_record(meta_file)
     except DamagedFile as exc:
@@ -202,22 +208,40 @@ def _flex(path: str, unique_id: int, where: str, check_files: bool) -> tuple:
                for key, entry in body["tensors"].items()}
     source = Source(path, tensors, body["objects"], body["files"], f"checkpoint {unique_id} in {path!r}", unique_id,
                     body["world_size"])
-    problems = file_problems(source) if check_files else {}
+    _check_files(source, where, check_files)
+    return source, body["data_format"]
+
+
+def _paddle(path: str, unique_id: int, meta_file: str, where: str, check_files: bool) -> Source:
+    """The Source of a checkpoint Paddle's save_state_dict wrote (or ours with format="paddle")."""
+    metadata = paddle_format.read_metadata(meta_file, where)
+    tensors, files = {}, {}
+    for key, (dtype, shape, boxes) in paddle_format.tensors_of(metadata, unique_id, where, meta_file).items():
+        tensors[key] = SourceTensor(dtype, tuple(shape), [Shard(box, file, None) for box, file in boxes])
+        for _, file in boxes:
+            files[file] = {"rank": int(paddle_format.DATA_FILE.match(file).group(1)), "bytes": None}
+    world = max((info["rank"] for info in files.values()), default=-1) + 1
+    source = Source(path, tensors, {}, files, f"Paddle checkpoint {unique_id} in {path!r}", unique_id, world)
+    _check_files(source, where, check_files)
+    return source
+
+
+def _check_files(source: Source, where: str, check: bool) -> None:
+    problems = file_problems(source) if check else {}
     if problems:
         name, reason = next(iter(problems.items()))
         file = source.file_path(name)
         raise DamagedFile(f"{where}: data file {file!r} of {source.description} {reason}", file, reason)
-    return source, body["data_format"]
 
 
 def file_problems(source: Source) -> dict:
     """{file name: why} for each data file of a FlexCheckpoint that is missing or not of the size its
-    metadata records."""
+    metadata records (Paddle's metadata records no sizes)."""
     problems = {}
     for name, info in source.files.items():
         file = source.file_path(name)
         size = os.stat(file).st_size if os.path.exists(file) else None
-        if info.get("bytes") is not None and size != info["bytes"]:
+        if size is None or (info.get("bytes") is not None and size != info["bytes"]):
             state = "is missing" if size is None else f"has {size} bytes, expected {info['bytes']}"
             problems[name] = f"{state}: the checkpoint was damaged or partly deleted after it was saved"
     return problems

@@ -11,6 +11,10 @@ Order of events, which makes a crash at any point harmless:
 3. the coordinator collects the checksums (sync: a gather; async: each rank's
    `.done` record) and only then writes `U.metadata` the same way.
 Until step 3 ends, id U has no metadata and load rejects it as incomplete.
+
+format="paddle" writes Paddle 3.2's own layout instead (paddle_format.py): Paddle's pickled
+`R_U.distcp` data files and the pickled `U.metadata`, so paddle.distributed.load_state_dict reads
+the checkpoint; the same steps and order, without checksums (Paddle's metadata has no place for them).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import numpy as np
 from oarlock_checkpoint import safetensors as st
 from oarlock.plugin_api import array_of
 
-from oarlock_checkpoint.flex import cow, layout, pending, staging
+from oarlock_checkpoint.flex import cow, layout, paddle_format, pending, staging
 from oarlock_checkpoint.flex.boxes import intersect, offset_of, shape_of, volume
 from oarlock_checkpoint.flex.datafile import data_file_name, write_data_file
 from oarlock_checkpoint.flex.state import flatten
@@ -33,12 +37,19 @@ WHERE = "save_state_dict()"
 _POLL = 0.002
 
 
+FORMATS = ("oarlock", "paddle")
+
+
 def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, unique_id=None, async_save=False,
-                    safetensors=True) -> None:
+                    safetensors=None, format="oarlock") -> None:
     """Save a (sharded) state dict into the directory `path` as checkpoint `unique_id` (the next free
     id when None). Every rank of `process_group` (the whole job when None) calls it. Values are
     Tensors (whole, replicated), ShardedWeights (one box of a global tensor) or plain values (kept
-    from the coordinator). safetensors=False writes Paddle's pickled .distcp data files instead.
+    from the coordinator). safetensors=False writes pickled .distcp data files instead of .safetensors
+    ones (the default, None: safetensors for format="oarlock", pickle for "paddle").
+    format="paddle" writes Paddle 3.2's own FlexCheckpoint (pickled `U.metadata` and Paddle's
+    `R_U.distcp` files), which paddle.distributed.load_state_dict reads: Tensors and ShardedWeights
+    only (Paddle's format has no plain values), at most one box of a tensor per rank, no checksums.
     async_save=True returns at once and the files are written in the background with the values of
     this moment: a thread writes from the tensors themselves, copying a tensor first when an oarlock
     op is about to write it (OARLOCK_ASYNC_SAVE=cow, the default; see cow.py), or from copies taken
@@ -54,10 +65,13 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
 
     def describe():
         layout.check_unique_id(unique_id, WHERE)
+        _check_format(format, safetensors)
         shards, objects = flatten(state_dict, WHERE)
+        if format == "paddle":
+            _check_paddle_state(shards, objects)
         if async_save:
             pending.mode()   # a bad OARLOCK_ASYNC_SAVE fails every rank here, before anything is written
-        if safetensors:
+        if format == "oarlock" and safetensors is not False:
             _check_safetensors_dtypes(shards)
         if coordinator:
             os.makedirs(path, exist_ok=True)
@@ -71,7 +85,7 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
     (shards, objects), described = team.gather_checked(describe, WHERE)
     uid = _agree_on_id(described, coordinator_rank)
     plan = _assign_writers([d[0] for d in described])   # the same on every rank, or the same error
-    data_format = "safetensors" if safetensors else "pickle"
+    data_format = "paddle" if format == "paddle" else "pickle" if safetensors is False else "safetensors"
     if described[coordinator_rank][3]:   # an older checkpoint (or remains) of this id is in the way
         if coordinator:
             _clear(path, uid)
@@ -92,12 +106,14 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
         snapshot = cow.Snapshot({name: (shards[name].tensor, a) for name, a in live.items() if name not in parts})
         arrays.update(snapshot.sources)
     name = data_file_name(team.rank, uid, data_format) if names else None
-    finish = _Finish(path, uid, team.size, data_format, plan, objects, coordinator)
+    mapping = paddle_format.flat_mapping(state_dict) if format == "paddle" else None
+    finish = _Finish(path, uid, team.size, data_format, plan, objects, coordinator, mapping)
+    tensor_names = {name: shards[name].tensor.name for name in names}
 
     def write() -> dict:
         record = {"rank": team.rank, "file": name, "checksum": {}, "bytes": 0}
         if name is not None:
-            record["checksum"] = write_data_file(os.path.join(path, name), arrays, data_format)
+            record["checksum"] = write_data_file(os.path.join(path, name), arrays, data_format, tensor_names)
             record["bytes"] = os.stat(os.path.join(path, name)).st_size
         return record
 
@@ -109,7 +125,7 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
                 if snapshot is not None:   # written or failed: no guard outlives the save
                     snapshot.close()
             finish.from_files(_timeout(team))
-        if snapshot is not None and cow.precopy_enabled() and safetensors:
+        if snapshot is not None and cow.precopy_enabled() and data_format == "safetensors":
             snapshot.start_precopy(st.encode_header(live, None)[1])   # the writer's order
         pending.start(job, f"checkpoint {uid} in {path!r}", fork=how == "fork")
         return None
@@ -120,6 +136,31 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
     finish.from_records(team.gather_all(record))
     team.barrier()   # return only once the metadata is in place on the coordinator
     return None
+
+
+def _check_format(format, safetensors) -> None:
+    if format not in FORMATS:
+        raise ValueError(f"{WHERE}: format must be one of {list(FORMATS)}, got {format!r}")
+    if safetensors not in (None, True, False):
+        raise TypeError(f"{WHERE}: safetensors must be True, False or None, got {safetensors!r}")
+    if format == "paddle" and safetensors:
+        raise ValueError(f"{WHERE}: format='paddle' writes Paddle's pickled .distcp files (what "
+                         f"paddle.distributed.load_state_dict reads by default); pass safetensors=False or None")
+
+
+def _check_paddle_state(shards: dict, objects: dict) -> None:
+    """What Paddle's layout can hold: Tensors only, one box of a tensor per rank (its file is keyed by
+    tensor key)."""
+    if objects:
+        raise TypeError(f"{WHERE}: format='paddle' holds only Tensors and ShardedWeights (Paddle's "
+                        f"save_state_dict refuses other values), but {', '.join(map(repr, objects))} "
+                        f"{'is a plain value' if len(objects) == 1 else 'are plain values'}; save them with "
+                        f"format='oarlock' or separately")
+    split = sorted({s.key for name, s in shards.items() if name != s.key})
+    if split:
+        raise ValueError(f"{WHERE}: format='paddle' stores one box of a tensor per rank, but the flattened "
+                         f"range of {', '.join(map(repr, split))} covers several boxes on this rank; save with "
+                         f"format='oarlock', which stores each box")
 
 
 def _check_safetensors_dtypes(shards: dict) -> None:
@@ -232,9 +273,9 @@ def _recorded(write, path: str, rank: int, uid: int) -> dict:
 class _Finish:
     """The coordinator's last step: the metadata, built from every writer's record."""
 
-    def __init__(self, path, uid, world_size, data_format, plan, objects, coordinator):
+    def __init__(self, path, uid, world_size, data_format, plan, objects, coordinator, mapping=None):
         self.path, self.uid, self.world_size, self.data_format = path, uid, world_size, data_format
-        self.plan, self.objects, self.coordinator = plan, objects, coordinator
+        self.plan, self.objects, self.coordinator, self.mapping = plan, objects, coordinator, mapping
 
     def from_records(self, records: list) -> None:
         failed = [f"rank {r['rank']}: {r['error']}" for r in records if "error" in r]
@@ -266,6 +307,12 @@ class _Finish:
 
     def _write_metadata(self, records: list) -> None:
         by_rank = {r["rank"]: r for r in records}
+        if self.data_format == "paddle":
+            tensors = {key: (dtype, shape, [(box, rank, by_rank[rank]["file"]) for box, rank, _ in boxes])
+                       for key, (dtype, shape, boxes) in self.plan["tensors"].items()}
+            paddle_format.write_metadata(layout.metadata_path(self.path, self.uid),
+                                         paddle_format.build_metadata(tensors, self.mapping))
+            return
         tensors = {}
         for key, (dtype, shape, boxes) in self.plan["tensors"].items():
             tensors[key] = {"dtype": dtype, "global_shape": list(shape), "shards": [
