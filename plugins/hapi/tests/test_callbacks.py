@@ -190,3 +190,29 @@ def test_bad_callbacks_are_refused(initial):
     with pytest.raises(TypeError, match=r"Model\.fit\(\): argument 'callbacks' must be a Callback or a list of "
                                         r"Callback, got str at position 0"):
         model.fit(_dataset(oarlock), callbacks=["not a callback"], verbose=0)
+
+
+class _Batches:
+    """An iterable of (inputs, labels) batches without a length: the bar counts steps without a total."""
+
+    def __iter__(self):
+        return iter([(X[i:i + 10], Y[i:i + 10]) for i in range(0, 40, 10)])
+
+
+@pytest.mark.parametrize("verbose", [2, 3])
+def test_progress_lines_without_a_length_as_paddle(initial, verbose):
+    outputs = {}
+    for framework in (paddle, oarlock):
+        model = _model(framework, initial)
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            model.fit(_Batches(), epochs=2, verbose=verbose, log_freq=2)
+        text = "\n".join(line.split(" - avg_reader_cost")[0] for line in printed.getvalue().splitlines())
+        outputs[framework.__name__] = log_lines(text)
+    assert [line for line, _ in outputs["oarlock"]] == [line for line, _ in outputs["paddle"]]
+    for (_, a), (_, b) in zip(outputs["oarlock"], outputs["paddle"]):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1.01e-4)
+    assert any(line.startswith("step   4 - loss: #") for line, _ in outputs["oarlock"])
+    if verbose == 3:
+        _, _, printed = _fit(oarlock, initial, [], epochs=1, verbose=3, log_freq=2)
+        assert " - avg_reader_cost: " in printed and " samples/sec" in printed

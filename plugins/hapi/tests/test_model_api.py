@@ -193,3 +193,27 @@ def test_misuse_is_refused_with_clear_errors():
         _prepared(oarlock, net).fit(5, verbose=0)
     with pytest.raises(ValueError, match=r"Model\.fit\(\): batch_size length error"):
         _prepared(oarlock, net).fit([(X, Y)], batch_size=[1, 2, 3], verbose=0)
+
+
+def test_amp_o1_trains_in_float16_and_keeps_the_scaler(tmp_path):
+    """Paddle's CPU build turns AMP off, so this checks the behaviour its GPU build has: the forward (and so the
+    loss) in float16 under auto_cast, a GradScaler created on the first step with the configured scale, its state
+    saved to .pdscaler and restored by load."""
+    _, net = _twin_nets(6)
+    model = oarlock.Model(net)
+    model.prepare(oarlock.optimizer.Adam(learning_rate=0.01, parameters=net.parameters()),
+                  oarlock.nn.CrossEntropyLoss(), amp_configs={"level": "O1", "init_loss_scaling": 1024.0,
+                                                              "incr_every_n_steps": 3})
+    losses = [model.train_batch([X], [Y])[0] for _ in range(4)]
+    assert all(loss.dtype == np.float16 for loss in losses)
+    assert float(losses[-1]) < float(losses[0])
+    assert net[0].weight.dtype == oarlock.float32   # O1 keeps float32 parameters
+    scale = model._scaler.state_dict()["scale"]
+    assert float(np.asarray(scale).reshape(-1)[0]) == 2048.0   # doubled after 3 finite steps
+    model.save(str(tmp_path / "ck"))
+    restored = oarlock.Model(net)
+    restored.prepare(oarlock.optimizer.Adam(learning_rate=0.01, parameters=net.parameters()),
+                     oarlock.nn.CrossEntropyLoss(), amp_configs="O1")
+    restored.train_batch([X], [Y])   # creates the scaler, then load fills it
+    restored.load(str(tmp_path / "ck"))
+    assert float(np.asarray(restored._scaler.state_dict()["scale"]).reshape(-1)[0]) == 2048.0
