@@ -37,12 +37,9 @@ PADDLE_PRIVATE_NAMES = frozenset({
     "oarlock._C_ops",                                        # namespace: Paddle's raw op entry points
     "oarlock.framework._current_expected_place", "oarlock.framework._current_expected_place_",
     "oarlock.base.framework._current_expected_place", "oarlock.base.framework._current_expected_place_",
-    "oarlock.framework._no_check_dy2st_diff", "oarlock.base.framework._no_check_dy2st_diff",
-    "oarlock.framework._non_static_mode", "oarlock.base.framework._non_static_mode",
-    "oarlock.base.framework._dygraph_tracer", "oarlock.framework._dygraph_tracer",
-    "Tensor._md5sum", "Tensor._numel", "Tensor._is_initialized", "Tensor._inplace_version",
-    "Tensor._local_value", "Tensor._copy_to", "Tensor._to", "Tensor._clear_data", "Tensor._share_buffer_to",
-    "Tensor._is_shared_buffer_with", "Tensor._place_str",
+    "oarlock.framework._no_check_dy2st_diff",
+    "Tensor._md5sum", "Tensor._numel", "Tensor._is_initialized", "Tensor._inplace_version", "Tensor._copy_to",
+    "Tensor._place_str",
 })
 PADDLE_PRIVATE_TENSOR = frozenset(n[len(TENSOR) + 1:] for n in PADDLE_PRIVATE_NAMES if n.startswith(TENSOR + "."))
 

@@ -3,18 +3,19 @@ with every attribute positional, mapped onto oarlock's ops.
 
 Each entry is the _C_ops parameter list in Paddle 3.2's order and the oarlock function it becomes: most are
 the public op of the same name with the same parameters; the few whose raw form differs (reductions over
-`[]` meaning every axis, `embedding`'s padding_idx -1 meaning none, `layer_norm` returning its statistics,
+`[]` meaning every axis, `embedding`'s padding_idx -1 meaning none, `argsort` returning the sorted values too,
 `cumsum`'s exclusive/reverse flags, `rms_norm` with its residual) have a small adapter here. Results are the
 oarlock ops' own (autograd included)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import oarlock
 
 UNARY = ("exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "relu", "silu", "abs", "floor",
-         "ceil", "sign", "erf", "reciprocal", "square", "isnan", "isinf", "isfinite", "logical_not", "neg")
+         "ceil", "sign", "erf", "reciprocal", "square", "isnan", "isinf", "isfinite", "logical_not")
 BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "equal", "not_equal", "less_than",
           "less_equal", "greater_than", "greater_equal", "logical_and", "logical_or", "bmm", "floor_divide",
           "remainder")
@@ -28,14 +29,14 @@ SAME = {
     "unsqueeze": ("x axis", "unsqueeze"), "squeeze": ("x axis", "squeeze"),
     "flatten": ("x start_axis stop_axis", "flatten"), "gather": ("x index axis", "gather"),
     "index_select": ("x index axis", "index_select"), "clip": ("x min max", "clip"),
-    "masked_fill": ("x mask value", "masked_fill"), "argsort": ("x axis descending stable", "argsort"),
+    "masked_fill": ("x mask value", "masked_fill"),
     "tril": ("x diagonal", "tril"), "triu": ("x diagonal", "triu"), "concat": ("x axis", "concat"),
     "stack": ("x axis", "stack"), "split": ("x num_or_sections axis", "split"),
     "split_with_num": ("x num_or_sections axis", "split"), "topk": ("x k axis largest sorted", "topk"),
     "take_along_axis": ("arr indices axis", "take_along_axis"),
     "put_along_axis": ("arr indices values axis reduce include_self", "put_along_axis"),
     "scatter": ("x index updates overwrite", "scatter"),
-    "full_like": ("x fill_value dtype", "full_like"), "assign": ("x", "clone"),
+    "assign": ("x", "clone"),
     "elementwise_pow": ("x y", "pow"), "pow": ("x y", "pow"),
     "softmax": ("x axis", "nn.functional.softmax"), "log_softmax": ("x axis", "nn.functional.log_softmax"),
     "gelu": ("x approximate", "nn.functional.gelu"), "linear": ("x weight bias", "nn.functional.linear"),
@@ -126,6 +127,11 @@ def full(shape, value, dtype=None, place=None):
     return oarlock.full(shape, value, dtype=dtype, place=place)
 
 
+def full_like(x, fill_value, dtype=None, place=None):
+    """_C_ops.full_like(x, fill_value, dtype, place)."""
+    return oarlock.full_like(x, fill_value, dtype=dtype, device=place)
+
+
 def arange(start, end, step, dtype=None, place=None):
     """_C_ops.arange(start, end, step, dtype, place); the bounds may be 1-element tensors."""
     start, end, step = (v.item() if isinstance(v, oarlock.Tensor) else v for v in (start, end, step))
@@ -139,14 +145,15 @@ def embedding(x, weight, padding_idx=-1, sparse=False):
 
 
 def layer_norm(x, scale, bias, epsilon=1e-5, begin_norm_axis=1):
-    """_C_ops.layer_norm(x, scale, bias, epsilon, begin_norm_axis): (out, mean, variance), the statistics
-    flattened over the leading axes as Paddle returns them."""
-    shape = x.shape
-    out = oarlock.nn.functional.layer_norm(x, shape[begin_norm_axis:], weight=scale, bias=bias, epsilon=epsilon)
-    rows = x.reshape([math.prod(shape[:begin_norm_axis]), -1]).astype("float32")
-    mean = rows.mean(axis=-1)
-    variance = ((rows - mean.unsqueeze(-1)) ** 2).mean(axis=-1)
-    return out, mean, variance
+    """_C_ops.layer_norm(x, scale, bias, epsilon, begin_norm_axis): normalise over the axes from
+    begin_norm_axis (Paddle 3.2's dygraph entry point returns the output only)."""
+    return oarlock.nn.functional.layer_norm(x, x.shape[begin_norm_axis:], weight=scale, bias=bias, epsilon=epsilon)
+
+
+def argsort(x, axis=-1, descending=False, stable=False):
+    """_C_ops.argsort(x, axis, descending, stable): (sorted values, indices), as Paddle's raw op returns."""
+    indices = oarlock.argsort(x, axis=axis, descending=descending, stable=stable)
+    return oarlock.take_along_axis(x, indices, axis), indices
 
 
 def rms_norm(x, bias, residual, norm_weight, norm_bias, epsilon, begin_norm_axis, quant_scale=-1.0,
@@ -181,10 +188,11 @@ def swiglu(x, y=None):
 
 ADAPTED = {"sum": c_sum, "mean": _reduction("mean"), "max": _reduction("max"), "min": _reduction("min"),
            "logsumexp": logsumexp, "argmax": _arg_reduction("argmax"), "argmin": _arg_reduction("argmin"),
-           "cumsum": cumsum, "full": full, "arange": arange, "embedding": embedding, "layer_norm": layer_norm,
+           "cumsum": cumsum, "full": full, "full_like": full_like, "arange": arange, "embedding": embedding, "layer_norm": layer_norm, "argsort": argsort,
            "rms_norm": rms_norm, "swiglu": swiglu}
 
 
+@functools.cache
 def entry_points() -> dict:
     """name -> callable: every _C_ops name oarlock provides."""
     table = {name: _same(name, params, path) for name, (params, path) in SAME.items()}

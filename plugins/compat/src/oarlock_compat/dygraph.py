@@ -50,10 +50,17 @@ def disable_static(place=None) -> None:
 enable_dygraph = disable_static
 
 
-class Variable:
-    """Paddle's static-graph variable (`paddle.static.Variable`). oarlock has no static graph, so, as for
-    Paddle's eager tensors, no Tensor is an instance (`isinstance(x, (paddle.Tensor, paddle.static.Variable))`
-    keeps working) and none can be made."""
+class _VariableMeta(type):
+    """Paddle's VariableMetaClass: in dynamic mode every Tensor is an instance of static.Variable."""
+
+    def __instancecheck__(cls, instance):
+        return isinstance(instance, oarlock.Tensor)
+
+
+class Variable(metaclass=_VariableMeta):
+    """Paddle's static-graph variable (`paddle.static.Variable`). oarlock has no static graph; as in Paddle's
+    dynamic mode, every Tensor is an instance (`isinstance(x, paddle.static.Variable)` is True), and no
+    static variable can be made."""
 
     def __init__(self, *args, **kwargs):
         raise RuntimeError("oarlock.static.Variable(): oarlock has no static graph, so static variables cannot be "

@@ -8,7 +8,7 @@ re-exports `ParamAttr` and `Parameter` from there (the manager registers api hoo
 
 import oarlock
 from oarlock import hookimpl
-from oarlock_compat import alias, base_core, c_ops, dtype_info, dygraph, input_spec, jit, places
+from oarlock_compat import alias, base_core, c_ops, dtype_info, dygraph, input_spec, jit, places, tensor_names
 
 ALIAS = ("enable_paddle_alias", "disable_paddle_alias", "paddle_alias", "paddle_alias_enabled")
 MODES = {"in_dygraph_mode": dygraph.in_dygraph_mode, "in_dynamic_mode": dygraph.in_dynamic_mode,
@@ -20,8 +20,10 @@ PRIVATE = {"_current_expected_place": dygraph.current_expected_place,
 
 
 def _convert_dtype(dtype) -> str:
-    """base.data_feeder.convert_dtype: the dtype's name ("float32"), for a dtype, a numpy dtype or a string."""
-    return oarlock.dtypes.convert_dtype(dtype).name
+    """base.data_feeder.convert_dtype: the dtype's name ("float32"), for a dtype, a numpy dtype or a string;
+    bfloat16 is "uint16", as Paddle still names it there."""
+    name = oarlock.dtypes.convert_dtype(dtype).name
+    return "uint16" if name == "bfloat16" else name
 
 
 @hookimpl
@@ -34,8 +36,10 @@ def oarlock_register_api(api):
     top = {"in_dynamic_mode": dygraph.in_dynamic_mode, "enable_static": dygraph.enable_static,
            "disable_static": dygraph.disable_static, "finfo": dtype_info.finfo, "iinfo": dtype_info.iinfo,
            "CUDAPinnedPlace": places.CUDAPinnedPlace, "XPUPlace": places.XPUPlace, "ParamAttr": nn.ParamAttr}
-    for name, obj in top.items():
+    for name, obj in {**top, **tensor_names.TOP}.items():
         api.export("oarlock", name, obj)
+    for name, obj in tensor_names.METHODS.items():
+        api.export("Tensor", name, obj)
 
     api.namespace("oarlock.base", doc="Paddle's paddle.base (formerly fluid) names that dygraph code calls.")
     for ns in ("oarlock.base.core", "oarlock.framework.core"):
@@ -48,14 +52,16 @@ def oarlock_register_api(api):
                           "CUDAPlace": oarlock.CUDAPlace, "CUDAPinnedPlace": places.CUDAPinnedPlace,
                           "XPUPlace": places.XPUPlace, "CustomPlace": oarlock.CustomPlace}.items():
             api.export(ns, name, obj)
-    for ns in ("oarlock.base.framework", "oarlock.framework"):
-        for name, obj in PRIVATE.items():
-            api.export(ns, name, obj)
+    for name, obj in PRIVATE.items():
+        api.export("oarlock.framework", name, obj)
+        if name != "_no_check_dy2st_diff":   # Paddle has that one in paddle.framework only
+            api.export("oarlock.base.framework", name, obj)
     for name in ("is_compiled_with_cuda", "is_compiled_with_xpu", "is_compiled_with_rocm"):
         api.export("oarlock.base", name, base_core.NAMES[name])
     api.export("oarlock.base", "enable_dygraph", dygraph.enable_dygraph)
     api.export("oarlock.base.framework", "Variable", dygraph.Variable)
     api.export("oarlock.base.framework", "EagerParamBase", nn.Parameter)
+    api.export("oarlock.base.framework", "Parameter", nn.Parameter)   # in dynamic mode Paddle's isinstance agrees
     for name, obj in {"get_default_dtype": oarlock.get_default_dtype, "set_default_dtype": oarlock.set_default_dtype,
                       "no_grad": oarlock.no_grad, "seed": oarlock.seed, "dtype": oarlock.dtype,
                       "enable_static": dygraph.enable_static, "disable_static": dygraph.disable_static}.items():
