@@ -18,9 +18,10 @@ def _as(framework, a, grad):
     return t
 
 
-def run(framework, fn, arrays, up_seed=0, grad=True):
-    """fn(*tensors) in `framework` (paddle or oarlock); returns (output, [input gradients], upstream)."""
-    tensors = [_as(framework, a, grad) for a in arrays]
+def run(framework, fn, arrays, up_seed=0, grad=True, constants=()):
+    """fn(*tensors) in `framework` (paddle or oarlock); returns (output, [input gradients]). The inputs at
+    the indices in `constants` (labels, targets) get no gradient."""
+    tensors = [_as(framework, a, grad and i not in constants) for i, a in enumerate(arrays)]
     out = fn(*tensors)
     up = np.random.default_rng(up_seed).standard_normal(out.shape).astype(out.numpy().dtype)
     grads = [None] * len(tensors)
@@ -32,10 +33,11 @@ def run(framework, fn, arrays, up_seed=0, grad=True):
     return out.numpy(), grads
 
 
-def compare(paddle, ours, theirs, arrays, rtol=1e-5, atol=1e-6, grad_rtol=1e-4, grad=True, up_seed=0):
-    """ours(*oarlock tensors) against theirs(*paddle tensors): output values, shape and every input gradient."""
-    p_out, p_grads = run(paddle, theirs, arrays, up_seed, grad)
-    o_out, o_grads = run(oarlock, ours, arrays, up_seed, grad)
+def compare(paddle, ours, theirs, arrays, rtol=1e-5, atol=1e-6, grad_rtol=1e-4, grad=True, up_seed=0, constants=()):
+    """ours(*oarlock tensors) against theirs(*paddle tensors): output values, shape and the gradient of every
+    float input not listed in `constants`."""
+    p_out, p_grads = run(paddle, theirs, arrays, up_seed, grad, constants)
+    o_out, o_grads = run(oarlock, ours, arrays, up_seed, grad, constants)
     assert o_out.shape == p_out.shape, (o_out.shape, p_out.shape)
     assert o_out.dtype == p_out.dtype, (o_out.dtype, p_out.dtype)
     np.testing.assert_allclose(o_out, p_out, rtol=rtol, atol=atol)

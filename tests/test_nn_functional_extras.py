@@ -107,7 +107,8 @@ def test_interpolate_channel_last_and_layers(paddle):
     _both(paddle, "upsample", [x], scale_factor=2, mode="nearest", data_format="NHWC")
     _both(paddle, "interpolate", [_x(2, 6, 3)], size=[9], mode="linear", data_format="NWC")
     y = _x(1, 2, 4, 5)
-    for ours, theirs in ((nn.Upsample(scale_factor=2, mode="bilinear"), paddle.nn.Upsample(scale_factor=2, mode="bilinear")),
+    for ours, theirs in ((nn.Upsample(scale_factor=2, mode="bilinear"),
+                          paddle.nn.Upsample(scale_factor=2, mode="bilinear")),
                          (nn.Upsample(size=[3, 7], mode="bicubic", align_corners=True),
                           paddle.nn.Upsample(size=[3, 7], mode="bicubic", align_corners=True)),
                          (nn.UpsamplingNearest2D(scale_factor=3), paddle.nn.UpsamplingNearest2D(scale_factor=3)),

@@ -21,8 +21,8 @@ from oarlock_ops.unary import _in_float32
 
 SELU_SCALE = 1.0507009873554804934193349852946
 SELU_ALPHA = 1.6732632423543772848170429916717
-MISH_THRESHOLD = 20.0
-GUMBEL_TINY = 1e-20  # keeps both logs of gumbel_softmax's noise finite (a normal number in float32 and bfloat16)  # Paddle's mish: softplus(x) is x itself above this
+MISH_THRESHOLD = 20.0  # Paddle's mish: softplus(x) is x itself above this
+GUMBEL_TINY = 1e-20  # keeps both logs of gumbel_softmax's noise finite (normal in float32 and bfloat16)
 
 
 # -- kernels (xp arrays) ------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ FAMILIES = {
     "indexing": "getitem, setitem_, index_put, gather, index_select, masked_fill",
     "linalg": "matmul, bmm, nn.functional.linear, norm and oarlock.linalg's norms",
     "loss": "nll_loss, mse_loss, l1_loss, smooth_l1_loss, binary_cross_entropy(_with_logits), kl_div",
+    "losses_extra": "margin/hinge/soft-margin/triplet/poisson/gaussian/focal/dice/npair/cosine-embedding losses, ...",
     "matrix": "tril, triu, diff, outer, diag, diagonal, trace",
     "nn_extras": "normalize, cosine_similarity, pairwise_distance, one_hot, label_smooth, pixel/channel shuffles, ...",
     "norm": "layer_norm, rms_norm, batch_norm, group_norm, embedding, dropout*",

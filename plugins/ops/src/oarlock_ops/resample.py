@@ -146,7 +146,8 @@ def _output_sizes(x, axes, size, scale_factor):
         sizes = [size] * len(axes) if isinstance(size, numbers.Integral) else list(size)
         sizes = [int(s.item()) if isinstance(s, oarlock.Tensor) else s for s in sizes]
         if len(sizes) != len(axes) or not all(isinstance(s, numbers.Integral) and s > 0 for s in sizes):
-            raise ValueError(f"interpolate: size must be {len(axes)} positive ints for a {x.ndim}-D input, got {size!r}")
+            raise ValueError(f"interpolate: size must be {len(axes)} positive ints for a {x.ndim}-D input, "
+                             f"got {size!r}")
         return [int(s) for s in sizes], None
     if isinstance(scale_factor, oarlock.Tensor):
         scale_factor = scale_factor.numpy().tolist()

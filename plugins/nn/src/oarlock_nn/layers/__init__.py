@@ -2,7 +2,7 @@
 family module lists what it exports in EXPORTS = {namespace: [classes or (name, object) pairs]}."""
 
 from oarlock_nn.layers import (activation, activation_more, attention, base, common, containers, conv, init,
-                                initializer, loss, norm, spatial, transformer)
+                                initializer, loss, loss_more, norm, spatial, transformer)
 
 CORE_EXPORTS = {
     "oarlock.nn": [base.Layer, base.Parameter, containers.Sequential, containers.LayerList, containers.LayerDict,
@@ -10,7 +10,7 @@ CORE_EXPORTS = {
                    ("Module", base.Layer), ("ModuleList", containers.LayerList), ("ModuleDict", containers.LayerDict)],
     "oarlock.nn.initializer": list(initializer.INITIALIZERS),
 }
-FAMILIES = (common, activation, activation_more, conv, norm, attention, loss, init, transformer, spatial)
+FAMILIES = (common, activation, activation_more, conv, norm, attention, loss, init, transformer, spatial, loss_more)
 
 
 def register_api(api):

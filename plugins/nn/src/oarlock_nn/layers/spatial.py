@@ -251,7 +251,8 @@ class Bilinear(Layer):
         return F.bilinear(x1, x2, self.weight, self.bias)
 
     def extra_repr(self):
-        return f"in1_features={self._in1_features}, in2_features={self._in2_features}, out_features={self._out_features}"
+        return (f"in1_features={self._in1_features}, in2_features={self._in2_features}, "
+                f"out_features={self._out_features}")
 
 
 class LocalResponseNorm(Layer):

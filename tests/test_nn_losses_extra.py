@@ -1,0 +1,147 @@
+"""Paddle 3.2's remaining losses (functional and layers) against real Paddle: values for every reduction and
+the gradients of the inputs a model differentiates (labels and targets held constant); gaussian_nll_loss's
+variance gradient, which Paddle does not give, against PyTorch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import oarlock
+import oarlock.nn as nn
+import oarlock.nn.functional as F
+from paddle_compare import compare
+
+RNG = np.random.default_rng(0)
+REDUCTIONS = ["mean", "sum", "none"]
+
+
+def _x(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _sign(*shape):
+    return np.where(RNG.random(shape) > 0.5, 1.0, -1.0).astype(np.float32)
+
+
+def _both(paddle, name, arrays, constants=(), **kwargs):
+    compare(paddle, lambda *t: getattr(F, name)(*t, **kwargs),
+            lambda *t: getattr(paddle.nn.functional, name)(*t, **kwargs), arrays, constants=constants)
+
+
+def _layers(paddle, layer, arrays, constants=(), **kwargs):
+    compare(paddle, getattr(nn, layer)(**kwargs), getattr(paddle.nn, layer)(**kwargs), arrays, constants=constants)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_pairwise_losses(paddle, reduction):
+    _both(paddle, "margin_ranking_loss", [_x(4, 5), _x(4, 5), _sign(4, 5)], constants=(2,), margin=0.3,
+          reduction=reduction)
+    _layers(paddle, "MarginRankingLoss", [_x(4, 5), _x(4, 5), _sign(4, 5)], constants=(2,), margin=0.1,
+            reduction=reduction)
+    _both(paddle, "hinge_embedding_loss", [_x(4, 5), _sign(4, 5)], constants=(1,), margin=0.5, reduction=reduction)
+    _layers(paddle, "HingeEmbeddingLoss", [_x(4, 5), _sign(4, 5)], constants=(1,), reduction=reduction)
+    _both(paddle, "soft_margin_loss", [_x(4, 5), _sign(4, 5)], constants=(1,), reduction=reduction)
+    _layers(paddle, "SoftMarginLoss", [_x(4, 5), _sign(4, 5)], constants=(1,), reduction=reduction)
+    _both(paddle, "cosine_embedding_loss", [_x(4, 5), _x(4, 5), _sign(4)], constants=(2,), margin=0.2,
+          reduction=reduction)
+    _layers(paddle, "CosineEmbeddingLoss", [_x(5), _x(5), _sign(1)], constants=(2,), reduction=reduction)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_multi_label_and_margin_losses(paddle, reduction):
+    targets = (_sign(4, 5) > 0).astype(np.float32)
+    _both(paddle, "multi_label_soft_margin_loss", [_x(4, 5), targets], constants=(1,), reduction=reduction)
+    weight = np.abs(_x(5))
+    compare(paddle, lambda t, y: F.multi_label_soft_margin_loss(t, y, oarlock.to_tensor(weight), reduction=reduction),
+            lambda t, y: paddle.nn.functional.multi_label_soft_margin_loss(t, y, paddle.to_tensor(weight),
+                                                                           reduction=reduction),
+            [_x(4, 5), targets], constants=(1,))
+    labels = np.array([0, 3, 4, 1])
+    _both(paddle, "multi_margin_loss", [_x(4, 5), labels], p=2, margin=0.7, reduction=reduction)
+    compare(paddle, lambda t, y: F.multi_margin_loss(t, y, weight=oarlock.to_tensor(weight), reduction=reduction),
+            lambda t, y: paddle.nn.functional.multi_margin_loss(t, y, weight=paddle.to_tensor(weight),
+                                                                reduction=reduction), [_x(4, 5), labels])
+    _layers(paddle, "MultiMarginLoss", [_x(4, 5), labels], reduction=reduction)
+    _layers(paddle, "MultiLabelSoftMarginLoss", [_x(4, 5), targets], constants=(1,), reduction=reduction)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("p,swap", [(2.0, False), (1.5, True), (1.0, False)])
+def test_triplet_losses(paddle, reduction, p, swap):
+    arrays = [_x(6, 4), _x(6, 4), _x(6, 4)]
+    _both(paddle, "triplet_margin_loss", arrays, p=p, swap=swap, margin=0.5, reduction=reduction)
+    _layers(paddle, "TripletMarginLoss", arrays, p=p, swap=swap, reduction=reduction)
+    compare(paddle, lambda a, b, c: F.triplet_margin_with_distance_loss(
+                a, b, c, distance_function=lambda x, y: 1 - F.cosine_similarity(x, y), swap=swap, reduction=reduction),
+            lambda a, b, c: paddle.nn.functional.triplet_margin_with_distance_loss(
+                a, b, c, distance_function=lambda x, y: 1 - paddle.nn.functional.cosine_similarity(x, y), swap=swap,
+                reduction=reduction), arrays)
+    _layers(paddle, "TripletMarginWithDistanceLoss", arrays, margin=2.0, reduction=reduction)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_likelihood_losses(paddle, reduction):
+    counts = np.round(np.abs(_x(4, 5)) * 3).astype(np.float32)   # zeros, ones and larger counts
+    _both(paddle, "poisson_nll_loss", [_x(4, 5), counts], constants=(1,), full=True, reduction=reduction)
+    _both(paddle, "poisson_nll_loss", [np.abs(_x(4, 5)), counts], constants=(1,), log_input=False,
+          reduction=reduction)
+    _layers(paddle, "PoissonNLLLoss", [_x(4, 5), counts], constants=(1,), reduction=reduction)
+    variance = np.abs(_x(4, 5)) + 0.1
+    _both(paddle, "gaussian_nll_loss", [_x(4, 5), _x(4, 5), variance], constants=(1, 2), full=True,
+          reduction=reduction)
+    _both(paddle, "gaussian_nll_loss", [_x(4, 5), _x(4, 5), variance[:, 0]], constants=(1, 2), reduction=reduction)
+    _layers(paddle, "GaussianNLLLoss", [_x(4, 5), _x(4, 5), variance[:, :1]], constants=(1, 2), reduction=reduction)
+
+
+def test_gaussian_nll_variance_gradient_like_torch(torch):
+    x, y = _x(4, 5), _x(4, 5)
+    variance = np.abs(_x(4, 5))
+    variance[0, :2] = 1e-9   # below epsilon: clamped, the gradient still passes (torch's rule)
+    ours = oarlock.to_tensor(variance, stop_gradient=False)
+    F.gaussian_nll_loss(oarlock.to_tensor(x), oarlock.to_tensor(y), ours, epsilon=1e-3).backward()
+    theirs = torch.tensor(variance, requires_grad=True)
+    torch.nn.functional.gaussian_nll_loss(torch.tensor(x), torch.tensor(y), theirs, eps=1e-3).backward()
+    np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="gaussian_nll_loss: variance must have input's shape"):
+        F.gaussian_nll_loss(oarlock.to_tensor(x), oarlock.to_tensor(y), oarlock.ones([4, 2]))
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_sigmoid_focal_loss(paddle, reduction):
+    targets = (_sign(4, 5) > 0).astype(np.float32)
+    _both(paddle, "sigmoid_focal_loss", [_x(4, 5), targets], constants=(1,), reduction=reduction)
+    compare(paddle, lambda t, y: F.sigmoid_focal_loss(t, y, oarlock.to_tensor([3.0]), alpha=0.4, gamma=1.5,
+                                                      reduction=reduction),
+            lambda t, y: paddle.nn.functional.sigmoid_focal_loss(t, y, paddle.to_tensor([3.0]), alpha=0.4,
+                                                                 gamma=1.5, reduction=reduction),
+            [_x(4, 5), targets], constants=(1,))
+
+
+def test_dice_npair_log_square_losses(paddle):
+    _both(paddle, "dice_loss", [np.abs(_x(3, 4, 5)), RNG.integers(0, 5, (3, 4, 1))])
+    _both(paddle, "dice_loss", [np.abs(_x(6, 3)), RNG.integers(0, 3, (6, 1))], epsilon=0.1)
+    _both(paddle, "npair_loss", [_x(6, 5), _x(6, 5), np.array([1, 2, 1, 0, 2, 3], np.float32)], constants=(2,))
+    _both(paddle, "npair_loss", [_x(4, 3), _x(4, 3), np.array([0, 1, 2, 3])], l2_reg=0.1)
+    _both(paddle, "log_loss", [np.abs(_x(4, 1)) / 4, (_sign(4, 1) > 0).astype(np.float32)], constants=(1,))
+    _both(paddle, "square_error_cost", [_x(4, 5), _x(4, 5)])
+
+
+def test_softmax_with_cross_entropy(paddle):
+    _both(paddle, "softmax_with_cross_entropy", [_x(4, 5), np.array([[0], [3], [4], [1]])])
+    soft = np.abs(_x(4, 5))
+    soft /= soft.sum(1, keepdims=True)   # Paddle's gradient assumes soft labels that sum to 1
+    _both(paddle, "softmax_with_cross_entropy", [_x(4, 5), soft], constants=(1,), soft_label=True)
+    _both(paddle, "softmax_with_cross_entropy", [_x(3, 5, 2), np.array([[[0, 1]], [[4, 2]], [[3, 3]]])], axis=1)
+    labels = oarlock.to_tensor(np.array([[0], [1], [2], [3]]))
+    loss, probs = F.softmax_with_cross_entropy(oarlock.to_tensor(_x(4, 5)), labels, return_softmax=True)
+    assert loss.shape == [4, 1] and probs.shape == [4, 5]
+
+
+def test_reduction_errors():
+    with pytest.raises(ValueError, match="margin_ranking_loss: reduction must be one of"):
+        F.margin_ranking_loss(oarlock.ones([2]), oarlock.ones([2]), oarlock.ones([2]), reduction="avg")
+    with pytest.raises(ValueError, match="TripletMarginLoss: reduction must be one of"):
+        nn.TripletMarginLoss(reduction="avg")
+    with pytest.raises(ValueError, match="soft_margin_loss: input and label must have the same shape"):
+        F.soft_margin_loss(oarlock.ones([2, 3]), oarlock.ones([3]))
