@@ -91,7 +91,8 @@ def save_state_dict(state_dict, path, process_group=None, coordinator_rank=0, un
             _clear(path, uid)
         team.barrier()   # nobody writes before it is gone
 
-    names = [name for rank, name in plan["writer"].values() if rank == team.rank]
+    mine = {name for rank, name in plan["writer"].values() if rank == team.rank}
+    names = [name for name in shards if name in mine]   # in the state dict's order, as Paddle's files are
     arrays = {name: shards[name].values(_host(shards[name].tensor)) for name in names}
     # the CPU tensors whose own memory the writer would read (the others' host arrays are copies already)
     live = {name: a for name, a in arrays.items() if _owns(shards[name].tensor, a)}
