@@ -477,7 +477,8 @@ def test_default_initialisation_and_state_dicts():
     bn = nn.BatchNorm2D(5)
     assert list(bn.state_dict()) == ["weight", "bias", "_mean", "_variance"]
     assert (bn._mean.numpy() == 0).all() and (bn._variance.numpy() == 1).all() and bn._mean.stop_gradient
-    assert [p.shape for p in bn.parameters()] == [[5], [5]]
+    # Paddle lists the running statistics as parameters that take no gradient (trainable=False)
+    assert [(p.shape, p.stop_gradient) for p in bn.parameters()] == [([5], False)] * 2 + [([5], True)] * 2
     assert list(nn.BatchNorm1D(3, weight_attr=False, bias_attr=False).state_dict()) == ["_mean", "_variance"]
     assert nn.BatchNorm1d is nn.BatchNorm1D and nn.BatchNorm2d is nn.BatchNorm2D and nn.BatchNorm3d is nn.BatchNorm3D
     gn = nn.GroupNorm(2, 6)

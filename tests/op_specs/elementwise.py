@@ -305,3 +305,25 @@ SPECS.append(OpSpec("gelu_grad", [
     Case([In(()), In(())], name="0d"),
     Case([In((0, 2)), In((0, 2))], name="empty"),
 ], ref=_gelu_grad_ref, grad=False, call=library_op("gelu_grad")))
+
+
+# activation_extras.py: Paddle's piecewise activations (floats only); inputs away from the kinks for the
+# finite differences, with one case on the kinks for the values
+def _hardswish_ref(x):
+    return x * np.clip(x + 3, 0, 6) / 6
+
+
+PIECEWISE = [
+    OpSpec("relu6", unary_cases(domain=(-3.0, 9.0)) + [
+        Case([In((6,), values=[-1.0, 0.0, 3.0, 6.0, 7.0, 5.5])], name="kinks", grad=False)],
+        ref=lambda x: np.clip(x, 0, 6), call=F.relu6),
+    OpSpec("hardswish", unary_cases(domain=(-5.0, 5.0)) + [
+        Case([In((5,), values=[-4.0, -3.0, 0.0, 3.0, 4.0])], name="kinks", grad=False)],
+        ref=_hardswish_ref, call=F.hardswish),
+    OpSpec("hardsigmoid", unary_cases(domain=(-5.0, 5.0)) + [
+        Case([In((3, 4), domain=(-6.0, 6.0))], {"slope": 0.2, "offset": 0.4}, name="slope")],
+        ref=lambda x, slope=0.1666667, offset=0.5: np.clip(x * slope + offset, 0, 1), call=F.hardsigmoid),
+    OpSpec("swish", UNARY_CASES + [Case([In((4,), domain=(-30.0, 30.0))], name="wide")],
+           ref=lambda x: x / (1 + np.exp(-x)), call=F.swish),
+]
+SPECS += PIECEWISE

@@ -1,5 +1,6 @@
-"""Activation layers: ReLU, GELU, SiLU, Sigmoid, Tanh, Softmax, LeakyReLU, ELU, each a thin wrapper
-over its oarlock.nn.functional op (Paddle's constructor arguments; any input shape)."""
+"""Activation layers: ReLU, ReLU6, GELU, SiLU (Paddle's Silu), Swish, Hardswish, Hardsigmoid, Sigmoid, Tanh,
+Softmax, LeakyReLU, ELU, each a thin wrapper over its oarlock.nn.functional op (Paddle's constructor arguments;
+any input shape)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,41 @@ class SiLU(_Activation):
     """x * sigmoid(x) (also called swish)."""
 
     function = "silu"
+
+
+class ReLU6(_Activation):
+    """min(max(x, 0), 6)."""
+
+    function = "relu6"
+
+
+class Swish(_Activation):
+    """x * sigmoid(x) (Paddle's own layer; SiLU computes the same)."""
+
+    function = "swish"
+
+
+class Hardswish(_Activation):
+    """x * relu6(x + 3) / 6."""
+
+    function = "hardswish"
+
+
+class Hardsigmoid(_Activation):
+    """clip(x / 6 + 0.5, 0, 1): Paddle's layer uses F.hardsigmoid's default slope and offset."""
+
+    function = "hardsigmoid"
+
+
+class Silu(Layer):
+    """Paddle's name of SiLU, with its `inplace` flag (passed on to F.silu)."""
+
+    def __init__(self, inplace=False, name=None):
+        super().__init__()
+        self._inplace, self._name = inplace, name
+
+    def forward(self, x):
+        return F.silu(x, inplace=self._inplace)
 
 
 class Sigmoid(_Activation):
@@ -104,4 +140,5 @@ class ELU(Layer):
         return f"alpha={self._alpha}"
 
 
-EXPORTS = {"oarlock.nn": [ReLU, GELU, SiLU, Sigmoid, Tanh, Softmax, LeakyReLU, ELU]}
+EXPORTS = {"oarlock.nn": [ReLU, ReLU6, GELU, SiLU, Silu, Swish, Hardswish, Hardsigmoid, Sigmoid, Tanh, Softmax,
+                          LeakyReLU, ELU]}

@@ -1,8 +1,11 @@
-"""Normalisation layers: LayerNorm, RMSNorm, BatchNorm1D/2D/3D (torch-style aliases BatchNorm1d/2d/3d) and
-GroupNorm, with Paddle's constructor signatures, parameter layouts and state-dict keys: LayerNorm's
-weight and bias are flat [prod(normalized_shape)]; BatchNorm keeps its running statistics as the
-buffers `_mean` and `_variance`. Scales start at one, shifts at zero; weight_attr/bias_attr=False
-leaves the parameter out.
+"""Normalisation layers: LayerNorm, RMSNorm, BatchNorm1D/2D/3D (torch-style aliases BatchNorm1d/2d/3d), the
+legacy BatchNorm (act=, is_test=, data_layout=) and GroupNorm, with Paddle's constructor signatures, parameter
+layouts and state-dict keys: LayerNorm's weight and bias are flat [prod(normalized_shape)]. Scales start at
+one, shifts at zero; weight_attr/bias_attr=False leaves the parameter out.
+
+BatchNorm keeps its running statistics `_mean` and `_variance` as Paddle does: parameters created with
+trainable=False (so stop_gradient is True), listed by named_parameters() after weight and bias. Optimizers
+update only parameters that take gradients, so the statistics change only through the forward pass.
 """
 
 from __future__ import annotations
@@ -10,12 +13,11 @@ from __future__ import annotations
 import math
 import numbers
 
-import oarlock
 from oarlock import Tensor
 from oarlock.nn import functional as F
 from oarlock_nn.layers.base import Layer
 from oarlock_nn.layers.common import check_input, check_positive, rank_text
-from oarlock_nn.layers.initializer import Constant
+from oarlock_nn.layers.initializer import Constant, ParamAttr
 
 
 def _shape(layer, normalized_shape):
@@ -41,6 +43,17 @@ def _scale(layer, attr, size):
 
 def _shift(layer, attr, size):
     return layer.create_parameter([size], attr=attr, is_bias=True)
+
+
+def _statistic(layer, size, value, name, model_average=True):
+    """A running statistic as Paddle makes it: a parameter that takes no gradient (trainable=False)."""
+    attr = ParamAttr(name=name, initializer=Constant(value), trainable=False, do_model_average=model_average)
+    return layer.create_parameter([size], attr=attr)
+
+
+def _running_statistics(layer, size, mean_name=None, variance_name=None, model_average=True):
+    layer._mean = _statistic(layer, size, 0.0, mean_name, model_average)
+    layer._variance = _statistic(layer, size, 1.0, variance_name, model_average)
 
 
 class LayerNorm(Layer):
@@ -107,8 +120,7 @@ class _BatchNormBase(Layer):
                                                                                   bias_attr, name)
         self.weight = _scale(self, weight_attr, num_features)
         self.bias = _shift(self, bias_attr, num_features)
-        self.register_buffer("_mean", oarlock.zeros([num_features], dtype=self._dtype))
-        self.register_buffer("_variance", oarlock.ones([num_features], dtype=self._dtype))
+        _running_statistics(self, num_features, *((name + "_mean", name + "_variance") if name else ()))
 
     def forward(self, x):
         ranks = self.formats[self._data_format]
@@ -143,6 +155,54 @@ class BatchNorm3D(_BatchNormBase):
     formats = {"NCDHW": (5,), "NDHWC": (5,)}
 
 
+class BatchNorm(Layer):
+    """Paddle's legacy BatchNorm: any 2-D to 5-D input with the channels on axis 1 (data_layout 'NCHW') or last
+    ('NHWC'); `act` names an activation of oarlock.nn.functional applied to the result; is_test=True starts
+    in eval mode; trainable_statistics=True normalises with the batch statistics in eval mode too."""
+
+    layouts = ("NCHW", "NHWC")
+    formats = {("NCHW", 2): "NC", ("NCHW", 3): "NCL", ("NCHW", 4): "NCHW", ("NCHW", 5): "NCDHW",
+               ("NHWC", 2): "NC", ("NHWC", 3): "NLC", ("NHWC", 4): "NHWC", ("NHWC", 5): "NDHWC"}
+
+    def __init__(self, num_channels, act=None, is_test=False, momentum=0.9, epsilon=1e-05, param_attr=None,
+                 bias_attr=None, dtype="float32", data_layout="NCHW", in_place=False, moving_mean_name=None,
+                 moving_variance_name=None, do_model_average_for_mean_and_var=True, use_global_stats=False,
+                 trainable_statistics=False):
+        super().__init__(dtype="float32" if str(dtype) in ("float16", "paddle.float16") else dtype)
+        self._num_channels = check_positive(self, "num_channels", num_channels)
+        if data_layout not in self.layouts:
+            raise ValueError(f"BatchNorm: data_layout must be 'NCHW' or 'NHWC', got {data_layout!r}")
+        if act is not None and not (isinstance(act, str) and callable(getattr(F, act, None))):
+            raise ValueError(f"BatchNorm: act must be None or the name of an oarlock.nn.functional activation "
+                             f"(e.g. 'relu', 'sigmoid', 'tanh'), got {act!r}")
+        self._act, self._param_attr, self._bias_attr, self._in_place = act, param_attr, bias_attr, in_place
+        self._momentum, self._epsilon, self._data_layout, self._is_test = momentum, epsilon, data_layout, is_test
+        self._use_global_stats, self._trainable_statistics = use_global_stats, trainable_statistics
+        self.weight = _scale(self, param_attr, num_channels)
+        self.bias = _shift(self, bias_attr, num_channels)
+        _running_statistics(self, num_channels, moving_mean_name, moving_variance_name,
+                            do_model_average_for_mean_and_var)
+        self.training = not is_test
+
+    def forward(self, input):
+        channel = 1 if self._data_layout == "NCHW" else -1
+        check_input(self, input, lambda: f"a 2-D to 5-D {self._data_layout} input with {self._num_channels} "
+                                         f"channels (num_channels) on axis {channel}",
+                    ranks=(2, 3, 4, 5), sizes={channel: self._num_channels})
+        # Paddle's kernel: running statistics when use_global_stats or (eval and not trainable_statistics)
+        global_stats = True if self._use_global_stats else (
+            False if self._trainable_statistics and not self.training else None)
+        out = F.batch_norm(input, self._mean, self._variance, self.weight, self.bias, training=self.training,
+                           momentum=self._momentum, epsilon=self._epsilon,
+                           data_format=self.formats[self._data_layout, len(input.shape)],
+                           use_global_stats=global_stats)
+        return out if self._act is None else getattr(F, self._act)(out)
+
+    def extra_repr(self):
+        text = f"num_channels={self._num_channels}, momentum={self._momentum}, epsilon={self._epsilon}"
+        return text if self._act is None else f"{text}, act={self._act}"
+
+
 class GroupNorm(Layer):
     """Normalise each group of num_channels // num_groups channels of each sample, then scale and shift
     per channel (weight ones, bias zeros, shape [num_channels])."""
@@ -175,5 +235,5 @@ class GroupNorm(Layer):
         return f"num_groups={self._num_groups}, num_channels={self._num_channels}, epsilon={self._epsilon}"
 
 
-EXPORTS = {"oarlock.nn": [LayerNorm, RMSNorm, BatchNorm1D, BatchNorm2D, BatchNorm3D, GroupNorm,
+EXPORTS = {"oarlock.nn": [LayerNorm, RMSNorm, BatchNorm, BatchNorm1D, BatchNorm2D, BatchNorm3D, GroupNorm,
                           ("BatchNorm1d", BatchNorm1D), ("BatchNorm2d", BatchNorm2D), ("BatchNorm3d", BatchNorm3D)]}

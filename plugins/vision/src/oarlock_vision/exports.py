@@ -1,0 +1,32 @@
+"""What oarlock-vision exports, namespace by namespace (Paddle 3.2's __all__ of each module)."""
+
+from __future__ import annotations
+
+from oarlock_vision import download, models, ops
+
+NAMESPACE_DOCS = {
+    "oarlock.vision": "Paddle's paddle.vision: the model zoo, vision ops, transforms and datasets",
+    "oarlock.vision.models": "Paddle 3.2's vision models (their constructors, parameter names and state-dict keys)",
+    "oarlock.vision.ops": "Vision operators and blocks: ConvNormActivation, nms",
+    "oarlock.utils.download": "get_weights_path_from_url / get_path_from_url: files cached under a root directory",
+}
+
+
+def _exports():
+    table = {
+        "oarlock.vision.models": {name: getattr(models, name) for name in models.__all__},
+        "oarlock.vision.ops": {"ConvNormActivation": ops.ConvNormActivation, "nms": ops.nms},
+        "oarlock.utils.download": {name: getattr(download, name)
+                                   for name in ("get_weights_path_from_url", "get_path_from_url", "is_url")},
+    }
+    # paddle.vision re-exports the model classes and builders at its top level
+    table["oarlock.vision"] = dict(table["oarlock.vision.models"])
+    return table
+
+
+def register_api(api):
+    for namespace, doc in NAMESPACE_DOCS.items():
+        api.namespace(namespace, doc)
+    for namespace, names in _exports().items():
+        for name, obj in names.items():
+            api.export(namespace, name, obj)
