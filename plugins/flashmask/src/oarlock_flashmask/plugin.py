@@ -6,7 +6,7 @@ from __future__ import annotations
 import oarlock
 from oarlock import hookimpl
 
-from oarlock_flashmask import gpu, kernel, masks
+from oarlock_flashmask import flash_api, gpu, kernel, masks
 
 _OP = "flashmask_attention_op"
 _GRAD = "flashmask_attention_grad"
@@ -108,3 +108,4 @@ def oarlock_register_ops(ops):
 def oarlock_register_api(api):
     api.export("oarlock.nn.functional", "flashmask_attention", flashmask_attention)
     masks.register_api(api)
+    flash_api.register_api(api)
