@@ -17,12 +17,25 @@ RNG = np.random.RandomState(3)
 BATCHES = [(RNG.rand(8, 5).astype("float32"), RNG.randint(0, 3, size=(8, 1)).astype("int64")) for _ in range(5)]
 
 
+def _optimizer(framework, kind, parameters):
+    opt = framework.optimizer
+    if kind == "adam":
+        return opt.Adam(learning_rate=0.01, parameters=parameters)
+    if kind == "adamw_schedule":
+        schedule = opt.lr.CosineAnnealingDecay(learning_rate=0.02, T_max=5)
+        return opt.AdamW(learning_rate=schedule, beta1=0.8, parameters=parameters, weight_decay=0.05)
+    if kind == "momentum":
+        return opt.Momentum(learning_rate=0.05, momentum=0.9, parameters=parameters)
+    if kind == "rmsprop":
+        return opt.RMSProp(learning_rate=0.01, centered=True, parameters=parameters)
+    if kind == "adagrad":
+        return opt.Adagrad(learning_rate=0.05, parameters=parameters)
+    return opt.SGD(learning_rate=0.1, parameters=parameters)
+
+
 def _model(framework, optimizer="adam", hidden=6):
     net = framework.nn.Sequential(framework.nn.Linear(5, hidden), framework.nn.ReLU(), framework.nn.Linear(hidden, 3))
-    if optimizer == "adam":
-        opt = framework.optimizer.Adam(learning_rate=0.01, parameters=net.parameters())
-    else:
-        opt = framework.optimizer.SGD(learning_rate=0.1, parameters=net.parameters())
+    opt = _optimizer(framework, optimizer, net.parameters())
     model = framework.Model(net)
     model.prepare(opt, framework.nn.CrossEntropyLoss(), framework.metric.Accuracy())
     return model
@@ -52,13 +65,14 @@ def test_round_trip_resumes_bit_for_bit(tmp_path):
         np.testing.assert_array_equal(_params(restored)[key], value)
 
 
-def test_paddle_written_checkpoint_loads_and_training_continues_as_in_paddle(tmp_path):
+@pytest.mark.parametrize("kind", ["adam", "adamw_schedule", "momentum", "rmsprop", "adagrad"])
+def test_paddle_written_checkpoint_loads_and_training_continues_as_in_paddle(tmp_path, kind):
     paddle.seed(5)
-    reference = _model(paddle)
+    reference = _model(paddle, kind)
     _train(reference, BATCHES[:3])
     reference.save(str(tmp_path / "paddle_ck"))
     oarlock.seed(2)
-    ours = _model(oarlock)
+    ours = _model(oarlock, kind)
     ours.load(str(tmp_path / "paddle_ck.pdparams"))   # the suffix is allowed, as in Paddle
     for key, value in _params(reference).items():
         np.testing.assert_array_equal(_params(ours)[key], value)
