@@ -217,3 +217,58 @@ def test_amp_o1_trains_in_float16_and_keeps_the_scaler(tmp_path):
     restored.train_batch([X], [Y])   # creates the scaler, then load fills it
     restored.load(str(tmp_path / "ck"))
     assert float(np.asarray(restored._scaler.state_dict()["scale"]).reshape(-1)[0]) == 2048.0
+
+
+def test_input_specs_and_summary_as_paddle():
+    """inputs/labels given as InputSpec: the data's first len(inputs) fields feed the network, and summary()
+    without input_size describes the network from the specs, as Paddle's does."""
+    ref_net, our_net = _twin_nets(8)
+    results = []
+    for framework, net in ((paddle, ref_net), (oarlock, our_net)):
+        spec = framework.static.InputSpec
+        model = framework.Model(net, inputs=[spec([None, 4], "float32", "x")],
+                                labels=[spec([None, 1], "int64", "label")])
+        model.prepare(framework.optimizer.SGD(learning_rate=0.1, parameters=net.parameters()),
+                      framework.nn.CrossEntropyLoss())
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            info = model.summary()
+            model.fit([(X[i:i + 6], Y[i:i + 6]) for i in range(0, 24, 6)], epochs=1, verbose=0)
+        results.append((info, model.predict_batch([X[:4]])))
+    assert results[1][0] == results[0][0]
+    _same_structure(results[1][1], results[0][1])
+
+
+class _TwoInputs:
+    @staticmethod
+    def build(framework):
+        class Net(framework.nn.Layer):
+            def __init__(self):
+                super().__init__()
+                self.a = framework.nn.Linear(4, 3)
+                self.b = framework.nn.Linear(2, 3)
+
+            def forward(self, first, second):   # two forward arguments: the data's first two fields
+                return self.a(first) + self.b(second)
+
+        return Net()
+
+
+def test_inputs_counted_from_forward_arguments():
+    paddle.seed(2)
+    ref_net = _TwoInputs.build(paddle)
+    our_net = _TwoInputs.build(oarlock)
+    our_net.set_state_dict({k: oarlock.to_tensor(v.numpy()) for k, v in ref_net.state_dict().items()})
+    second = RNG.rand(24, 2).astype("float32")
+    batches = [(X[i:i + 8], second[i:i + 8], Y[i:i + 8]) for i in range(0, 24, 8)]
+    results = []
+    for framework, net in ((paddle, ref_net), (oarlock, our_net)):
+        model = framework.Model(net)
+        model.prepare(framework.optimizer.SGD(learning_rate=0.1, parameters=net.parameters()),
+                      framework.nn.CrossEntropyLoss(), framework.metric.Accuracy())
+        model.fit(batches, epochs=2, verbose=0)
+        results.append((model.evaluate(batches, verbose=0), model.predict(batches, stack_outputs=True, verbose=0)))
+    assert list(results[1][0]) == list(results[0][0])
+    for key in results[0][0]:
+        np.testing.assert_allclose(results[1][0][key], results[0][0][key], rtol=1e-5)
+    np.testing.assert_allclose(results[1][1][0], results[0][1][0], rtol=1e-5, atol=1e-6)
