@@ -8,8 +8,13 @@ the attribute at the corresponding path: `oarlock.X` -> `paddle.X` / `torch.X`,
 holds torch's semantics). A listed spelling means the name exists there; the semantics are
 Paddle's except under oarlock.compat. Without paddle or torch installed, the header says so.
 
-    python tools/api_docs.py            # write docs/api.md
-    python tools/api_docs.py --check    # exit 1 if docs/api.md is not what the registry says
+It also measures Paddle API coverage: for each Paddle 3.2 namespace with an `__all__` list (and
+paddle.Tensor's public methods), how many of its names the same path under oarlock has. The table
+heads docs/api.md (followed by the missing names) and is copied into README.md between the
+coverage markers.
+
+    python tools/api_docs.py            # write docs/api.md and README.md's coverage table
+    python tools/api_docs.py --check    # exit 1 if either is not what the registry says
 """
 
 from __future__ import annotations
@@ -21,6 +26,18 @@ import warnings
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+README = OUT.parents[1] / "README.md"
+README_START, README_END = "<!-- paddle-coverage:start -->", "<!-- paddle-coverage:end -->"
+
+# Paddle 3.2 namespaces whose public names (their __all__; paddle.Tensor: its public methods) are counted
+COVERAGE = ["paddle", "paddle.Tensor", "paddle.nn", "paddle.nn.functional", "paddle.nn.initializer",
+            "paddle.linalg", "paddle.fft", "paddle.signal", "paddle.amp", "paddle.autograd", "paddle.optimizer",
+            "paddle.optimizer.lr", "paddle.io", "paddle.metric", "paddle.vision", "paddle.vision.models",
+            "paddle.vision.ops", "paddle.vision.transforms", "paddle.vision.datasets", "paddle.text",
+            "paddle.callbacks", "paddle.hapi", "paddle.static", "paddle.jit", "paddle.device",
+            "paddle.device.cuda", "paddle.distributed", "paddle.distributed.fleet", "paddle.incubate",
+            "paddle.incubate.nn", "paddle.incubate.nn.functional", "paddle.profiler", "paddle.utils",
+            "paddle.sparse", "paddle.geometric", "paddle.distribution", "paddle.quantization"]
 
 # oarlock namespace -> (paddle path, torch path); None: that framework has no counterpart
 COUNTERPARTS = {
@@ -89,6 +106,60 @@ def _spellings(names: list, column: int, frameworks: dict) -> str:
     return ", ".join(dict.fromkeys(found)) or "-"
 
 
+def _paddle_names(path: str, paddle_module) -> list[str] | None:
+    """The public names Paddle 3.2 lists for `path` (its __all__; paddle.Tensor: dir without "_" names)."""
+    if path == "paddle.Tensor":
+        return sorted(n for n in dir(paddle_module) if not n.startswith("_"))
+    names = getattr(paddle_module, "__all__", None)
+    return sorted(set(names)) if names else None
+
+
+def _has(path: str, name: str) -> bool:
+    """Whether oarlock has `name` at the path corresponding to Paddle's `path` (paddle.X -> oarlock.X)."""
+    if path == "paddle.Tensor":   # methods come from the registry; the class itself holds only the core's
+        from oarlock.registry import TENSOR, default_registry
+        import oarlock
+        return name in dir(oarlock.Tensor) or name in default_registry().api[TENSOR]
+    target = _module("oarlock" + path[len("paddle"):])
+    if target is None:
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return hasattr(target, name)
+    except Exception:
+        return False
+
+
+def coverage() -> list[tuple[str, list[str], list[str]]]:
+    """(Paddle namespace, its names, the names oarlock lacks) for each COVERAGE namespace Paddle has."""
+    rows = []
+    for path in COVERAGE:
+        paddle_module = _module(path)
+        names = _paddle_names(path, paddle_module) if paddle_module is not None else None
+        if names:
+            rows.append((path, names, [n for n in names if not _has(path, n)]))
+    return rows
+
+
+def coverage_table(rows) -> list[str]:
+    total = sum(len(names) for _, names, _ in rows)
+    have = total - sum(len(missing) for _, _, missing in rows)
+    lines = ["| Paddle 3.2 namespace | Paddle's public names | oarlock has | coverage |", "|---|---:|---:|---:|"]
+    for path, names, missing in rows:
+        lines.append(f"| `{path}` | {len(names)} | {len(names) - len(missing)} | "
+                     f"{100 * (len(names) - len(missing)) / len(names):.0f}% |")
+    lines.append(f"| **all** | {total} | {have} | {100 * have / max(total, 1):.0f}% |")
+    return lines
+
+
+def _readme_with(table: list[str], readme: str) -> str:
+    start, end = readme.find(README_START), readme.find(README_END)
+    if start < 0 or end < start:
+        raise SystemExit(f"README.md lacks the markers {README_START} ... {README_END}")
+    return readme[:start + len(README_START)] + "\n" + "\n".join(table) + "\n" + readme[end:]
+
+
 def render() -> str:
     import oarlock  # noqa: F401  (loads the plugins on first registry use)
     from oarlock.registry import TENSOR, default_registry
@@ -104,6 +175,14 @@ def render() -> str:
              + ("3.2" if have_paddle else "(not installed)") + " and PyTorch "
              + ("" if have_torch else "(not installed) ") + "also have.", "",
              f"{len(entries)} objects, {sum(len(e['names']) for e in entries)} public names.", ""]
+    rows = coverage() if have_paddle else []
+    if rows:
+        lines += ["## Paddle API coverage", "",
+                  "How many of Paddle 3.2's public names (each namespace's `__all__`; paddle.Tensor: its public "
+                  "methods and properties) the same path under oarlock has (`paddle.X.name` -> `oarlock.X.name`).",
+                  "", *coverage_table(rows), "", "Missing, per namespace:", ""]
+        lines += [f"- `{path}` ({len(missing)}): " + ", ".join(missing) for path, _, missing in rows if missing]
+        lines.append("")
     order = list(COUNTERPARTS)   # the namespaces plugins created, those with a counterpart first, Tensor last
     for namespace in sorted(registry.public_api(), key=lambda ns: (ns == TENSOR, order.index(ns) if ns in order
                                                                    else len(order), ns)):
@@ -127,15 +206,22 @@ def main(argv=None) -> int:
     parser.add_argument("--output", type=Path, default=OUT, help=f"where to write (default {OUT})")
     args = parser.parse_args(argv)
     text = render()
+    readme = README.read_text()
+    table = coverage_table(coverage()) if _module("paddle") is not None else None
+    new_readme = _readme_with(table, readme) if table else readme
     if args.check:
         current = args.output.read_text() if args.output.exists() else ""
-        if current != text:
-            print(f"{args.output} is out of date: run python tools/api_docs.py", file=sys.stderr)
+        stale = [str(path) for path, now, want in ((args.output, current, text), (README, readme, new_readme))
+                 if now != want]
+        if stale:
+            print(f"{', '.join(stale)} out of date: run python tools/api_docs.py", file=sys.stderr)
             return 1
-        print(f"{args.output} is up to date")
+        print(f"{args.output} and README.md's coverage table are up to date")
         return 0
     args.output.write_text(text)
-    print(f"wrote {args.output} ({text.count(chr(10))} lines)")
+    if new_readme != readme:
+        README.write_text(new_readme)
+    print(f"wrote {args.output} ({text.count(chr(10))} lines) and README.md's coverage table")
     return 0
 
 
