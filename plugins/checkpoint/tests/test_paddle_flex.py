@@ -64,6 +64,18 @@ def test_a_paddle_checkpoint_loads_bit_for_bit(paddle_checkpoint):
     _walk(_values(), lambda path, a: _same(target[path[0]][path[1]], a, path))
 
 
+def test_a_paddle_checkpoint_of_safetensors_files_loads(tmp_path):
+    """save_state_dict(..., safetensors=True) writes safetensors content under the .distcp names."""
+    state = {"w": _values()["model"]["w"], "emb": _values()["model"]["emb"]}
+    paddle.distributed.save_state_dict({k: paddle.to_tensor(v) for k, v in state.items()}, str(tmp_path),
+                                       safetensors=True)
+    assert (tmp_path / "0_0.distcp").read_bytes()[8:9] == b"{"   # a safetensors header, not a pickle
+    target = {"w": oarlock.zeros([4, 6]), "emb": oarlock.zeros([6, 4], "bfloat16")}
+    odist.load_state_dict(target, tmp_path)
+    _same(target["w"], state["w"], ("w",))
+    _same(target["emb"], state["emb"], ("emb",))
+
+
 def test_a_paddle_checkpoint_loads_into_other_boxes(paddle_checkpoint):
     """Resharding in one process: ShardedWeights of parts of the saved tensors."""
     directory, _ = paddle_checkpoint

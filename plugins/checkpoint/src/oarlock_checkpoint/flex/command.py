@@ -91,7 +91,7 @@ def _info(args, source, data_format) -> int:
                     f"{uid}: {', '.join(layout.leftovers(args.path, uid))}" for uid in sorted(partial)) + ")"
             print(line)
     total = sum(t.nbytes for t in source.tensors.values())
-    checked = "no checksums" if source.unique_id is None else f"{CHECKSUM} checksums"
+    checked = f"{CHECKSUM} checksums" if _has_checksums(source) else "no checksums"
     ranks = "" if source.world_size is None else f"saved by {source.world_size} rank(s), "
     print(f"{source.description}: {ranks}{len(source.tensors)} tensors, {_size(total)} in {len(source.files)} "
           f"{data_format} file(s), {checked}; {len(source.objects)} plain value(s)")
@@ -102,6 +102,11 @@ def _info(args, source, data_format) -> int:
         for key, value in source.objects.items():
             print(f"  {key:<{width}}  = {value!r}")
     return 0
+
+
+def _has_checksums(source) -> bool:
+    """oarlock's FlexCheckpoints carry one per shard; Hugging Face directories and Paddle's checkpoints none."""
+    return any(shard.checksum is not None for tensor in source.tensors.values() for shard in tensor.shards)
 
 
 def _verify(source, data_format) -> int:
@@ -129,7 +134,7 @@ def _verify(source, data_format) -> int:
     for failure in failures:
         print(f"FAILED {failure}")
     verdict = f"{len(failures)} shard(s) FAILED" if failures else \
-        "no checksums to compare" if source.unique_id is None else "all checksums match"
+        "all checksums match" if _has_checksums(source) else "no checksums to compare (dtypes and shapes match)"
     print(f"{source.description}: read {shards} shard(s), {_size(nbytes)} from {len(files)} file(s) in "
           f"{time.perf_counter() - start:.1f} s: {verdict}")
     return 1 if failures else 0
