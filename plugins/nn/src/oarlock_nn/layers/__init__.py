@@ -2,7 +2,8 @@
 family module lists what it exports in EXPORTS = {namespace: [classes or (name, object) pairs]}."""
 
 from oarlock_nn.layers import (activation, activation_more, attention, base, common, containers, conv, init,
-                                initializer, loss, loss_more, norm, spatial, transformer)
+                                initializer, loss, loss_more, norm, param_utils, spatial,
+                                transformer)
 
 CORE_EXPORTS = {
     "oarlock.nn": [base.Layer, base.Parameter, containers.Sequential, containers.LayerList, containers.LayerDict,
@@ -10,7 +11,8 @@ CORE_EXPORTS = {
                    ("Module", base.Layer), ("ModuleList", containers.LayerList), ("ModuleDict", containers.LayerDict)],
     "oarlock.nn.initializer": list(initializer.INITIALIZERS),
 }
-FAMILIES = (common, activation, activation_more, conv, norm, attention, loss, init, transformer, spatial, loss_more)
+FAMILIES = (common, activation, activation_more, conv, norm, attention, loss, init, transformer, spatial, loss_more,
+            param_utils)
 
 
 def register_api(api):
