@@ -30,7 +30,8 @@ def _values() -> dict:
                       "half": rng.standard_normal(5).astype(np.float16),
                       "b": rng.standard_normal(6)},
             "opt": {"step": np.array(7, np.int64), "mask": rng.integers(0, 2, (2, 3)).astype(bool),
-                    "ids": rng.integers(-9, 9, (3,), dtype=np.int32), "c": (rng.standard_normal(2) + 1j).astype(np.complex64)}}
+                    "ids": rng.integers(-9, 9, (3,), dtype=np.int32),
+                    "c": (rng.standard_normal(2) + 1j).astype(np.complex64)}}
 
 
 def _walk(tree, fn, path=()):
@@ -163,7 +164,8 @@ def _metadata(**fields) -> bytes:
 def _good_fields() -> dict:
     entry = paddle_format.LocalTensorMetadata((0,), (2,), "float32", (2,))
     return {"state_dict_metadata": {"w": [entry]},
-            "storage_metadata": {paddle_format.LocalTensorIndex("w", (0,)): "0_0.distcp"}, "flat_mapping": {"w": ("w",)}}
+            "storage_metadata": {paddle_format.LocalTensorIndex("w", (0,)): "0_0.distcp"},
+            "flat_mapping": {"w": ("w",)}}
 
 
 def _hostile_cases(sentinel_path: str) -> dict:  # noqa: ARG001 - the payloads read hostile.SENTINEL

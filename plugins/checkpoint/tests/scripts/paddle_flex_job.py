@@ -43,7 +43,8 @@ def targets(layout: str, rank: int, world: int) -> dict:
         _, shape = data.box(array.shape, layout, rank, world)
         axis = {"rows": 0, "cols": 1}.get(layout) if array.ndim >= 2 else None
         out[key] = dist.auto_parallel.api.dtensor_from_local(
-            paddle.to_tensor(np.zeros(shape, array.dtype)), mesh, [dist.Replicate() if axis is None else dist.Shard(axis)])
+            paddle.to_tensor(np.zeros(shape, array.dtype)), mesh,
+            [dist.Replicate() if axis is None else dist.Shard(axis)])
     return out
 
 

@@ -7,7 +7,8 @@ without touching the rest; "pickle" files (.distcp, safetensors=False)
 are read whole on first use. "paddle" files are Paddle 3.2's own .distcp
 (paddle.save of the rank's state dict: Paddle's pickle layout, bfloat16 as
 uint16 bits, float8 as int8 bits; or a safetensors file under that name),
-written without checksums in the file, read as Paddle's metadata describes them. Checksums are XXH3-64 (about 20 GB/s, against
+written without checksums in the file, read as Paddle's metadata describes them.
+Checksums are XXH3-64 (about 20 GB/s, against
 4 GB/s for zlib's CRC-32, so verifying costs little next to reading), computed
 beside the writing, piece by piece (an async save's live source may change once
 its piece is written: see cow.py). While writing, the kernel is asked to start

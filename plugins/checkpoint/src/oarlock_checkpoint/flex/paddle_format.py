@@ -22,7 +22,6 @@ byte for byte what paddle.save writes for the same Metadata.
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import re
 from collections.abc import Mapping
@@ -134,7 +133,8 @@ def build_metadata(tensors: dict, mapping: dict) -> Metadata:
         for box, rank, file in boxes:
             offset, local = tuple(lo for lo, _ in box), tuple(hi - lo for lo, hi in box)
             # a whole tensor: one tuple for both shapes, as in Paddle (pickle then writes a reference)
-            state[key].append(LocalTensorMetadata(offset, local, dtype, local if local == tuple(shape) else tuple(shape)))
+            whole = local if local == tuple(shape) else tuple(shape)
+            state[key].append(LocalTensorMetadata(offset, local, dtype, whole))
             by_rank.setdefault(rank, []).append((LocalTensorIndex(key, offset), file))
     for rank in sorted(by_rank):
         storage.update(by_rank[rank])
@@ -186,7 +186,8 @@ def _problem(metadata) -> str | None:
             shape = entry.__dict__.get("global_shape")
             if (rank < 0 or not _ints(entry.global_offset, rank) or entry.dtype not in NUMPY_DTYPE
                     or not (shape is None or _ints(shape, rank))):
-                return (f"the entry of {key!r} has offset {entry.global_offset!r:.80}, shape {entry.local_shape!r:.80}, "
+                return (f"the entry of {key!r} has offset {entry.global_offset!r:.80}, "
+                        f"shape {entry.local_shape!r:.80}, "
                         f"dtype {entry.dtype!r:.40} and global shape {shape!r:.80}")
     for index, file in storage.items():
         if (type(index) is not LocalTensorIndex or not _built(index, "tensor_key", "global_offset")
@@ -227,7 +228,8 @@ def tensors_of(metadata: Metadata, unique_id: int, where: str, path: str) -> dic
 
 def _extent(entries) -> tuple:
     """The global shape of files from before global_shape was recorded (Paddle's compute_global_shape)."""
-    return tuple(max(e.global_offset[d] + e.local_shape[d] for e in entries) for d in range(len(entries[0].local_shape)))
+    return tuple(max(e.global_offset[d] + e.local_shape[d] for e in entries)
+                 for d in range(len(entries[0].local_shape)))
 
 
 def _damaged(path: str, where: str, reason: str) -> DamagedFile:
