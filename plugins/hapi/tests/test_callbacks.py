@@ -1,13 +1,16 @@
 """oarlock.callbacks against the same runs on real Paddle 3.2 (same data, same initial weights, no shuffle):
 the order of every hook call, EarlyStopping's stop and best model, the checkpoint files, the learning rate
 LRScheduler (by step and by epoch) and ReduceLROnPlateau give at every batch, the verbose=1 progress bar;
-VisualDL's TensorBoard event files read back with tensorboard's own EventAccumulator."""
+VisualDL's TensorBoard event files read back with tensorboard's own EventAccumulator; WandbCallback's calls into
+the wandb package (a recording stand-in, wandb is not installed) against Paddle's WandbCallback's."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import os
+import sys
+import types
 
 import numpy as np
 import paddle
@@ -216,3 +219,55 @@ def test_progress_lines_without_a_length_as_paddle(initial, verbose):
     if verbose == 3:
         _, _, printed = _fit(oarlock, initial, [], epochs=1, verbose=3, log_freq=2)
         assert " - avg_reader_cost: " in printed and " samples/sec" in printed
+
+
+class _FakeWandb(types.ModuleType):
+    """A stand-in for the wandb package (not installed here) that records what a callback asks of it."""
+
+    def __init__(self):
+        super().__init__("wandb")
+        self.run = None
+        self.calls = []
+
+    def init(self, **kwargs):
+        self.calls.append(("init", kwargs))
+        recorder = self.calls
+
+        class Run:
+            def define_metric(self, *args, **kwargs):
+                recorder.append(("define_metric", args, kwargs))
+
+            def log(self, values):
+                recorder.append(("log", dict(values)))
+
+            def finish(self):
+                recorder.append(("finish",))
+
+        return Run()
+
+
+def test_wandb_callback_logs_what_paddles_logs(initial, monkeypatch):
+    calls = {}
+    for framework in (paddle, oarlock):
+        fake = _FakeWandb()
+        monkeypatch.setitem(sys.modules, "wandb", fake)
+        callback = framework.callbacks.WandbCallback(project="hapi", mode="offline")
+        _fit(framework, initial, [callback], epochs=2, verbose=0)
+        calls[framework.__name__] = fake.calls
+    ours, ref = calls["oarlock"], calls["paddle"]
+    assert [c[0] for c in ours] == [c[0] for c in ref]
+    assert ours[0] == ref[0] and ours[0][1]["project"] == "hapi"
+    for a, b in zip(ours, ref):
+        if a[0] == "log":
+            assert sorted(a[1]) == sorted(b[1])
+            np.testing.assert_allclose([float(a[1][k]) for k in sorted(a[1])], [float(b[1][k]) for k in sorted(b[1])],
+                                       rtol=1e-5)
+        else:
+            assert a == b
+    assert sum(c[0] == "log" for c in ours) == 2 * 4 + 2   # every batch of 2 epochs, and each evaluation
+
+
+def test_wandb_callback_without_wandb_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)   # makes `import wandb` fail
+    with pytest.raises(ImportError, match=r"WandbCallback\(\): .*pip install wandb"):
+        oarlock.callbacks.WandbCallback()

@@ -78,7 +78,10 @@ def test_epoch_and_evaluation_logs(runs):
         ref_events, our_events = reference["recorder"].of(hook), ours["recorder"].of(hook)
         assert len(our_events) == len(ref_events) == EPOCHS
         for (_, _, ref_logs), (_, _, our_logs) in zip(ref_events, our_events):
-            assert sorted(our_logs) == sorted(ref_logs)
+            # Paddle's _run_one_epoch keeps its logs in a mutable default argument, shared by every run in the
+            # process, so its dict also holds keys earlier runs (other tests) left; ours starts fresh each pass
+            assert sorted(our_logs) == ["acc_top1", "acc_top2", "batch_size", "loss", "step"]
+            assert set(our_logs) <= set(ref_logs)
             _close(our_logs["loss"], ref_logs["loss"])
             # accuracies are counts over the pass: the same predictions give the same fraction
             _close([our_logs["acc_top1"], our_logs["acc_top2"]], [ref_logs["acc_top1"], ref_logs["acc_top2"]],

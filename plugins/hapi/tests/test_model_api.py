@@ -146,15 +146,18 @@ def test_num_iters_stops_training_as_paddle():
     steps = []
     for framework, net in zip((paddle, oarlock), _twin_nets(4)):
         model = _prepared(framework, net, optimizer="sgd")
-        seen = []
-
         class Count(framework.callbacks.Callback):
+            def __init__(self):
+                super().__init__()
+                self.seen = []
+
             def on_train_batch_end(self, step, logs=None):
-                seen.append(step)
+                self.seen.append(step)
 
         dataset = framework.io.TensorDataset([framework.to_tensor(X), framework.to_tensor(Y)])
-        model.fit(dataset, batch_size=5, epochs=10, num_iters=7, shuffle=False, verbose=0, callbacks=[Count()])
-        steps.append(seen)
+        counter = Count()
+        model.fit(dataset, batch_size=5, epochs=10, num_iters=7, shuffle=False, verbose=0, callbacks=[counter])
+        steps.append(counter.seen)
     assert steps[1] == steps[0] == [0, 1, 2, 3, 4, 0, 1]
 
 

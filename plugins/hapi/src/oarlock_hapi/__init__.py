@@ -3,7 +3,8 @@
 - `oarlock.Model` (also `oarlock.hapi.Model`): prepare / fit / evaluate / predict / train_batch / eval_batch /
   predict_batch / save / load / parameters / summary, with Paddle's logs, return values and files;
 - `oarlock.callbacks` (also `oarlock.hapi.callbacks`): Callback, ProgBarLogger, ModelCheckpoint, EarlyStopping,
-  LRScheduler, ReduceLROnPlateau, VisualDL (TensorBoard event files through oarlock.utils.tensorboard);
+  LRScheduler, ReduceLROnPlateau, VisualDL (TensorBoard event files through oarlock.utils.tensorboard),
+  WandbCallback (needs the wandb package);
 - `oarlock.metric`: Metric, Accuracy, Precision, Recall, Auc and the accuracy function."""
 
 from oarlock_hapi import callbacks, metrics
@@ -11,7 +12,7 @@ from oarlock_hapi.accuracy import accuracy
 from oarlock_hapi.model import Model
 
 CALLBACKS = ("Callback", "ProgBarLogger", "ModelCheckpoint", "VisualDL", "LRScheduler", "EarlyStopping",
-             "ReduceLROnPlateau")
+             "ReduceLROnPlateau", "WandbCallback")
 METRICS = ("Metric", "Accuracy", "Precision", "Recall", "Auc")
 
 

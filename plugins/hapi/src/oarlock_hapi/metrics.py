@@ -28,9 +28,6 @@ class Metric(metaclass=abc.ABCMeta):
     """Base class of metrics: subclasses implement reset, update, accumulate and name; compute (optional) runs
     on the step's output and label Tensors and its results are what update receives, as numpy arrays."""
 
-    def __init__(self) -> None:
-        pass
-
     @abc.abstractmethod
     def reset(self) -> None:
         raise NotImplementedError(f"function 'reset' not implemented in {self.__class__.__name__}.")

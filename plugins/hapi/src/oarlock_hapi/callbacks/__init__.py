@@ -7,6 +7,7 @@ from oarlock_hapi.callbacks.early_stopping import EarlyStopping
 from oarlock_hapi.callbacks.lr import LRScheduler, ReduceLROnPlateau
 from oarlock_hapi.callbacks.progress import ProgBarLogger
 from oarlock_hapi.callbacks.visualdl import VisualDL
+from oarlock_hapi.callbacks.wandb_logger import WandbCallback
 
 __all__ = ["Callback", "ProgBarLogger", "ModelCheckpoint", "VisualDL", "LRScheduler", "EarlyStopping",
-           "ReduceLROnPlateau", "CallbackList", "config_callbacks"]
+           "ReduceLROnPlateau", "WandbCallback", "CallbackList", "config_callbacks"]

@@ -1,8 +1,9 @@
 """Model.save / Model.load: the files Paddle's hapi writes and reads, through oarlock.save / oarlock.load.
 
 `path.pdparams` holds network.state_dict(), `path.pdopt` the optimizer's state_dict() (only when it has
-accumulators or a scheduler: plain SGD writes none), `path.pdscaler` the AMP GradScaler's. Loading matches parameters by structured name
-and shape, and reads optimizer states written by Paddle 3.2 as well as ours (paddle_optimizer_state)."""
+accumulators or a scheduler: plain SGD writes none), `path.pdscaler` the AMP GradScaler's. Loading matches
+parameters by structured name and shape, and reads optimizer states written by Paddle 3.2 as well as ours
+(paddle_optimizer_state)."""
 
 from __future__ import annotations
 
