@@ -230,3 +230,20 @@ def test_malformed_metadata_is_a_clear_error(tmp_path, fields, says):
     with pytest.raises(DamagedFile, match="is not Paddle FlexCheckpoint metadata") as error:
         odist.load_state_dict({"w": oarlock.zeros([2])}, tmp_path)
     assert says in str(error.value)
+
+
+def test_paddles_flex_checkpoint_modules_resolve_under_the_paddle_alias(paddle_checkpoint):
+    """Model code imports from paddle.distributed.flex_checkpoint.dcp.*; with `paddle` aliased to oarlock
+    those are oarlock's, and full pickle of Paddle's metadata finds its classes there."""
+    directory, _ = paddle_checkpoint
+    with oarlock.compat.paddle_alias():
+        from paddle.distributed.flex_checkpoint.dcp.load_state_dict import load_state_dict
+        from paddle.distributed.flex_checkpoint.dcp.metadata import Metadata
+        from paddle.distributed.flex_checkpoint.dcp.save_state_dict import save_state_dict
+        from paddle.distributed.flex_checkpoint.dcp.sharded_weight import ShardedWeight
+        import paddle as aliased
+        loaded = aliased.load(str(directory / "0.metadata"), weights_only=False)
+    assert (load_state_dict, save_state_dict, ShardedWeight) == (odist.load_state_dict, odist.save_state_dict,
+                                                               odist.ShardedWeight)
+    assert type(loaded) is Metadata is paddle_format.Metadata
+    assert loaded == paddle_format.read_metadata(str(directory / "0.metadata"), "test")

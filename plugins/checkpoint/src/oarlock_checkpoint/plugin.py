@@ -21,11 +21,27 @@ def oarlock_register_checkpoint_formats(formats):
         formats.register(fmt)
 
 
+# Paddle 3.2's modules of FlexCheckpoint (paddle.distributed.flex_checkpoint.dcp.*), which model code imports
+# from directly; "metadata" holds the classes its pickled checkpoint metadata names
+_DCP = "oarlock.distributed.flex_checkpoint.dcp"
+_DCP_MODULES = {
+    "sharded_weight": ("ShardedWeight", "shard_weight", "build_sharded_state_dict", "make_replicated_sharded_weight"),
+    "save_state_dict": ("save_state_dict",),
+    "load_state_dict": ("load_state_dict", "load_merged_state_dict", "merge_sharded_state_dict"),
+    "metadata": ("Metadata", "LocalTensorMetadata", "LocalTensorIndex"),
+}
+
+
 @hookimpl
 def oarlock_register_api(api):
     from oarlock_checkpoint import flex
+    from oarlock_checkpoint.flex import paddle_format
     for name in flex.__all__:
         api.export("oarlock.distributed", name, getattr(flex, name))
+    for module, names in _DCP_MODULES.items():
+        source = paddle_format if module == "metadata" else flex
+        for name in names:
+            api.export(f"{_DCP}.{module}", name, getattr(source, name))
 
 
 @hookimpl
