@@ -7,6 +7,8 @@ Paddle's load_state_dict; hostile metadata pickles are refused before anything r
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -144,6 +146,21 @@ def test_missing_data_file_is_named(paddle_checkpoint):
     (directory / "0_0.distcp").unlink()
     with pytest.raises(DamagedFile, match=r"data file .*0_0.distcp' of Paddle checkpoint 0 in .* is missing"):
         odist.load_state_dict({"model": {"w": oarlock.zeros([4, 6])}}, directory)
+
+
+def test_the_checkpoint_command_reads_paddle_checkpoints(paddle_checkpoint):
+    """`oarlock checkpoint info` / `verify` on Paddle's checkpoints: no checksums to claim; a damaged data
+    file is named."""
+    directory, _ = paddle_checkpoint
+    cli = [sys.executable, "-m", "oarlock.cli", "checkpoint"]
+    info = subprocess.run([*cli, "info", str(directory)], capture_output=True, text=True, timeout=120)
+    assert info.returncode == 0, info.stderr
+    assert "Paddle checkpoint 0 in" in info.stdout and "8 tensors" in info.stdout and "no checksums" in info.stdout
+    data = (directory / "0_0.distcp").read_bytes()
+    (directory / "0_0.distcp").write_bytes(data[:len(data) // 2])
+    verify = subprocess.run([*cli, "verify", str(directory)], capture_output=True, text=True, timeout=120)
+    assert verify.returncode == 1 and "FAILED 'model.w' in 0_0.distcp" in verify.stdout, verify.stdout + verify.stderr
+    assert "cannot be unpickled" in verify.stdout
 
 
 # -- hostile metadata ------------------------------------------------------------------------------------
