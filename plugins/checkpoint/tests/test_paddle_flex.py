@@ -239,12 +239,15 @@ def test_hostile_flat_mapping_runs_under_plain_pickle(tmp_path, monkeypatch):
     ({"state_dict_metadata": {"w": [paddle_format.LocalTensorMetadata((-1,), (2,), "float32", (2,))]}},
      "has offset (-1,)"),
     ({"state_dict_metadata": {"w": "x"}}, "state_dict_metadata['w'] must be a non-empty list"),
+    ({"state_dict_metadata": {"w": [paddle_format.LocalTensorMetadata((1,), (2,), "float32", (2,))]},
+      "storage_metadata": {paddle_format.LocalTensorIndex("w", (1,)): "0_0.distcp"}},
+     "places a box of 'w' at offset [1] with shape [2], outside its global shape [2]"),
     ({"storage_metadata": [1]}, "state_dict_metadata and storage_metadata must be dicts"),
 ])
 def test_malformed_metadata_is_a_clear_error(tmp_path, fields, says):
     odist.save_state_dict({"w": oarlock.ones([2])}, tmp_path, format="paddle")
     (tmp_path / "0.metadata").write_bytes(_metadata(**{**_good_fields(), **fields}))
-    with pytest.raises(DamagedFile, match="is not Paddle FlexCheckpoint metadata") as error:
+    with pytest.raises(DamagedFile, match="is not Paddle FlexCheckpoint metadata|the metadata is damaged") as error:
         odist.load_state_dict({"w": oarlock.zeros([2])}, tmp_path)
     assert says in str(error.value)
 

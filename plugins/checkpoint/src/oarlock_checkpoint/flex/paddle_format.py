@@ -213,6 +213,9 @@ def tensors_of(metadata: Metadata, unique_id: int, where: str, path: str) -> dic
         boxes, seen = [], set()
         for entry in entries:
             box = box_of(tuple(entry.global_offset), tuple(entry.local_shape))
+            if any(hi > n for (_, hi), n in zip(box, shape)):
+                raise _damaged(path, where, f"places a box of {key!r} at offset {list(entry.global_offset)} with shape "
+                                            f"{list(entry.local_shape)}, outside its global shape {list(shape)}")
             if box in seen:
                 continue
             seen.add(box)
