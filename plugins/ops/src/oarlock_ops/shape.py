@@ -42,6 +42,13 @@ def _slice_along(x, axis, start, stop):
 
 # -- kernels ------------------------------------------------------------------------------------------
 
+def _reshape_kernel(xp, x, shape):
+    # Paddle: a 0 in `shape` keeps x's size at that index (reshape(x, [0, 0, heads, -1]) splits the last axis)
+    if 0 in shape:
+        shape = [x.shape[i] if n == 0 and i < x.ndim else n for i, n in enumerate(shape)]
+    return xp.reshape(x, shape)
+
+
 def _unsqueeze_kernel(xp, x, axis):
     out_ndim = x.ndim + (1 if isinstance(axis, int) else len(axis))
     shape = list(x.shape)
@@ -247,7 +254,7 @@ def register(ops):
     x_alias = {"input": "x"}
     ops.define("reshape(x: Tensor, shape: Shape) -> Tensor", public=["reshape", "Tensor.reshape", "Tensor.view"],
                aliases=x_alias, grad=_reshape_grad, varargs="shape", view=True)
-    ops.kernel("reshape")(lambda xp, x, shape: xp.reshape(x, shape))
+    ops.kernel("reshape")(_reshape_kernel)
 
     ops.define("unsqueeze(x: Tensor, axis: Axis) -> Tensor", public=["unsqueeze", "Tensor.unsqueeze"],
                aliases={"input": "x", "dim": "axis"}, grad=_reshape_grad, view=True)

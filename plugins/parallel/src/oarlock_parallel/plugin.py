@@ -32,3 +32,6 @@ def oarlock_register_api(api):
     hybrid_api.register(api)              # TensorParallel, HybridParallelOptimizer, HybridParallelClipGrad
     sequence_parallel_api.register(api)   # fleet.utils.sequence_parallel_utils
     sharding_api.register(api)            # oarlock.distributed.sharding, DygraphShardingOptimizer
+    from oarlock_parallel import paddle_paths_api, recompute_api
+    recompute_api.register(api)           # fleet.utils.recompute, fleet.recompute[.recompute]
+    paddle_paths_api.register(api)        # the other module paths Paddle model code imports fleet names from

@@ -1,0 +1,245 @@
+"""Activation recomputation (Paddle 3.2's paddle.distributed.fleet.recompute / fleet.utils.recompute).
+
+`recompute(function, *args, **kwargs)` runs `function` without recording a graph and keeps only its
+inputs; backward runs it again with grad on, under the generator states (oarlock's per-device states, the
+model-parallel RNG tracker's, numpy's and Python's) and the autocast state of the first run, then
+back-propagates through that second graph from inside the outer backward: parameters receive their
+gradients there, the inputs' gradients are returned to the outer graph. Values and gradients are those of
+calling `function` directly (dropout draws the same masks).
+
+Paddle has two implementations (use_reentrant=True: a PyLayer; False: saved-tensor hooks). Both give the
+same values and gradients; here both run the PyLayer, and `use_reentrant=False` also tracks tensors passed as
+keyword arguments (Paddle's reentrant form refuses keyword-only parameters; so does this one)."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import random
+
+import numpy as np
+
+import oarlock
+import oarlock.nn as nn
+from oarlock.autograd import PyLayer
+from oarlock.plugin_api import AUTOCAST, set_autocast
+from oarlock_parallel.rng import get_rng_state_tracker
+
+__all__ = ["recompute", "recompute_sequential", "check_recompute_necessary", "switch_rng_state_tracker",
+           "detach_variable", "custom_state_manager", "CustomStatesManager"]
+
+logger = logging.getLogger(__name__)
+
+
+def check_recompute_necessary(inputs):
+    """Warn (as Paddle does) when no tensor input of a recompute block needs a gradient."""
+    flags = []
+    for value in inputs:
+        if isinstance(value, oarlock.Tensor):
+            flags.append(value.stop_gradient)
+        elif type(value) is tuple:
+            flags.extend(t.stop_gradient for t in value if isinstance(t, oarlock.Tensor))
+    if all(flags):
+        logger.warning("[Recompute]: None of the inputs to current recompute block need grad, therefore there is "
+                       "NO need to recompute this block in backward !")
+
+
+class CustomStatesManager:
+    """A user-supplied extra state saved with the generators (Paddle's custom_state_manager): set the getter and
+    the setter once each."""
+
+    def __init__(self):
+        self.custom_get_state_func = None
+        self.custom_set_state_func = None
+
+    def set_custom_get_state_func(self, custom_get_state_func):
+        if self.custom_get_state_func is not None:
+            raise ValueError("CustomStatesManager.set_custom_get_state_func(): already set; it can be set once")
+        self.custom_get_state_func = custom_get_state_func
+
+    def set_custom_set_state_func(self, custom_set_state_func):
+        if self.custom_set_state_func is not None:
+            raise ValueError("CustomStatesManager.set_custom_set_state_func(): already set; it can be set once")
+        self.custom_set_state_func = custom_set_state_func
+
+
+custom_state_manager = CustomStatesManager()
+
+
+@contextlib.contextmanager
+def switch_rng_state_tracker(rng_state, tracker, numpy_state, random_state, custom_state=None,
+                             custom_get_state_func=None, custom_set_state_func=None):
+    """Run a block under the given generator states (oarlock's, the tracker's, numpy's, Python's and an optional
+    custom one), restoring the current ones afterwards."""
+    saved = (oarlock.get_rng_state(), get_rng_state_tracker().get_states_tracker(), np.random.get_state(),
+             random.getstate())
+    oarlock.set_rng_state(rng_state)
+    get_rng_state_tracker().set_states_tracker(tracker)
+    np.random.set_state(numpy_state)
+    random.setstate(random_state)
+    if custom_state is not None:
+        if custom_get_state_func is None or custom_set_state_func is None:
+            raise ValueError("switch_rng_state_tracker(): a custom_state needs custom_get_state_func and "
+                             "custom_set_state_func")
+        saved_custom = custom_get_state_func()
+        custom_set_state_func(custom_state)
+    try:
+        yield
+    finally:
+        oarlock.set_rng_state(saved[0])
+        get_rng_state_tracker().set_states_tracker(saved[1])
+        np.random.set_state(saved[2])
+        random.setstate(saved[3])
+        if custom_state is not None:
+            custom_set_state_func(saved_custom)
+
+
+def _detach(t):
+    out = t.detach()
+    out.stop_gradient = t.stop_gradient
+    return out
+
+
+def detach_variable(inputs):
+    """The inputs with every tensor (and every tensor in a tuple) detached, keeping stop_gradient."""
+    out = []
+    for value in inputs:
+        if isinstance(value, oarlock.Tensor):
+            out.append(_detach(value))
+        elif type(value) is tuple and value and all(isinstance(t, oarlock.Tensor) for t in value):
+            out.append(tuple(_detach(t) for t in value))
+        else:
+            out.append(value)
+    return tuple(out)
+
+
+class _Plan:
+    """The call to repeat: positional values and keyword values with their tensors taken out (a tensor, or a
+    tuple of tensors, at the top level), so the PyLayer sees the tensors as its inputs."""
+
+    def __init__(self, function, args, kwargs):
+        self.function = function
+        self.values = list(args) + list(kwargs.values())
+        self.keys = list(kwargs)
+        self.slots = []        # (index into values, tuple length or None)
+        self.tensors = []
+        for i, value in enumerate(self.values):
+            if isinstance(value, oarlock.Tensor):
+                self.slots.append((i, None))
+                self.tensors.append(value)
+            elif type(value) is tuple and value and all(isinstance(t, oarlock.Tensor) for t in value):
+                flags = {t.stop_gradient for t in value}
+                if len(flags) > 1:
+                    raise ValueError("recompute(): a tuple argument holds tensors with different stop_gradient; "
+                                     "accepted: all of a tuple's tensors alike")
+                self.slots.append((i, len(value)))
+                self.tensors.extend(value)
+            elif type(value) is tuple and any(isinstance(t, oarlock.Tensor) for t in value):
+                raise ValueError("recompute(): a tuple argument mixes tensors and other values; accepted: a tuple "
+                                 "of tensors only")
+
+    def run(self, tensors):
+        values = list(self.values)
+        it = iter(tensors)
+        for i, length in self.slots:
+            values[i] = next(it) if length is None else tuple(next(it) for _ in range(length))
+        n = len(values) - len(self.keys)
+        return self.function(*values[:n], **dict(zip(self.keys, values[n:])))
+
+
+class _RecomputeFunction(PyLayer):
+    @staticmethod
+    def forward(ctx, plan, preserve, get_custom, set_custom, *tensors):
+        ctx.plan, ctx.preserve = plan, preserve
+        if preserve:
+            ctx.states = (oarlock.get_rng_state(), get_rng_state_tracker().get_states_tracker(),
+                          np.random.get_state(), random.getstate(), get_custom(), get_custom, set_custom)
+        ctx.autocast = AUTOCAST.state()
+        with oarlock.no_grad():
+            outputs = plan.run(tensors)
+        ctx.save_for_backward(*tensors)
+        return outputs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        inputs = [_detach(t) for t in ctx.saved_tensor()]
+        switch = switch_rng_state_tracker(*ctx.states) if ctx.preserve else contextlib.nullcontext()
+        previous = set_autocast(*ctx.autocast)
+        try:
+            with switch, oarlock.enable_grad():
+                outputs = ctx.plan.run(inputs)
+        finally:
+            set_autocast(*previous)
+        outputs = (outputs,) if isinstance(outputs, oarlock.Tensor) else tuple(outputs)
+        pairs = [(out, g) for out, g in zip(outputs, grads)
+                 if isinstance(out, oarlock.Tensor) and not out.stop_gradient and g is not None]
+        if not pairs:
+            raise RuntimeError("recompute(): none of the outputs needs a gradient; this recompute() is not "
+                               "necessary")
+        oarlock.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        return tuple(None if t.stop_gradient else t.grad for t in inputs)
+
+
+def _bind_positional(function, args, kwargs):
+    """Paddle's reentrant form: keyword arguments are bound onto the function's positional parameters."""
+    signature = inspect.signature(function.forward if isinstance(function, nn.Layer) else function)
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    values = []
+    for value, param in zip(bound.arguments.values(), signature.parameters.values()):
+        if param.kind == param.VAR_POSITIONAL:
+            values.extend(value)
+        elif param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            values.append(value)
+        elif param.kind == param.VAR_KEYWORD:
+            values.extend(value.values())
+        else:
+            raise ValueError("recompute(): keyword-only arguments are not supported with use_reentrant=True "
+                             f"(parameter {param.name!r}); pass use_reentrant=False")
+    return values
+
+
+def recompute(function, *args, **kwargs):
+    """Run `function(*args, **kwargs)` keeping only its inputs, and run it again in backward (see the module
+    docstring). Keyword options: preserve_rng_state (default True), use_reentrant (default True),
+    offload_indices (accepted for Paddle's signature; host and device memory are the same here)."""
+    preserve = bool(kwargs.pop("preserve_rng_state", True))
+    use_reentrant = bool(kwargs.pop("use_reentrant", True))
+    kwargs.pop("offload_indices", None)
+    if not callable(function):
+        raise TypeError(f"recompute(): argument 'function' must be callable (a Layer or a function); got "
+                        f"{type(function).__name__}")
+    if not oarlock.is_grad_enabled():
+        return function(*args, **kwargs)
+    check_recompute_necessary(list(args) + list(kwargs.values()))
+    if use_reentrant:
+        plan = _Plan(function, _bind_positional(function, args, kwargs), {})
+    else:
+        plan = _Plan(function, args, kwargs)
+    get_custom = custom_state_manager.custom_get_state_func or (lambda x=None: None)
+    set_custom = custom_state_manager.custom_set_state_func or (lambda x=None: None)
+    return _RecomputeFunction.apply(plan, preserve, get_custom, set_custom, *plan.tensors)
+
+
+def recompute_sequential(ctx, functions, *args, **kwargs):
+    """Recompute a Sequential (or list of callables) in ctx['segments'] chunks (default 1); the last chunk runs
+    normally. ctx['preserve_rng_state'] defaults to True."""
+    segments = ctx.get("segments", 1)
+    preserve = ctx.get("preserve_rng_state", True)
+    if isinstance(functions, nn.Sequential):
+        functions = list(functions.children())
+
+    def run(begin, end):
+        def chain(x):
+            for i in range(begin, end + 1):
+                x = functions[i](x)
+            return x
+        return chain
+
+    size = len(functions) // segments
+    end = -1
+    for begin in range(0, size * (segments - 1), size):
+        end = begin + size - 1
+        args = (recompute(run(begin, end), *args, preserve_rng_state=preserve, **kwargs),)
+    return run(end + 1, len(functions) - 1)(*args)
