@@ -1,6 +1,6 @@
-"""How Model takes its data: a Dataset becomes a DataLoader over a batch sampler (Paddle builds a
-DistributedBatchSampler; on one process that is a plain BatchSampler), a DataLoader or any iterable of batches
-is used as given; each batch is flattened to [input1, ..., label1, ...]."""
+"""How Model takes its data: a Dataset becomes a DataLoader over a DistributedBatchSampler (as Paddle builds it:
+shuffle=True permutes with numpy's RandomState(epoch), so a shuffled run visits the data in Paddle's order), a
+DataLoader or any iterable of batches is used as given; each batch is flattened to [input1, ..., label1, ...]."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def make_loader(owner: str, argument: str, data, batch_size: int, shuffle=False,
     iterable (a DataLoader, a generator of batches, a list of batches)."""
     if isinstance(data, oarlock.io.Dataset):
         check_batch_size(owner, "batch_size", batch_size)
-        sampler = oarlock.io.BatchSampler(data, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last)
+        sampler = oarlock.io.DistributedBatchSampler(data, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last)
         return oarlock.io.DataLoader(data, batch_sampler=sampler, num_workers=num_workers, return_list=True)
     if data is None or not hasattr(data, "__iter__"):
         raise TypeError(f"{owner}: argument '{argument}' must be an oarlock.io.Dataset, a DataLoader or an iterable "
