@@ -3,8 +3,13 @@
 prepare(optimizer, loss, metrics, amp_configs) configures it; fit / evaluate / predict run epochs over a
 Dataset or DataLoader with callbacks (a progress bar, checkpoints, LR scheduling by default); train_batch /
 eval_batch / predict_batch run one step; save / load write and read .pdparams/.pdopt files. The logs, return
-values and callback order are Paddle's (paddle/hapi/model.py). One process only: multi-rank data parallel
-through Model is not built (wrap the network in oarlock.DataParallel and drive it yourself)."""
+values and callback order are Paddle's (paddle/hapi/model.py).
+
+Departures from Paddle 3.2: one process only (multi-rank data parallel through Model is not built: wrap the
+network in oarlock.DataParallel and drive it yourself); each pass logs into a fresh dict (Paddle's
+_run_one_epoch keeps one dict in a mutable default argument, so keys of earlier runs linger in its logs); fit
+clears stop_training when it starts (Paddle leaves it set, so a fit after an early stop ran one epoch only);
+save(training=False) needs oarlock.jit.save from a plugin."""
 
 from __future__ import annotations
 
