@@ -52,6 +52,7 @@ import contextlib
 import math
 
 import numpy
+from oarlock.plugin_api import xp_function
 
 from oarlock_flashmask import _parallel, _scratch
 
@@ -74,6 +75,7 @@ _RENORM = 2.0 ** 64  # the forward's fast step re-centres a row's reference once
 # to 2^20 of them, must stay below float32's 2^-24 of the sum): its block is redone with exact steps.
 _TINY = 2.0 ** -80
 _TILE_CACHE = 16 << 20
+BLOCK_MASK = 128  # the rows and columns of one block_mask entry (FlashMask V2's, fixed at 128 in Paddle)
 
 
 def _err(arg, got, accepted, cls=ValueError):
@@ -137,14 +139,40 @@ def check_inputs(xp, q, k, v, sri, causal, window):
     return b, sq, hq, sk, hk, d, v.shape[3], hm, c
 
 
+def check_block_mask(bm, sri, b, sq, sk):
+    """FlashMask V2's block_mask: int32 [B, Hm, ceil(Sq / 128), ceil(Sk / 128)], Hm that of startend_row_indices
+    (which it needs, as in Paddle)."""
+    if sri is None:
+        raise _err("block_mask", "was given without startend_row_indices", "block_mask together with "
+                   "startend_row_indices (as in Paddle)")
+    if bm.dtype != numpy.int32:
+        raise _err("block_mask", f"has dtype {bm.dtype}", "int32", TypeError)
+    want = (b, sri.shape[1], -(-sq // BLOCK_MASK), -(-sk // BLOCK_MASK))
+    if tuple(bm.shape) != want:
+        raise _err("block_mask", f"has shape {list(bm.shape)}", f"{list(want)}: [batch, heads of "
+                   f"startend_row_indices, ceil(seq_len_q / {BLOCK_MASK}), ceil(seq_len_k / {BLOCK_MASK})]")
+
+
 # -- the mask -----------------------------------------------------------------------------------------
 
 class _Mask:
     """The mask of one call: constraints from the vectors plus causal / window, tile classification and tiles."""
 
-    def __init__(self, xp, sri, causal, wl, wr, b, sq, sk, hk, g, bq, bk):
+    def __init__(self, xp, sri, causal, wl, wr, b, sq, sk, hk, g, bq, bk, block_mask=None):
         self.xp, self.causal, self.sq, self.sk, self.bq, self.bk = xp, causal, sq, sk, bq, bk
         self.off = sk - sq
+        # block_mask: True where a BLOCK_MASK x BLOCK_MASK block is masked (entry 0), per (batch, key head) f as
+        # [F | 1, g', NQB, NKB] (g' = 1 or the group's query heads)
+        self.block = None
+        if block_mask is not None:
+            hm, tail = block_mask.shape[1], list(block_mask.shape[2:])
+            gm = g if hm == hk * g and g > 1 else 1  # query heads per key head the entries distinguish
+            masked = (block_mask == 0).reshape([b, hm // gm, gm] + tail)
+            if b * (hm // gm) == 1:
+                self.block = masked.reshape([1, gm] + tail)  # one block mask for every (batch, key head)
+            else:
+                self.block = xp.ascontiguousarray(xp.broadcast_to(masked, [b, hk, gm] + tail)).reshape(
+                    [b * hk, gm] + tail)
         self.window = None if wl < 0 and wr < 0 else (wl if wl >= 0 else sk + sq, wr if wr >= 0 else sk + sq)
         self.cons = []  # (kind, vectors [B, h, 1, g, Sk]) with kind in "ge", "lt", "in"
         if sri is not None:
@@ -170,7 +198,8 @@ class _Mask:
         # Tile masks the same for every head are kept: causal / window only by (r0 - c0, rows, cols) (the same
         # for every block on a diagonal), else by the tile (built once, not once per head group), up to
         # _TILE_CACHE bytes (masks with partial tiles everywhere would otherwise keep S^2 bytes)
-        self._shared = all(x.shape[0] == 1 for con in self.flat for x in con[1:])
+        self._shared = all(x.shape[0] == 1 for con in self.flat for x in con[1:]) and \
+            (self.block is None or self.block.shape[0] == 1)
         self._tiles, self._tile_bytes = {}, 0
 
     def _per_f(self, vec, b, hk):
@@ -220,6 +249,10 @@ class _Mask:
                 elo, ehi = self._block_stats(con[2])
                 full |= (r0 >= shi[None]) & (r1 <= elo[None])
                 clean &= (r1 <= slo[None]) | (r0 >= ehi[None]) | (slo >= ehi)[None]
+        if self.block is not None:
+            all_masked, any_masked = self._block_tiles()
+            full |= all_masked
+            clean &= ~any_masked
         classes = xp.full(shape, PARTIAL, dtype=xp.int8)
         classes[clean] = FULL
         classes[full] = SKIP
@@ -227,12 +260,30 @@ class _Mask:
             classes[...] = SKIP
         return classes
 
+    def _block_tiles(self):
+        """([nqb, nkb], [nqb, nkb]): whether every / any block_mask entry a tile overlaps is masked for every /
+        some (batch, head). Reduced over each tile row's blocks, then each tile column's (tiles and blocks need
+        not align)."""
+        xp = self.xp
+        flat = self.block.reshape(-1, *self.block.shape[2:])
+
+        def reduce(a, n, size, axis, fn):
+            """fn (all / any) over the blocks each tile of `size` along `axis` (n elements) overlaps."""
+            parts = []
+            for i in range(-(-n // size)):
+                lo, hi = i * size // BLOCK_MASK, (min((i + 1) * size, n) - 1) // BLOCK_MASK + 1
+                parts.append(fn(a[lo:hi] if axis == 0 else a[:, lo:hi], axis=axis))
+            return xp.stack(parts, axis=axis)
+        every = reduce(reduce(flat.all(axis=0), self.sq, self.bq, 0, xp.all), self.sk, self.bk, 1, xp.all)
+        some = reduce(reduce(flat.any(axis=0), self.sq, self.bq, 0, xp.any), self.sk, self.bk, 1, xp.any)
+        return every, some
+
     def tile(self, f0, f1, r0, r1, c0, c1):
         """The boolean mask (True = masked) of a tile of the flattened (batch, key head) range [f0, f1), rows
         [r0, r1) and columns [c0, c1), broadcastable to [f1 - f0, r1 - r0, G, c1 - c0]."""
         if not self._shared:
             return self._tile(f0, f1, r0, r1, c0, c1)
-        key = (r0 - c0, r1 - r0, c1 - c0) if not self.flat else (r0, r1, c0, c1)
+        key = (r0 - c0, r1 - r0, c1 - c0) if not self.flat and self.block is None else (r0, r1, c0, c1)
         m = self._tiles.get(key)
         if m is None:
             m = self._tile(f0, f1, r0, r1, c0, c1)
@@ -260,6 +311,12 @@ class _Mask:
                 t = rows < vec[0]
             else:
                 t = (rows >= vec[0]) & (rows < vec[1])
+            m = t if m is None else m | t
+        if self.block is not None:
+            blk = self.block[f0:f1] if self.block.shape[0] > 1 else self.block
+            rb = xp.arange(r0, r1) // BLOCK_MASK
+            cb = xp.arange(c0, c1) // BLOCK_MASK
+            t = xp.moveaxis(blk[:, :, rb][:, :, :, cb], 1, 2)  # [F, rows, g', cols]
             m = t if m is None else m | t
         return m
 
@@ -429,10 +486,14 @@ def _quiet(xp):
 # -- forward ------------------------------------------------------------------------------------------
 
 def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_seed_offset=None, dropout=0.0,
-                      causal=False, window_left=-1, window_right=-1, softmax_scale=None, *, generator=None):
-    """Returns (out [B, Sq, Hq, Dv], lse [B, Hq, Sq], seed_offset int64 [2])."""
+                      causal=False, window_left=-1, window_right=-1, softmax_scale=None, *, generator=None,
+                      block_mask=None):
+    """Returns (out [B, Sq, Hq, Dv], lse [B, Hq, Sq], seed_offset int64 [2]). block_mask (FlashMask V2): int32
+    [B, Hm, ceil(Sq / 128), ceil(Sk / 128)], entry 0 masking its 128 x 128 block of scores on top of the rest."""
     window = None if window_left < 0 and window_right < 0 else (window_left, window_right)
     b, sq, hq, sk, hk, d, dv, hm, c = check_inputs(xp, query, key, value, startend_row_indices, causal, window)
+    if block_mask is not None:
+        check_block_mask(block_mask, startend_row_indices, b, sq, sk)
     if not 0.0 <= dropout <= 1.0:
         raise _err("dropout", f"= {dropout}", "a probability in [0, 1]")
     g = hq // hk
@@ -441,9 +502,9 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     scale = _scale(softmax_scale, d)
     seed, offset = _seed(xp, fixed_seed_offset, dropout, generator)
     bq, bk = BLOCK_Q, BLOCK_K
-    mask = _Mask(xp, startend_row_indices, causal, window_left, window_right, b, sq, sk, hk, g, bq, bk)
-    # Scores in base 2 (exp2 is cheaper than exp): Q carries scale * log2(e). Q's extra last column holds -m (the
-    # row's running reference) against K^T's row of ones, so each score product comes out already shifted.
+    mask = _Mask(xp, startend_row_indices, causal, window_left, window_right, b, sq, sk, hk, g, bq, bk, block_mask)
+    # Scores in base 2 (exp2 is cheaper than exp): Q carries scale * log2(e). Q has an extra last column against
+    # K^T's row of ones, kept 0 (see _forward_rows): the row's reference m, while not 0, is subtracted by a pass.
     q = _scratch.take(xp, (nf, sq * g, d + 1), ct)
     kt = _take_t(xp, nf, d + 1, sk, ct)
     v = _scratch.take(xp, (nf, sk, dv), ct)
@@ -495,6 +556,7 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
       max itself while a row has seen nothing), s -= shift, exp2, total and acc rescaled by 2^-shift.
     """
     xp, runs, mask, q, kt, v, out, lse, ct, dropout, seed, offset, hk, g, sq, sk, d, dv = ctx
+    exp2 = xp_function(xp, "exp2")   # the backend's vectorised one where it has it (numpy's float32 exp2 is scalar)
     f0, f1, i = item
     nf, bq = f1 - f0, mask.bq
     r0, r1 = i * bq, min((i + 1) * bq, sq)
@@ -509,7 +571,8 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
     vmax = float(xp.abs(vf).max()) / (1.0 - dropout) if vf.size and dropout < 1.0 else 0.0
     fast_limit = float(xp.finfo(ct).max) / 2 / max(vmax, 1.0)
     m = xp.zeros((nf, n, 1), dtype=ct)
-    mcol[...] = 0
+    moved = False   # m is 0 until a row is re-centred; from then on the scores are shifted by a separate pass
+    mcol[...] = 0   # Q's extra column stays 0: the scores' rounding is then exactly the backward's (see there)
     total, total_new, rsum = (xp.zeros((nf, n, 1), dtype=ct) for _ in range(3))
     acc = xp.zeros((nf, n, dv), dtype=ct)
     pv = xp.empty((nf, n, dv), dtype=ct)
@@ -517,6 +580,8 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
     def scores(c0, c1, partials):
         s = _view(flat, (nf, n, c1 - c0))
         xp.matmul(qi, ktf[..., c0:c1], out=s)
+        if moved:
+            s -= m
         _mask_cols(xp, mask, s, f0, f1, r0, r1, c0, partials, g)
         return s
 
@@ -530,7 +595,7 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
         w = c1 - c0
         s = scores(c0, c1, partials)
         if not exact:
-            xp.exp2(s, out=s)
+            exp2(s, out=s)
             xp.matmul(s, ones[:w], out=rsum)
             xp.add(total, rsum, out=total_new)
             top = float(total_new.max())
@@ -543,13 +608,13 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
                     total *= factor
                     acc *= factor
                     m += shift
-                    mcol[...] = -m
+                    moved = True
                 continue
             s = scores(c0, c1, partials)  # overflow: redo the run exactly
         mx = s.max(axis=-1, keepdims=True)
         shift = xp.where(total > 0, xp.maximum(mx, 0), xp.where(xp.isfinite(mx), mx, xp.zeros((), ct)))
         s -= shift
-        xp.exp2(s, out=s)
+        exp2(s, out=s)
         alpha = xp.exp2(xp.minimum(-shift, 0))  # <= 1; multiplies zeros where the row had seen nothing
         xp.matmul(s, ones[:w], out=rsum)
         total *= alpha
@@ -557,7 +622,7 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
         acc *= alpha
         accumulate(s, c0, c1)
         m += shift
-        mcol[...] = -m
+        moved = True
     if not exact and float(total.min()) < _TINY:
         return _forward_rows(ctx, item, flat, ones, span, exact=True)
     empty = total == 0
@@ -575,25 +640,32 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
 
 def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indices=None, seed_offset=None,
                        grad_lse=None, dropout=0.0, causal=False, window_left=-1, window_right=-1,
-                       softmax_scale=None):
+                       softmax_scale=None, *, block_mask=None):
     """(d query, d key, d value) from the output gradient, the inputs, out and lse (recomputing per tile)."""
     window = None if window_left < 0 and window_right < 0 else (window_left, window_right)
     b, sq, hq, sk, hk, d, dv, hm, c = check_inputs(xp, query, key, value, startend_row_indices, causal, window)
+    if block_mask is not None:
+        check_block_mask(block_mask, startend_row_indices, b, sq, sk)
     g = hq // hk
     nf = b * hk
     ct = _compute_dtype(xp, query.dtype)
     scale = _scale(softmax_scale, d)
     seed, offset = _seed(xp, seed_offset, 0.0, None)
     bq, bk = BLOCK_Q, BLOCK_K
-    mask = _Mask(xp, startend_row_indices, causal, window_left, window_right, b, sq, sk, hk, g, bq, bk)
-    # As in the forward, scores are in base 2 and extra columns fold a per-row term into the matmuls: Q's last
-    # column is -lse (base 2) against K's ones, so Q K^T gives s - lse and exp2 of it is P; dO's last column is -D
+    mask = _Mask(xp, startend_row_indices, causal, window_left, window_right, b, sq, sk, hk, g, bq, bk, block_mask)
+    # As in the forward, scores are in base 2. Q's last column is 0, as the forward's, so Q K^T rounds every score
+    # exactly as the forward did, and lse (base 2) is subtracted by a separate pass: folded into the matmul (a
+    # column of -lse) it changed each score's rounding by up to half an ulp of the score, and those independent
+    # errors between forward and backward, amplified by |K|, cost dQ 40x PyTorch's error at scores of ~200 nats
+    # (the error of P by a common factor per row, as the pass gives, cancels). dO's last column is -D
     # against V^T's ones, so dO V^T gives dP - D (with dropout, dP is scaled by the keep mask before D is
     # subtracted, so there the column is 0 and D is subtracted per tile). dK and dV are built as [Sk, D]
     # (dS^T Q, P^T dO: BLAS reads the transposes as views).
     q = _scratch.take(xp, (nf, sq * g, d + 1), ct)
     do = _scratch.take(xp, (nf, sq * g, dv + 1), ct)
     delta = _scratch.take(xp, (nf, sq * g, 1), ct)
+    lse2 = _scratch.take(xp, (nf, sq * g, 1), ct)
+    centres = xp.empty((nf, 1, d), dtype=ct)
     k = _scratch.take(xp, (nf, sk, d), ct)
     kt, vt = _take_t(xp, nf, d + 1, sk, ct), _take_t(xp, nf, dv + 1, sk, ct)
     dq, dk, dv_ = (_scratch.take(xp, shape, ct) for shape in ((nf, sq * g, d), (nf, sk, d), (nf, sk, dv)))
@@ -611,9 +683,15 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
             delta[f, :, 0] -= grad_lse[b_, h * g:(h + 1) * g].T.reshape(-1)
         do[f, :, dv] = 0 if dropout > 0 else -delta[f, :, 0]
         lse_f = lse[b_, h * g:(h + 1) * g].T.reshape(-1).astype(ct)
-        # rows that saw no key (lse -inf) get a huge finite -lse: P = 0 there without inf arithmetic in the matmul
-        q[f, :, d] = xp.where(xp.isfinite(lse_f), lse_f * -LOG2E, xp.asarray(-_HUGE, dtype=ct))
+        # rows that saw no key (lse -inf) get a huge finite lse: P = 0 there without inf arithmetic
+        lse2[f, :, 0] = xp.where(xp.isfinite(lse_f), lse_f * LOG2E, xp.asarray(_HUGE, dtype=ct))
+        q[f, :, d] = 0
         _rows_into(k[f], key, f, hk, 1)
+        # dQ = scale (dS K) is computed as dS (K - c) + c rowsum(dS), with c the mean key and rowsum(dS) = dlse
+        # exactly (softmax is blind to a shift of every key): when keys share a large common part, dS's rounding
+        # errors (which do not sum to zero) are amplified by |K - c| instead of |K|
+        xp.mean(k[f], axis=0, keepdims=True, out=centres[f])
+        k[f] -= centres[f]
         _keys_t_into(xp, kt[f], key, f, hk)
         _keys_t_into(xp, vt[f], value, f, hk)
         for acc in (dq[f], dk[f], dv_[f]):
@@ -622,7 +700,7 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     classes = numpy.asarray(mask.classes) if xp is not numpy else mask.classes
     heads, span = _split(nf, bk * g, bq, classes.T)
     runs = [_spans(classes[:, j], bq, sq, span) for j in range(mask.nkb)]
-    ctx = (xp, runs, mask, q, do, delta, k, kt, vt, dk, dv_, ct, dropout, seed, offset, g, sq, sk, d, dv)
+    ctx = (xp, runs, mask, q, do, delta, lse2, k, kt, vt, dk, dv_, ct, dropout, seed, offset, g, sq, sk, d, dv)
     dq_parts = {}  # worker -> its dQ share (summed in worker order: reproducible)
 
     def blocks(worker, items):
@@ -650,20 +728,26 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     def finish(f):
         for part in (dq_parts[w] for w in sorted(dq_parts)):
             dq[f] += part[f]
+        if grad_lse is not None:   # c rowsum(dS): rowsum(dS) = dlse on rows that saw a key, 0 on the others
+            b_, h = divmod(f, hk)
+            seen = xp.isfinite(lse2[f]) & (lse2[f] < _HUGE)
+            dlse = grad_lse[b_, h * g:(h + 1) * g].T.reshape(-1, 1).astype(ct)
+            dq[f] += xp.where(seen, dlse, xp.zeros((), ct)) * centres[f]
         dq[f] *= scale
         dk[f] *= LN2  # dS^T (Q scale log2 e) ln 2 = scale dS^T Q
         _rows_from(dq_b, dq[f], f, hk, g)
         _rows_from(dk_b, dk[f], f, hk, 1)
         _rows_from(dv_b, dv_[f], f, hk, 1)
     _per_head(xp, nf, finish)
-    _scratch.give(q, do, delta, k, kt.base, vt.base, dq, dk, dv_, *dq_parts.values())
+    _scratch.give(q, do, delta, lse2, k, kt.base, vt.base, dq, dk, dv_, *dq_parts.values())
     return dq_b, dk_b, dv_b
 
 
 def _backward_cols(ctx, item, dq, bufs, span):
     """One key block of one head group: dK, dV of its columns and its share of dQ, over its runs of non-skipped
     query tiles (FlashAttention-2: P = 2^(s - lse), dV += P^T dO, dS = P (dP - D), dQ += dS K, dK += dS^T Q)."""
-    xp, runs, mask, q, do, delta, k, kt, vt, dk, dv_, ct, dropout, seed, offset, g, sq, sk, d, dv = ctx
+    xp, runs, mask, q, do, delta, lse2, k, kt, vt, dk, dv_, ct, dropout, seed, offset, g, sq, sk, d, dv = ctx
+    exp2 = xp_function(xp, "exp2")
     f0, f1, j = item
     nf, bk = f1 - f0, mask.bk
     flat_s, flat_dp, flat_dq = bufs
@@ -677,9 +761,10 @@ def _backward_cols(ctx, item, dq, bufs, span):
         rs = slice(r0 * g, r1 * g)
         n = (r1 - r0) * g
         p = _view(flat_s, (nf, n, w))
-        xp.matmul(qf[:, rs], kjt, out=p)                        # s - lse
+        xp.matmul(qf[:, rs], kjt, out=p)                        # s
+        p -= lse2[f0:f1, rs]                                    # s - lse
         _mask_rows(xp, mask, p, f0, f1, r0, c0, c1, partials, g)
-        xp.exp2(p, out=p)                                       # P
+        exp2(p, out=p)                                          # P
         dp = _view(flat_dp, (nf, n, w))
         xp.matmul(dof[:, rs], vjt, out=dp)                      # dP - D (dP without dropout)
         if dropout > 0:
