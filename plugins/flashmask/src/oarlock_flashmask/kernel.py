@@ -17,7 +17,7 @@ window w is (w, 0) plus causality). A fully masked query row gives out 0 and lse
 Algorithm. Batch and key heads are flattened into one axis f = b * Hk + h ("heads"), and the query heads of a
 key/value group are folded into the rows: head f's query rows are [Sq * G, D] with row s * G + g, so grouped heads
 never repeat K/V. The working layouts are made per head on the workers: Q (pre-multiplied by scale * log2(e):
-scores are in base 2, exp2 being cheaper than exp) with one extra column, K^T and V^T with one extra row of ones
+scores are in base 2) with one extra column (kept 0), K^T and V^T with one extra row of ones
 (the score matmuls read K^T; their rows padded off power-of-two strides), K and V. They and the other O(S) working
 arrays are reused across calls (_scratch), as fresh multi-MiB arrays pay a page fault per page every call.
 Before the loops, for every key block (BLOCK_K columns) and every mask vector the min and max over the block's
@@ -32,13 +32,15 @@ Consecutive non-skipped tiles of a tile row (or column) form runs, cut into piec
 a piece for a group of heads (the piece's score array of about SPAN_ELEMS elements stays in L2), and only its
 PARTIAL tiles get mask work. Work items are (head group, block), head-group major; the numpy kernels run them on a
 thread pool (_parallel).
-Forward: for each query block, online softmax in base 2 over its runs. A row's reference m enters the score
-matmul through Q's extra column against K^T's ones, so scores arrive shifted; starting at m = 0, the usual step is
-exp2 and the two matmuls only (no max or subtraction pass), with overflow detected from the row sums and redone
-exactly, and underflowed blocks redone with the standard online softmax (see _forward_rows). Backward
-(FlashAttention-2): for each key block, over its runs of query blocks, P = exp2(S - lse) with -lse in Q's extra
-column, dP - D straight from dO V^T with -D in dO's extra column (D = rowsum(dO * O) - dlse), dV += P^T dO,
-dS = P (dP - D), dQ += dS K, dK += dS^T Q. Extra memory is O(S) plus a few tiles; no S x S array.
+Forward: for each query block, online softmax in base 2 over its runs. A row's reference m starts at 0 and stays
+there unless scores pass ~64 (base 2), so the usual step is exp2 and the two matmuls only (no max or subtraction
+pass), with overflow detected from the row sums and redone exactly, and underflowed blocks redone with the standard
+online softmax (see _forward_rows). exp2 is the backend's (plugin_api.xp_function: oarlock-cpu's vectorised float32
+loop). Backward (FlashAttention-2): for each key block, over its runs of query blocks, P = exp2(S - lse) (lse
+subtracted by a pass, so every score rounds as in the forward), dP - D straight from dO V^T with -D in dO's extra
+column (D = rowsum(dO * O) - dlse), dV += P^T dO, dS = P (dP - D), dQ += dS (K - c) + c dlse with c the mean key
+(rowsum(dS) = dlse; keys' common part then does not amplify dS's rounding), dK += dS^T Q. Extra memory is O(S) plus
+a few tiles; no S x S array.
 
 Dropout (training, p > 0) drops attention probabilities (kept ones scaled by 1 / (1 - p)). The keep decision of
 element (b, hq, i, j) is a counter-based hash (splitmix64) of (seed, offset, b, hq, i, j), so backward regenerates
