@@ -55,7 +55,12 @@ def register(api) -> None:
         source = importlib.import_module(f"oarlock_parallel.{module}")
         for name in names:
             api.export(namespace, name, getattr(source, name))
-    from oarlock_parallel import mp_ops, sequence_parallel
-    # Paddle's mp_ops holds only private names (_c_identity, _c_split, ...): the module itself must import
-    api.namespace(MPU + ".mp_ops", doc=mp_ops.__doc__)
+    from oarlock_parallel import paddle_mp_ops, sequence_parallel
+    # Paddle's private helpers (allowed in registry.PADDLE_PRIVATE_NAMES)
+    api.namespace(MPU + ".mp_ops", doc=paddle_mp_ops.__doc__)
+    for name in ("_c_identity", "_c_concat", "_c_split", "_mp_allreduce"):
+        api.export(MPU + ".mp_ops", name, getattr(paddle_mp_ops, name))
+    for name in ("_c_identity", "_c_concat"):
+        api.export("oarlock.distributed.collective", name, getattr(paddle_mp_ops, name))
+    api.export(GROUP, "_get_global_group", paddle_mp_ops._get_global_group)
     api.export(MPU + ".mp_layers", "MPScale", sequence_parallel.MPScale)
