@@ -5,8 +5,8 @@ Dataset or DataLoader with callbacks (a progress bar, checkpoints, LR scheduling
 eval_batch / predict_batch run one step; save / load write and read .pdparams/.pdopt files. The logs, return
 values and callback order are Paddle's (paddle/hapi/model.py).
 
-Departures from Paddle 3.2: one process only (multi-rank data parallel through Model is not built: wrap the
-network in oarlock.DataParallel and drive it yourself); each pass logs into a fresh dict (Paddle's
+Under a multi-rank launch, training is data parallel and evaluation gathers the ranks' outputs (steps.py).
+Departures from Paddle 3.2: each pass logs into a fresh dict (Paddle's
 _run_one_epoch keeps one dict in a mutable default argument, so keys of earlier runs linger in its logs); fit
 clears stop_training when it starts (Paddle leaves it set, so a fit after an early stop ran one epoch only);
 save(training=False) needs oarlock.jit.save from a plugin."""
@@ -281,7 +281,8 @@ class Model:
             else:
                 outputs.append(self.predict_batch(data[:n_inputs]))
             logs["step"] = step
-            logs["batch_size"] = batch_size
+            merged = self._adapter.merge_count.get(mode + "_batch", 0)
+            logs["batch_size"] = (batch_size * self._adapter.nranks if mode == "train" or merged <= 0 else merged)
             callbacks.on_batch_end(mode, step, logs)
             if getattr(self, "num_iters", None) is not None:
                 self.num_iters -= 1

@@ -1,12 +1,19 @@
-"""One step of each kind on a batch, eagerly (Paddle's DynamicGraphAdapter, one process): forward, loss,
-backward and optimizer update for training (with AMP when prepared with amp_configs), forward, loss and
-metrics for evaluation, forward only for prediction. Results come back as numpy arrays, as Paddle returns them."""
+"""One step of each kind on a batch, eagerly (Paddle's DynamicGraphAdapter): forward, loss, backward and
+optimizer update for training (with AMP when prepared with amp_configs), forward, loss and metrics for
+evaluation, forward only for prediction. Results come back as numpy arrays, as Paddle returns them.
+
+Launched on several ranks (oarlock launch / mpiexec), training runs through oarlock.DataParallel (gradients
+averaged over the ranks) and evaluation gathers every rank's outputs and labels before the metrics, cutting the
+padding DistributedBatchSampler added to the last batch, so metrics cover the dataset once, as in Paddle."""
 
 from __future__ import annotations
 
 import oarlock
 import oarlock.amp
+import oarlock.distributed
+import oarlock.io
 from oarlock_hapi.model.data import as_tensor, to_list, to_numpy
+from oarlock_hapi.ranks import world_size
 
 
 def input_info(inputs):
@@ -29,7 +36,13 @@ class EagerSteps:
         self.amp_level = "O0"
         self.amp_configs = {}
         self.amp_custom_lists = {}
-        self.merge_count = {}   # Paddle's multi-rank evaluation bookkeeping: always empty on one process
+        self.nranks = world_size()
+        # samples gathered so far in this pass, and in the last batch (padding cut), per mode
+        self.merge_count = {"eval_total": 0, "test_total": 0, "eval_batch": 0, "test_batch": 0}
+        self.ddp_model = None
+        if self.nranks > 1:
+            oarlock.distributed.init_parallel_env()
+            self.ddp_model = oarlock.DataParallel(model.network)
 
     def _inputs(self, inputs):
         inputs = [as_tensor(x) for x in to_list(inputs)]
@@ -60,8 +73,9 @@ class EagerSteps:
         amp = self.amp_level != "O0"
         if amp and model._scaler is None:   # created once, on the first step
             model._scaler = oarlock.amp.GradScaler(**self.amp_configs)
+        network = self.ddp_model if self.ddp_model is not None else model.network
         with oarlock.amp.auto_cast(enable=amp, level=self.amp_level, **self.amp_custom_lists):
-            outputs = model.network(*inputs)
+            outputs = network(*inputs)
         losses = self._losses("Model.train_batch()", outputs, labels)
         final_loss = losses[0]
         for loss in losses[1:]:
@@ -90,11 +104,34 @@ class EagerSteps:
         with oarlock.no_grad():
             outputs = model.network(*inputs)
             losses = self._losses("Model.eval_batch()", outputs, labels) if model._loss else None
+            if self.nranks > 1:
+                outputs, labels = self._gather(to_list(outputs), labels)
             metrics = self._update_metrics(outputs, labels)
         if losses is not None:
             losses = [to_numpy(loss) for loss in losses]
             return (losses, metrics) if metrics else losses
         return metrics
+
+    def _gather(self, outputs, labels):
+        """Every rank's outputs and labels, concatenated in rank order; the padding of the pass's last batch
+        (DistributedBatchSampler repeats samples to even the ranks out) is cut off."""
+        outputs = [_all_gather(o) for o in outputs]
+        labels = [_all_gather(label) for label in labels]
+        loader = self.model._test_dataloader
+        if isinstance(loader, oarlock.io.DataLoader):
+            total = len(loader.dataset)
+            samples = outputs[0].shape[0]
+            done = self.merge_count[self.model.mode + "_total"]
+            if done + samples >= total:
+                keep = int(total - done)
+                outputs = [o[:keep] for o in outputs]
+                labels = [label[:keep] for label in labels]
+                self.merge_count[self.model.mode + "_total"] = 0
+                self.merge_count[self.model.mode + "_batch"] = keep
+            else:
+                self.merge_count[self.model.mode + "_total"] += samples
+                self.merge_count[self.model.mode + "_batch"] = samples
+        return outputs, labels
 
     def predict_batch(self, inputs):
         model = self.model
@@ -104,3 +141,9 @@ class EagerSteps:
         with oarlock.no_grad():
             outputs = model.network(*inputs)
         return [to_numpy(o) for o in to_list(outputs)]
+
+
+def _all_gather(tensor):
+    parts = []
+    oarlock.distributed.all_gather(parts, tensor)
+    return oarlock.concat(parts, axis=0)
