@@ -194,6 +194,8 @@ def test_misuse_is_refused_with_clear_errors():
     with pytest.raises(TypeError, match=r"Model\.fit\(\): argument 'train_data' must be an oarlock\.io\.Dataset, a "
                                         r"DataLoader or an iterable of batches, got int"):
         _prepared(oarlock, net).fit(5, verbose=0)
+    with pytest.raises(ValueError, match=r"Model\.fit\(\): argument 'eval_freq' must be an int >= 1, got 0"):
+        _prepared(oarlock, net).fit([(X, Y)], eval_freq=0, verbose=0)
     with pytest.raises(ValueError, match=r"Model\.fit\(\): batch_size length error"):
         _prepared(oarlock, net).fit([(X, Y)], batch_size=[1, 2, 3], verbose=0)
 

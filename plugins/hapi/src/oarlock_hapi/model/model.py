@@ -179,6 +179,8 @@ class Model:
         else:
             raise TypeError(f"{owner}: argument 'batch_size' must be an int or a [train, eval] pair of ints, "
                             f"got {batch_size!r}")
+        if not isinstance(eval_freq, int) or isinstance(eval_freq, bool) or eval_freq < 1:
+            raise ValueError(f"{owner}: argument 'eval_freq' must be an int >= 1, got {eval_freq!r}")
         if not isinstance(accumulate_grad_batches, int) or accumulate_grad_batches < 1:
             raise ValueError(f"{owner}: argument 'accumulate_grad_batches' must be an int >= 1, "
                              f"got {accumulate_grad_batches!r}")
