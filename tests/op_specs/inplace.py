@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from op_specs import activations_more, elementwise, indexing, matrix, nn, reduction, shape
+from op_specs import activations_more, elementwise, indexing, matrix, nn, paddle_math, reduction, shape
 from oarlock.registry import default_registry
 from op_specs.base import ALL_REAL, FLOATS, INTS, Case, In, OpSpec, library_op
 
@@ -104,7 +104,8 @@ SCALE = OpSpec("scale", [
     Case([In((0, 3))], {"scale": 3.0}, name="empty"),
 ], ref=_scale_ref, dtypes=ALL_REAL, out_dtype=lambda dt, *args, **kwargs: dt)
 
-_BASES = {spec.op: spec for module in (activations_more, elementwise, indexing, matrix, nn, reduction, shape)
+_BASES = {spec.op: spec for module in (activations_more, elementwise, indexing, matrix, nn, paddle_math, reduction,
+                                       shape)
           for spec in module.SPECS}
 _BASES["scale"] = SCALE
 

@@ -44,8 +44,10 @@ class Tensor:
     # _vc: the version counter (None while the tensor is at version 0 and nothing shares or saved it;
     # shared by views and their base); _view: (root base, function making this view from the base, the
     # version at which this view's graph identity was set), for outputs of view ops
+    # __dict__: Paddle model code sets attributes of its own on tensors and parameters (`param.split_axis = 1`,
+    # `p.main_grad`); the dict is only created when one is set, so other tensors pay one pointer
     __slots__ = ("_data", "_place", "_dtype", "stop_gradient", "_node", "_oidx", "_vc", "_view", "_grad", "_hooks",
-                 "_name", "_persistable", "_param", "__weakref__")
+                 "_name", "_persistable", "_param", "__weakref__", "__dict__")
     __array_ufunc__ = None      # make numpy defer to our reflected operators
     __array_priority__ = 1000
     __hash__ = object.__hash__  # __eq__ is elementwise, identity still hashes

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 
 __all__ = ["no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "grad", "backward",
            "PyLayer", "PyLayerContext", "Function", "Node", "record", "RecordSpec"]
@@ -268,6 +269,25 @@ def queue_callback(callback) -> None:
     stack[-1].append(callback)
 
 
+# id(grad tensor) -> (weak reference, its version when it was zeroed): see mark_zero_grads
+_ZEROED: dict = {}
+
+
+def mark_zero_grads(tensors) -> None:
+    """Tell the engine these `.grad` tensors hold zeros now (an optimizer's clear_grad has just zeroed them in
+    place). While no write has moved a tensor's version since, the next backward stores a leaf's gradient
+    instead of adding it to the zeros: the same values, without a pass over every gradient and a new array (the
+    zeroed tensor is replaced either way: accumulation makes a new tensor)."""
+    for t in tensors:
+        key = id(t)
+        _ZEROED[key] = (weakref.ref(t, lambda _, key=key: _ZEROED.pop(key, None)), t._vc.value)
+
+
+def _still_zero(t) -> bool:
+    entry = _ZEROED.pop(id(t), None)
+    return entry is not None and entry[0]() is t and t._vc.value == entry[1]
+
+
 def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inputs=None, allow_unused=False,
                  blocked=()):
     """The engine. With `inputs` it returns their gradients and leaves `.grad` alone (grad());
@@ -334,7 +354,12 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
                 captured[position] = g
         else:
             g = g if create_graph else g.detach()
-            leaf.grad = g if leaf.grad is None else (leaf.grad + g if create_graph else (leaf.grad + g).detach())
+            current = leaf.grad
+            if current is None or (_ZEROED and _still_zero(current) and current._dtype == g._dtype
+                                   and current._place == g._place and current.shape == g.shape):
+                leaf.grad = g
+            else:
+                leaf.grad = current + g if create_graph else (current + g).detach()
 
     previous_mode = GRAD_MODE.enabled
     GRAD_MODE.enabled = create_graph
@@ -731,3 +756,20 @@ def _bind_tensor_type():
 _Tensor = _version_counter = _VersionCounter = None
 _AT_ZERO = (0,)
 _new = object.__new__
+
+
+def _py_layer_module():
+    """`oarlock.autograd.py_layer`, the module path Paddle code imports PyLayer from (`from
+    paddle.autograd.py_layer import PyLayer`): this module is a plain file, so the submodule is registered in
+    sys.modules, where the import system looks first (and `__path__` below lets finders, such as the paddle
+    alias's, be asked for it)."""
+    import sys
+    import types
+    module = types.ModuleType(__name__ + ".py_layer", "PyLayer and PyLayerContext (Paddle's module path).")
+    module.PyLayer, module.PyLayerContext = PyLayer, PyLayerContext
+    sys.modules.setdefault(module.__name__, module)
+    return module
+
+
+py_layer = _py_layer_module()
+__path__: list = []   # a package with no files of its own: its one submodule is py_layer, above

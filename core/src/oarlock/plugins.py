@@ -322,12 +322,24 @@ def _load_once(wait: bool) -> PluginManager | None:
             finally:
                 if outer:
                     _loader[0] = None
+            if outer:
+                _install_tensor_properties(_default_manager.registry)
         # pending while anything is left to load, or while this thread (re-entering from a plugin's import)
         # is still loading: other threads keep coming here to wait
         set_registry_pending(bool(_default_manager.deferred) or _loader[0] is not None)
     finally:
         _LOAD_LOCK.release()
     return _default_manager
+
+
+def _install_tensor_properties(registry) -> None:
+    """Put the Tensor properties plugins export on the class now, not on first read (methods are cached there
+    lazily): model code may *set* one before ever reading it (`param.is_distributed = True`), and a set must
+    reach the property's setter rather than the instance's own attributes."""
+    from oarlock._tensor import Tensor
+    for name, (obj, _plugin) in list(registry.api["Tensor"].items()):
+        if isinstance(obj, property) and name not in Tensor.__dict__:
+            setattr(Tensor, name, obj)
 
 
 def plugins_importing() -> bool:

@@ -37,9 +37,15 @@ PADDLE_PRIVATE_NAMES = frozenset({
     "oarlock._C_ops",                                        # namespace: Paddle's raw op entry points
     "oarlock.framework._current_expected_place", "oarlock.framework._current_expected_place_",
     "oarlock.base.framework._current_expected_place", "oarlock.base.framework._current_expected_place_",
-    "oarlock.framework._no_check_dy2st_diff",
+    "oarlock.framework._no_check_dy2st_diff", "oarlock.framework._dygraph_tracer",
+    "oarlock.base.framework._dygraph_tracer",
     "Tensor._md5sum", "Tensor._numel", "Tensor._is_initialized", "Tensor._inplace_version", "Tensor._copy_to",
     "Tensor._place_str",
+    # model-parallel helpers Paddle's tensor-parallel layers and PaddleFormers call (exported by oarlock-parallel)
+    "oarlock.distributed.fleet.layers.mpu.mp_ops._c_identity", "oarlock.distributed.fleet.layers.mpu.mp_ops._c_concat",
+    "oarlock.distributed.fleet.layers.mpu.mp_ops._c_split", "oarlock.distributed.fleet.layers.mpu.mp_ops._mp_allreduce",
+    "oarlock.distributed.collective._c_identity", "oarlock.distributed.collective._c_concat",
+    "oarlock.distributed.communication.group._get_global_group",
 })
 PADDLE_PRIVATE_TENSOR = frozenset(n[len(TENSOR) + 1:] for n in PADDLE_PRIVATE_NAMES if n.startswith(TENSOR + "."))
 

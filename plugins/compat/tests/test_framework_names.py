@@ -244,3 +244,65 @@ def test_paddle_style_code_runs_on_the_alias(tmp_path, monkeypatch):
         out, eps, place = framework_user.run(oarlock.ones([3, 4]))
     assert out.shape == [3, 2] and np.allclose(out.numpy().sum(-1), 1.0)
     assert eps == float(np.finfo(np.float32).eps) and place == "cpu"
+
+
+def test_framework_modules_library_code_imports(paddle):
+    from oarlock.base import core, framework
+    for name in ("DENSE_TENSOR", "LOD_TENSOR", "FP32", "BF16", "INT64", "SELECTED_ROWS"):
+        assert int(getattr(core.VarDesc.VarType, name)) == int(getattr(paddle.base.core.VarDesc.VarType, name)), name
+    assert [int(getattr(core.AmpLevel, n)) for n in ("O0", "O1", "O2")] == \
+        [int(getattr(paddle.base.core.AmpLevel, n)) for n in ("O0", "O1", "O2")]
+    ours, theirs = framework._dygraph_tracer(), paddle.base.framework._dygraph_tracer()
+    assert (ours._has_grad, ours._amp_level.name, ours._amp_dtype, ours._train_mode) == \
+        (theirs._has_grad, theirs._amp_level.name, theirs._amp_dtype, theirs._train_mode)
+    with oarlock.no_grad():
+        assert ours._has_grad is False
+    with oarlock.amp.auto_cast(level="O1", dtype="bfloat16"):   # (Paddle's CPU build turns auto_cast off)
+        assert (ours._amp_level.name, ours._amp_dtype) == ("O1", "bfloat16")
+    ours._has_grad = False
+    try:
+        assert not oarlock.is_grad_enabled()
+    finally:
+        ours._has_grad = True
+    for name in ("LOSS_NAN_ERROR", "LOSS_INF_ERROR"):
+        assert getattr(oarlock.framework.recall_error, name) == getattr(paddle.framework.recall_error, name)
+    assert oarlock.framework.io.EagerParamBase is oarlock.nn.Parameter
+    for dtype in ("float32", "bfloat16", "int64"):
+        assert oarlock.common_ops_import.convert_dtype(getattr(oarlock, dtype)) == \
+            paddle.common_ops_import.convert_dtype(getattr(paddle, dtype))
+        assert str(oarlock.common_ops_import.convert_np_dtype_to_dtype_(dtype)) == \
+            str(paddle.common_ops_import.convert_np_dtype_to_dtype_(dtype))
+    nested = {"a": [1, (2, 3)], "b": 4}
+    assert oarlock.utils.map_structure(lambda v: v * 2, nested) == paddle.utils.map_structure(lambda v: v * 2, nested)
+    assert oarlock.version.full_version == paddle.version.full_version
+    assert (oarlock.version.major, oarlock.version.minor) == (paddle.version.major, paddle.version.minor)
+    with oarlock.LazyGuard():
+        layer = oarlock.nn.Linear(2, 3)
+    assert layer.weight.shape == [2, 3]
+    assert oarlock.disable_signal_handler() is None
+    oarlock.set_flags({"FLAGS_embedding_deterministic": 1})
+    assert oarlock.get_flags(["FLAGS_embedding_deterministic"]) == {"FLAGS_embedding_deterministic": 1}
+    with pytest.raises(ValueError, match="never set"):
+        oarlock.get_flags("FLAGS_not_set_here")
+
+
+def test_tensors_take_attributes_and_plugin_properties_are_set_before_read():
+    import subprocess
+    import sys
+    code = textwrap.dedent("""
+        import oarlock
+        x = oarlock.ones([2])
+        assert "mT" in type(x).__dict__          # a plugin's property is on the class before any read
+        try:
+            x.strides = [1]                      # the property (no setter) takes the assignment, not __dict__
+        except AttributeError as exc:
+            print("refused", "strides" in str(exc) or "setter" in str(exc))
+        p = oarlock.create_parameter([2, 2], "float32")
+        p.split_axis, p.is_firstly_shared = 1, True   # Paddle model code's own marks
+        print(p.split_axis, p.is_firstly_shared, hasattr(oarlock.ones([1]), "split_axis"))
+        from oarlock.autograd.py_layer import PyLayer
+        print(PyLayer is oarlock.autograd.PyLayer)
+    """)
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["refused", "True", "1", "True", "False", "True"]

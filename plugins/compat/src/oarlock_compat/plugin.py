@@ -8,7 +8,8 @@ re-exports `ParamAttr` and `Parameter` from there (the manager registers api hoo
 
 import oarlock
 from oarlock import hookimpl
-from oarlock_compat import alias, base_core, c_ops, dtype_info, dygraph, input_spec, jit, places, tensor_names
+from oarlock_compat import (alias, base_core, c_ops, dtype_info, dygraph, framework_extras, input_spec, jit, places,
+                            tensor_names)
 
 ALIAS = ("enable_paddle_alias", "disable_paddle_alias", "paddle_alias", "paddle_alias_enabled")
 MODES = {"in_dygraph_mode": dygraph.in_dygraph_mode, "in_dynamic_mode": dygraph.in_dynamic_mode,
@@ -16,7 +17,7 @@ MODES = {"in_dygraph_mode": dygraph.in_dygraph_mode, "in_dynamic_mode": dygraph.
          "use_pir_api": dygraph.use_pir_api}
 PRIVATE = {"_current_expected_place": dygraph.current_expected_place,
            "_current_expected_place_": dygraph.current_expected_place,
-           "_no_check_dy2st_diff": dygraph.no_check_dy2st_diff}
+           "_no_check_dy2st_diff": dygraph.no_check_dy2st_diff, "_dygraph_tracer": framework_extras.dygraph_tracer}
 
 
 def _convert_dtype(dtype) -> str:
@@ -42,9 +43,11 @@ def oarlock_register_api(api):
         api.export("Tensor", name, obj)
 
     api.namespace("oarlock.base", doc="Paddle's paddle.base (formerly fluid) names that dygraph code calls.")
-    for ns in ("oarlock.base.core", "oarlock.framework.core"):
-        api.namespace(ns, doc="Paddle's core module names: eager.Tensor, DataType, places, is_compiled_with_*.")
-        for name, obj in base_core.NAMES.items():
+    for ns in ("oarlock.base.core", "oarlock.framework.core", "oarlock.core"):
+        api.namespace(ns, doc="Paddle's core module names: eager.Tensor, DataType, VarDesc, AmpLevel, places, "
+                              "is_compiled_with_*.")
+        for name, obj in {**base_core.NAMES, "VarDesc": framework_extras.VarDesc,
+                          "AmpLevel": framework_extras.AmpLevel}.items():
             api.export(ns, name, obj)
         api.export(ns + ".eager", "Tensor", oarlock.Tensor)
     for ns in ("oarlock.base", "oarlock.base.framework", "oarlock.framework"):
@@ -71,6 +74,23 @@ def oarlock_register_api(api):
     api.export("oarlock.base.dygraph", "enabled", dygraph.in_dynamic_mode)
     api.export("oarlock.base.param_attr", "ParamAttr", nn.ParamAttr)
     api.export("oarlock.base.data_feeder", "convert_dtype", _convert_dtype)
+
+    fx = framework_extras
+    for name, obj in {"LazyGuard": fx.LazyGuard, "disable_signal_handler": fx.disable_signal_handler,
+                      "get_flags": fx.get_flags, "set_flags": fx.set_flags,
+                      "is_compiled_with_xpu": base_core.is_compiled_with_xpu,
+                      "is_compiled_with_rocm": base_core.is_compiled_with_rocm}.items():
+        api.export("oarlock", name, obj)
+    api.export("oarlock.framework.io", "EagerParamBase", nn.Parameter)
+    for name in ("LOSS_NAN_ERROR", "LOSS_INF_ERROR", "AADIFF_ERROR", "SHARDING_PAD_NON_ZERO_ERROR"):
+        api.export("oarlock.framework.recall_error", name, getattr(fx, name))
+    for ns in ("oarlock.common_ops_import", "oarlock.framework"):
+        api.export(ns, "convert_np_dtype_to_dtype_", fx.convert_np_dtype_to_dtype_)
+    api.export("oarlock.common_ops_import", "convert_dtype", fx.convert_dtype)
+    api.export("oarlock.utils", "map_structure", fx.map_structure)
+    api.namespace("oarlock.version", doc="The Paddle version whose API oarlock follows (3.2.0); no CUDA build.")
+    for name, obj in fx.VERSION.items():
+        api.export("oarlock.version", name, obj)
 
     api.namespace("oarlock.jit", doc="paddle.jit for eager execution: to_static keeps functions and Layers eager.")
     for name in ("to_static", "not_to_static", "ignore_module", "enable_to_static"):
