@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from oarlock_vision import download, models, ops
+from oarlock_vision import datasets, download, image, models, ops, transforms
 
 NAMESPACE_DOCS = {
     "oarlock.vision": "Paddle's paddle.vision: the model zoo, vision ops, transforms and datasets",
     "oarlock.vision.models": "Paddle 3.2's vision models (their constructors, parameter names and state-dict keys)",
     "oarlock.vision.ops": "Vision operators and blocks: ConvNormActivation, nms",
+    "oarlock.vision.transforms": "Image transforms for PIL images, HWC arrays and CHW Tensors (Paddle's semantics)",
+    "oarlock.vision.transforms.functional": "The functions behind oarlock.vision.transforms",
+    "oarlock.vision.datasets": "MNIST, FashionMNIST, Cifar10/100, DatasetFolder, ImageFolder from local files",
     "oarlock.utils.download": "get_weights_path_from_url / get_path_from_url: files cached under a root directory",
 }
 
@@ -16,11 +19,15 @@ def _exports():
     table = {
         "oarlock.vision.models": {name: getattr(models, name) for name in models.__all__},
         "oarlock.vision.ops": {"ConvNormActivation": ops.ConvNormActivation, "nms": ops.nms},
+        "oarlock.vision.datasets": {name: getattr(datasets, name) for name in datasets.__all__},
         "oarlock.utils.download": {name: getattr(download, name)
                                    for name in ("get_weights_path_from_url", "get_path_from_url", "is_url")},
+        **transforms.EXPORTS,
     }
-    # paddle.vision re-exports the model classes and builders at its top level
-    table["oarlock.vision"] = dict(table["oarlock.vision.models"])
+    # paddle.vision re-exports the models, the data sets and the image backend functions at its top level
+    table["oarlock.vision"] = {**table["oarlock.vision.models"], **table["oarlock.vision.datasets"],
+                               **{name: getattr(image, name)
+                                  for name in ("set_image_backend", "get_image_backend", "image_load")}}
     return table
 
 
