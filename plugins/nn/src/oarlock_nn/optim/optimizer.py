@@ -17,6 +17,7 @@ import warnings
 
 import oarlock
 from oarlock import Tensor
+from oarlock.autograd import mark_zero_grads
 from oarlock.plugin_api import array_of, rebind
 from oarlock_nn.amp.autocast import suspended
 from oarlock_nn.optim import sharded_state
@@ -347,6 +348,7 @@ class Optimizer:
             if grads:
                 with oarlock.no_grad():
                     oarlock.zero_tensors_(grads)
+                mark_zero_grads(grads)   # the next backward stores the gradients instead of adding them to zeros
         else:
             for p in params:
                 p.grad = None
