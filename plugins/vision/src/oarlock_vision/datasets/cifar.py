@@ -9,9 +9,8 @@ import tarfile
 
 import numpy as np
 
-import oarlock
 from oarlock.io import Dataset
-from oarlock_vision.datasets.common import check_backend, check_mode, local_or_download
+from oarlock_vision.datasets.common import check_backend, check_mode, default_dtype, local_or_download
 
 URL_PREFIX = "https://dataset.bj.bcebos.com/cifar/"
 CIFAR10_URL, CIFAR10_MD5 = URL_PREFIX + "cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a"
@@ -44,7 +43,7 @@ class Cifar10(Dataset):
                                            download)
         self.transform = transform
         self._load_data()
-        self.dtype = oarlock.get_default_dtype()
+        self.dtype = default_dtype()
 
     def _init_url_md5_flag(self):
         self.data_url, self.data_md5, self.flag = CIFAR10_URL, CIFAR10_MD5, MODE_FLAG_MAP[self.mode + "10"]

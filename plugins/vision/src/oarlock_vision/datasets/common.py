@@ -10,6 +10,12 @@ from oarlock_vision.image import get_image_backend
 DATA_HOME = osp.expanduser("~/.cache/paddle/dataset")
 
 
+def default_dtype():
+    """The default dtype's name, a string as Paddle's get_default_dtype gives ('float32')."""
+    import oarlock
+    return oarlock.get_default_dtype().name
+
+
 def check_backend(dataset, backend):
     backend = get_image_backend() if backend is None else backend
     if backend not in ("pil", "cv2"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from oarlock.io import Dataset
+from oarlock_vision.datasets.common import default_dtype
 from oarlock_vision.image import get_image_backend, image_load
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
@@ -67,8 +68,7 @@ class DatasetFolder(Dataset):
         self.loader = default_loader if loader is None else loader
         self.extensions, self.classes, self.class_to_idx, self.samples = extensions, classes, class_to_idx, samples
         self.targets = [s[1] for s in samples]
-        import oarlock
-        self.dtype = oarlock.get_default_dtype()
+        self.dtype = default_dtype()
 
     def __getitem__(self, index):
         path, target = self.samples[index]

@@ -8,9 +8,8 @@ import struct
 
 import numpy as np
 
-import oarlock
 from oarlock.io import Dataset
-from oarlock_vision.datasets.common import check_backend, check_mode, local_or_download
+from oarlock_vision.datasets.common import check_backend, check_mode, default_dtype, local_or_download
 
 IMAGE_MAGIC, LABEL_MAGIC = 2051, 2049
 
@@ -60,7 +59,7 @@ class MNIST(Dataset):
                                             self.TRAIN_LABEL_MD5 if train else self.TEST_LABEL_MD5, self.NAME, download)
         self.transform = transform
         self._parse_dataset()
-        self.dtype = oarlock.get_default_dtype()
+        self.dtype = default_dtype()
 
     def _parse_dataset(self):
         name = type(self).__name__
