@@ -39,8 +39,9 @@ def site(tmp_path_factory):
 
 
 def _run(code, site, **env):
-    # the demo plugin's oarlock.distributed.fleet stands in for oarlock-parallel's, which would clash with it
-    environ = dict(os.environ, **{"OARLOCK_DISABLE_PLUGINS": "parallel", **env})
+    # the demo plugin's oarlock.distributed.fleet and oarlock.incubate stand in for oarlock-parallel's and
+    # oarlock-incubate's, which would clash with them
+    environ = dict(os.environ, **{"OARLOCK_DISABLE_PLUGINS": "parallel,paddle_incubate", **env})
     environ["PYTHONPATH"] = str(site) + os.pathsep + environ.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           env=environ, timeout=300)
@@ -139,7 +140,7 @@ def test_disabled_plugin_is_named_for_its_names_namespaces_and_methods(site):
                 get()
             except (AttributeError, ImportError) as exc:
                 print(what, type(exc).__name__, "|", exc)
-    ''', site, OARLOCK_DISABLE_PLUGINS="nsdemo,parallel")
+    ''', site, OARLOCK_DISABLE_PLUGINS="nsdemo,parallel,paddle_incubate")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert [line.split(" |")[0] for line in lines] == ["module ModuleNotFoundError", "attribute AttributeError",
