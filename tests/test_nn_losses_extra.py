@@ -145,3 +145,12 @@ def test_reduction_errors():
         nn.TripletMarginLoss(reduction="avg")
     with pytest.raises(ValueError, match="soft_margin_loss: input and label must have the same shape"):
         F.soft_margin_loss(oarlock.ones([2, 3]), oarlock.ones([3]))
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_multi_label_margin_loss(paddle, reduction):
+    labels = np.array([[3, 0, -1, 1], [0, 1, 2, 3], [-1, 2, 0, 1], [2, -1, -1, -1]])   # targets end at the first -1
+    _both(paddle, "multi_label_margin_loss", [_x(4, 4), labels], reduction=reduction)
+    _layers(paddle, "MultiLabelMarginLoss", [_x(4, 4), labels], reduction=reduction)
+    with pytest.raises(ValueError, match=r"multi_label_margin_loss: label values must be in \[-1, 4\)"):
+        F.multi_label_margin_loss(oarlock.ones([1, 4]), oarlock.to_tensor(np.array([[4, -1, -1, -1]])))

@@ -2,7 +2,8 @@
 their gradients come from those ops): margin_ranking_loss, hinge_embedding_loss, soft_margin_loss,
 multi_label_soft_margin_loss, triplet_margin_loss, triplet_margin_with_distance_loss, poisson_nll_loss,
 gaussian_nll_loss, sigmoid_focal_loss, dice_loss, npair_loss, log_loss, square_error_cost,
-cosine_embedding_loss, multi_margin_loss and softmax_with_cross_entropy (the legacy name).
+cosine_embedding_loss, multi_margin_loss, multi_label_margin_loss and softmax_with_cross_entropy (the legacy
+name).
 
 One departure: gaussian_nll_loss passes the gradient to `variance` through the epsilon clamp (as PyTorch
 does); Paddle 3.2 clamps under no_grad and so gives variance no gradient at all.
@@ -11,6 +12,8 @@ does); Paddle 3.2 clamps under no_grad and so gives variance no gradient at all.
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 import oarlock
 from oarlock_ops.loss import check_reduction
@@ -245,6 +248,30 @@ def multi_margin_loss(input, label, p=1, margin=1.0, weight=None, reduction="mea
     return _reduce("multi_margin_loss", loss, reduction)
 
 
+def multi_label_margin_loss(input, label, reduction="mean", name=None):  # noqa: A002
+    """sum over targets j and non-targets k of max(0, 1 - (input[j] - input[k])) / C per sample; label [N, C]
+    holds each sample's target classes, ended by the first -1."""
+    _tensor("multi_label_margin_loss", "input", input)
+    _tensor("multi_label_margin_loss", "label", label)
+    if input.ndim != 2 or label.ndim != 2 or label.shape != input.shape:
+        raise ValueError(f"multi_label_margin_loss: expected input and label of shape [N, C], got {input.shape} and "
+                         f"{label.shape}")
+    labels = label.numpy()
+    n, c = input.shape
+    if labels.size and (labels.min() < -1 or labels.max() >= c):
+        raise ValueError(f"multi_label_margin_loss: label values must be in [-1, {c}), got values from "
+                         f"{labels.min()} to {labels.max()}")
+    valid = np.cumprod(labels != -1, axis=1).astype(bool)         # the targets before each row's first -1
+    is_target = np.zeros((n, c), dtype=bool)
+    rows = np.repeat(np.arange(n)[:, None], c, axis=1)
+    is_target[rows[valid], labels[valid]] = True
+    target_scores = oarlock.take_along_axis(input, oarlock.to_tensor(np.where(valid, labels, 0)), 1)   # [N, C]
+    margins = oarlock.relu(1 - oarlock.unsqueeze(target_scores, 2) + oarlock.unsqueeze(input, 1))     # [N, C, C]
+    pairs = oarlock.to_tensor((valid[:, :, None] & ~is_target[:, None, :]).astype(input.dtype.name))
+    loss = oarlock.sum(margins * pairs, axis=[1, 2]) / c
+    return _reduce("multi_label_margin_loss", loss, reduction)
+
+
 def softmax_with_cross_entropy(logits, label, soft_label=False, ignore_index=-100, numeric_stable_mode=True,
                                return_softmax=False, axis=-1):
     """The legacy name: the per-sample cross entropy (the class axis kept, of size 1), and the softmax with
@@ -264,7 +291,7 @@ def softmax_with_cross_entropy(logits, label, soft_label=False, ignore_index=-10
 FUNCTIONS = (margin_ranking_loss, hinge_embedding_loss, soft_margin_loss, multi_label_soft_margin_loss,
              triplet_margin_loss, triplet_margin_with_distance_loss, poisson_nll_loss, gaussian_nll_loss,
              sigmoid_focal_loss, dice_loss, npair_loss, log_loss, square_error_cost, cosine_embedding_loss,
-             multi_margin_loss, softmax_with_cross_entropy)
+             multi_margin_loss, multi_label_margin_loss, softmax_with_cross_entropy)
 
 
 def register_api(api):

@@ -1,6 +1,7 @@
 """Paddle 3.2's remaining nn.functional helpers that are compositions of public ops (so their gradients
 come from those ops): normalize, cosine_similarity, pairwise_distance, one_hot, label_smooth,
-sequence_mask, pixel_shuffle, pixel_unshuffle, channel_shuffle, bilinear and local_response_norm.
+sequence_mask, pixel_shuffle, pixel_unshuffle, channel_shuffle, bilinear, local_response_norm,
+instance_norm, alpha_dropout and feature_alpha_dropout.
 Each follows Paddle's formula (epsilons where Paddle puts them), checked against Paddle in
 tests/test_nn_functional_extras.py."""
 
@@ -194,7 +195,63 @@ def local_response_norm(x, size, alpha=0.0001, beta=0.75, k=1.0, data_format="NC
     return x / oarlock.pow(window * alpha + k, beta)
 
 
-FUNCTIONS = (normalize, cosine_similarity, pairwise_distance, one_hot, label_smooth, sequence_mask, pixel_shuffle,
+def instance_norm(x, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True, momentum=0.9,
+                  eps=1e-5, data_format="NCHW", name=None):
+    """Normalise each (sample, channel) over its spatial axes (biased variance), then scale and shift per
+    channel. As Paddle 3.2's dynamic-graph kernel, the channels are axis 1 whatever data_format says and
+    running_mean / running_var / use_input_stats / momentum are accepted and unused."""
+    _tensor("instance_norm", "x", x)
+    if x.ndim < 3:
+        raise ValueError(f"instance_norm: x must be at least 3-D ([N, C, ...]), got shape {x.shape}")
+    axes = list(range(2, x.ndim))
+    mean = oarlock.mean(x, axis=axes, keepdim=True)
+    centered = x - mean
+    variance = oarlock.mean(centered * centered, axis=axes, keepdim=True)
+    out = centered / oarlock.sqrt(variance + eps)
+    shape = [1, x.shape[1]] + [1] * (x.ndim - 2)
+    if weight is not None:
+        out = out * oarlock.reshape(weight, shape)
+    if bias is not None:
+        out = out + oarlock.reshape(bias, shape)
+    return out
+
+
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _alpha_dropout(function, x, p, training, mask_shape):
+    """Paddle's alpha dropout: dropped entries take SELU's negative saturation, then an affine map a y + b
+    keeps the mean and variance of a standard normal input."""
+    _tensor(function, "x", x)
+    if not isinstance(p, numbers.Real) or not 0 <= p <= 1:
+        raise ValueError(f"{function}: p must be a probability in [0, 1], got {p!r}")
+    if not training or p == 0:
+        return x
+    alpha_p = -SELU_ALPHA * SELU_SCALE
+    if p == 1:   # everything dropped: the affine map's limit is 0 (Paddle's a is infinite there)
+        return x * 0.0
+    a = ((1 - p) * (1 + p * alpha_p ** 2)) ** -0.5
+    b = -a * alpha_p * p
+    keep = oarlock.cast(oarlock.uniform(mask_shape, dtype=x.dtype, min=0.0, max=1.0) >= p, x.dtype)
+    return a * (x * keep + alpha_p * (1 - keep)) + b
+
+
+def alpha_dropout(x, p=0.5, training=True, name=None):
+    """Alpha dropout of each element (for SELU networks)."""
+    _tensor("alpha_dropout", "x", x)
+    return _alpha_dropout("alpha_dropout", x, p, training, list(x.shape))
+
+
+def feature_alpha_dropout(x, p=0.5, training=True, name=None):
+    """Alpha dropout of whole channels: one draw per (sample, channel) of an [N, C, ...] input."""
+    _tensor("feature_alpha_dropout", "x", x)
+    if x.ndim < 2:
+        raise ValueError(f"feature_alpha_dropout: x must be at least 2-D ([N, C, ...]), got shape {x.shape}")
+    return _alpha_dropout("feature_alpha_dropout", x, p, training, list(x.shape[:2]) + [1] * (x.ndim - 2))
+
+
+FUNCTIONS = (instance_norm, alpha_dropout, feature_alpha_dropout, normalize, cosine_similarity, pairwise_distance, one_hot, label_smooth, sequence_mask, pixel_shuffle,
              pixel_unshuffle, channel_shuffle, bilinear, local_response_norm)
 
 

@@ -1,6 +1,6 @@
 """The rest of Paddle 3.2's loss layers: MarginRankingLoss, HingeEmbeddingLoss, SoftMarginLoss,
 MultiLabelSoftMarginLoss, TripletMarginLoss, TripletMarginWithDistanceLoss, PoissonNLLLoss, GaussianNLLLoss,
-CosineEmbeddingLoss and MultiMarginLoss. Each keeps Paddle's constructor arguments and passes its inputs
+CosineEmbeddingLoss, MultiMarginLoss and MultiLabelMarginLoss. Each keeps Paddle's constructor arguments and passes its inputs
 (as many as its functional takes: (input, label), (input, other, label), (input, positive, negative), ...)
 to the oarlock.nn.functional loss of the same name, with `reduction` checked at construction."""
 
@@ -124,6 +124,15 @@ class MultiMarginLoss(_MultiInputLoss):
         super().__init__(reduction, p=p, margin=margin, weight=weight)
 
 
+class MultiLabelMarginLoss(_MultiInputLoss):
+    """forward(input, label): the multi-label hinge loss (label: target classes, ended by -1)."""
+
+    functional = "multi_label_margin_loss"
+
+    def __init__(self, reduction="mean", name=None):
+        super().__init__(reduction)
+
+
 EXPORTS = {"oarlock.nn": [MarginRankingLoss, HingeEmbeddingLoss, SoftMarginLoss, MultiLabelSoftMarginLoss,
                           TripletMarginLoss, TripletMarginWithDistanceLoss, PoissonNLLLoss, GaussianNLLLoss,
-                          CosineEmbeddingLoss, MultiMarginLoss]}
+                          CosineEmbeddingLoss, MultiMarginLoss, MultiLabelMarginLoss]}
