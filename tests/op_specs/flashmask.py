@@ -111,8 +111,29 @@ def _check_densemask(oarlock):
         np.testing.assert_array_equal(got.numpy(), want)
 
 
+def _check_block(oarlock):
+    """FlashMask V2's block_mask: 128 x 128 blocks of a 260 x 300 score matrix masked on top of the vectors."""
+    rng = np.random.default_rng(4)
+    b, sq, sk, hq, hk, d = 1, 260, 300, 2, 1, 8
+    q, go = rng.standard_normal((2, b, sq, hq, d))
+    k, v = rng.standard_normal((2, b, sk, hk, d))
+    lts = rng.integers(sq // 2, sq + 1, size=(b, 1, sk))
+    sri = np.stack([lts, rng.integers(lts, sq + 1)], -1).astype(np.int32)
+    bm = np.array([[[[1, 0, 1], [1, 1, 0], [0, 1, 1]]]], dtype=np.int32)  # [1, 1, ceil(260/128), ceil(300/128)]
+    masked = _mask(sri, True, hq, sq, sk) | (bm[:, :, np.arange(sq) // 128][:, :, :, np.arange(sk) // 128] == 0)
+    ref = _reference(q, k, v, masked, go)
+    Q, K, V, G = (oarlock.to_tensor(x) for x in (q, k, v, go))
+    S, M = oarlock.to_tensor(sri), oarlock.to_tensor(bm)
+    out, lse, _ = library_op("flashmask_block_attention_op")(Q, K, V, S, M, causal=True)
+    grads = library_op("flashmask_block_attention_grad")(G, Q, K, V, out, lse, S, M, causal=True)
+    for got, want in zip((out, lse) + tuple(grads), ref):
+        _close(got.numpy(), want, 1e-11)
+
+
 SPECS = [
     OpSpec("flashmask_attention_op", [], check=_check_forward),
+    OpSpec("flashmask_block_attention_op", [], check=_check_block),
+    OpSpec("flashmask_block_attention_grad", [], check=_check_block, grad=False),
     OpSpec("flashmask_attention_grad", [], check=_check_backward, grad=False),
     OpSpec("flashmask_to_densemask", [], dtypes=INTS, check=_check_densemask, grad=False),
 ]

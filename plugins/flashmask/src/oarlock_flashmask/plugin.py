@@ -6,7 +6,7 @@ from __future__ import annotations
 import oarlock
 from oarlock import hookimpl
 
-from oarlock_flashmask import flash_api, gpu, kernel, masks
+from oarlock_flashmask import block, flash_api, gpu, kernel, masks
 
 _OP = "flashmask_attention_op"
 _GRAD = "flashmask_attention_grad"
@@ -37,10 +37,9 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
     return_softmax_lse / return_seed_offset are set. window_size: an int w (causal: query i sees keys [i-w, i];
     non-causal: (w, w)) or (left, right); with seq_len_q != seq_len_k it aligns bottom-right like causal.
     Dropout (when training) uses fixed_seed_offset (seed, offset) if given, else a seed from the device generator;
-    the same seed/offset reproduces output and gradients."""
-    if block_mask is not None:
-        raise NotImplementedError("flashmask_attention(): argument 'block_mask' is not supported by the oarlock "
-                                  "CPU kernels yet; got a block_mask, accepted: None")
+    the same seed/offset reproduces output and gradients. block_mask (FlashMask V2, with startend_row_indices):
+    int32 [batch, heads of startend_row_indices, ceil(seq_len_q / 128), ceil(seq_len_k / 128)], an entry of 0
+    masking its 128 x 128 block of scores besides what the rest masks (oarlock_flashmask.block)."""
     if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout <= 1.0:
         raise ValueError(f"flashmask_attention(): argument 'dropout' = {dropout!r}; accepted: a float in [0, 1]")
     wl = wr = -1
@@ -62,9 +61,16 @@ def flashmask_attention(query, key, value, startend_row_indices=None, *, dropout
     if fixed_seed_offset is not None and not isinstance(fixed_seed_offset, oarlock.Tensor):
         fixed_seed_offset = oarlock.to_tensor(list(fixed_seed_offset), dtype="int64")
     p = float(dropout) if training else 0.0
-    out, lse, seed_offset = _forward_op(
-        query, key, value, startend_row_indices, fixed_seed_offset, p, bool(causal), wl, wr,
-        None if softmax_scale is None else float(softmax_scale))
+    scale = None if softmax_scale is None else float(softmax_scale)
+    if block_mask is None:
+        out, lse, seed_offset = _forward_op(query, key, value, startend_row_indices, fixed_seed_offset, p,
+                                            bool(causal), wl, wr, scale)
+    else:
+        if startend_row_indices is None:
+            raise ValueError("flashmask_attention(): argument 'block_mask' was given without startend_row_indices; "
+                             "accepted: block_mask together with startend_row_indices (as in Paddle)")
+        out, lse, seed_offset = block.forward_op(query, key, value, startend_row_indices, block_mask,
+                                                 fixed_seed_offset, p, bool(causal), wl, wr, scale)
     result = [out]
     if return_softmax_lse:
         result.append(lse)
@@ -101,6 +107,7 @@ def oarlock_register_ops(ops):
                doc="The dense additive mask [B, Hm, S, S] (0 allowed, -inf masked) of FlashMask's "
                    "startend_row_indices, as in Paddle's docs.")
     ops.kernel("flashmask_to_densemask")(kernel.densemask)
+    block.register(ops)
     gpu.register(ops)
 
 
