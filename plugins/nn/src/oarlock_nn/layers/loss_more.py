@@ -1,8 +1,8 @@
 """The rest of Paddle 3.2's loss layers: MarginRankingLoss, HingeEmbeddingLoss, SoftMarginLoss,
 MultiLabelSoftMarginLoss, TripletMarginLoss, TripletMarginWithDistanceLoss, PoissonNLLLoss, GaussianNLLLoss,
-CosineEmbeddingLoss, MultiMarginLoss and MultiLabelMarginLoss. Each keeps Paddle's constructor arguments and passes its inputs
-(as many as its functional takes: (input, label), (input, other, label), (input, positive, negative), ...)
-to the oarlock.nn.functional loss of the same name, with `reduction` checked at construction."""
+CosineEmbeddingLoss, MultiMarginLoss and MultiLabelMarginLoss. Each keeps Paddle's constructor arguments and
+passes its inputs (as many as its functional takes: (input, label), (input, other, label), (input, positive,
+negative), ...) to the oarlock.nn.functional loss of the same name, with `reduction` checked at construction."""
 
 from __future__ import annotations
 
