@@ -252,7 +252,8 @@ def feature_alpha_dropout(x, p=0.5, training=True, name=None):
 
 
 FUNCTIONS = (instance_norm, alpha_dropout, feature_alpha_dropout, normalize, cosine_similarity, pairwise_distance,
-             one_hot, label_smooth, sequence_mask, pixel_shuffle, pixel_unshuffle, channel_shuffle, bilinear, local_response_norm)
+             one_hot, label_smooth, sequence_mask, pixel_shuffle, pixel_unshuffle, channel_shuffle, bilinear,
+             local_response_norm)
 
 
 def register_api(api):
