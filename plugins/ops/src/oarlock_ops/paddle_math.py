@@ -1,6 +1,7 @@
 """Paddle 3.2 math that the other families lack: the rest of the elementary functions (tan, asin, acos,
 atan, sinh, cosh, asinh, acosh, atanh, expm1, log2, log10, with their in-place forms), atan2, flip, roll
-and einsum (with ellipses; gradients by einsum itself).
+and einsum (with ellipses; gradients by einsum itself). Its api hook also exports the compositions of
+paddle_functions.py (unbind, meshgrid, nonzero, kron, tensordot, ...).
 
 Integer inputs of the float functions compute in the default float dtype (as Paddle and exp/log do here);
 half-precision inputs compute in float32 and round once."""
@@ -167,4 +168,10 @@ def register(ops):
 
 
 def register_api(api):
+    from oarlock_ops import paddle_functions
     api.export("oarlock", "einsum", einsum)
+    for fn in paddle_functions.TOP:
+        api.export("oarlock", fn.__name__, fn)
+        if fn.__name__ not in paddle_functions.NOT_METHODS:
+            api.export("Tensor", fn.__name__, fn)
+    api.export("oarlock", "row_stack", paddle_functions.row_stack)

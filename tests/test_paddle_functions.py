@@ -1,0 +1,122 @@
+"""The Paddle 3.2 functions composed of existing ops (oarlock_ops/paddle_functions.py) and einsum, against the
+installed Paddle 3.2: same values, dtypes and shapes on the same data, and the same gradients for the float
+inputs of the differentiable ones."""
+
+import numpy as np
+import pytest
+
+import oarlock
+
+R = np.random.default_rng(11)
+A = R.standard_normal((3, 4)).astype(np.float32)
+B = R.standard_normal((3, 4)).astype(np.float32)
+V = R.standard_normal(4).astype(np.float32)
+X3 = R.standard_normal((2, 3, 4)).astype(np.float32)
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5, -2.0], np.float32)
+SORTED = np.sort(R.standard_normal(6).astype(np.float32))
+
+# name -> (positional args, keyword args, differentiable); a numpy array becomes a tensor, a list of arrays a list
+CASES = {
+    "unbind": ((X3,), {"axis": 1}, True), "unstack": ((X3,), {"axis": -1}, True),
+    "meshgrid": ((V, V[:3]), {}, True), "broadcast_tensors": (([A, V[None]],), {}, True),
+    "moveaxis": ((X3, [0, 2], [2, 0]), {}, True), "atleast_2d": ((V,), {}, True), "atleast_3d": ((A,), {}, True),
+    "hstack": (([A, B],), {}, True), "vstack": (([V, V],), {}, True), "dstack": (([A, B],), {}, True),
+    "column_stack": (([V, V],), {}, True), "row_stack": (([A, B],), {}, True),
+    "tensor_split": ((X3, 3), {"axis": 2}, True), "tensor_split_idx": ("tensor_split", (A, [1, 3]), {"axis": 1}, True),
+    "hsplit": ((A, 2), {}, True), "vsplit": ((X3, [1]), {}, True), "dsplit": ((X3, 2), {}, True),
+    "slice": ((X3, [0, 2], [1, -3], [2, 10]), {}, True), "strided_slice": ((X3, [1, 2], [0, 3], [3, 0], [2, -1]), {}, True),
+    "narrow": ((A, 1, 1, 2), {}, True), "unflatten": ((X3, 2, [2, 2]), {}, True), "reverse": ((A, [0]), {}, True),
+    "view_as": ((A, np.zeros((4, 3), np.int64)), {}, True),
+    "nonzero": ((np.array([[0, 1], [2, 0]], np.int64),), {}, False),
+    "nonzero_tuple": ("nonzero", (np.array([[0, 1], [2, 0]], np.int64),), {"as_tuple": True}, False),
+    "masked_select": ((A, A > 0), {}, True), "index_sample": ((A, np.array([[0, 3], [1, 1], [2, 0]], np.int64)), {}, True),
+    "gather_nd": ((X3, np.array([[0, 1], [1, 2]], np.int64)), {}, True),
+    "take": ((A, np.array([[0, 11], [-1, 5]], np.int64)), {}, True),
+    "take_wrap": ("take", (A, np.array([13, -14], np.int64)), {"mode": "wrap"}, True),
+    "index_fill": ((A, np.array([0, 2], np.int64), 0, 0.5), {}, True),
+    "isin": ((np.array([1, 2, 3, 4], np.int64), np.array([2, 4], np.int64)), {}, False),
+    "dot": ((V, V), {}, True), "inner": ((A, B), {}, True), "mv": ((A, V), {}, True),
+    "kron": ((A[:2, :2], B[:2]), {}, True), "tensordot": ((X3, A.T.copy()), {"axes": [[2], [0]]}, True),
+    "tensordot_int": ("tensordot", (X3, R.standard_normal((3, 4, 2)).astype(np.float32)), {"axes": 2}, True),
+    "cross": ((A[:, :3].copy(), B[:, :3].copy()), {"axis": 1}, True),
+    "logaddexp": ((A, B * 50), {}, True), "lerp": ((A, B, 0.3), {}, True),
+    "logit": ((np.clip(np.abs(A) / 3, 0.01, 0.99),), {"eps": 0.05}, True), "stanh": ((A,), {}, True),
+    "deg2rad": ((A,), {}, True), "rad2deg": ((A,), {}, True), "frac": ((A * 3,), {}, True), "sgn": ((A,), {}, False),
+    "signbit": ((SPECIAL,), {}, False), "isneginf": ((SPECIAL,), {}, False), "isposinf": ((SPECIAL,), {}, False),
+    "isreal": ((A,), {}, False), "nan_to_num": ((SPECIAL,), {}, False),
+    "nan_to_num_args": ("nan_to_num", (SPECIAL,), {"nan": 1.0, "posinf": 9.0, "neginf": -9.0}, False),
+    "nansum": ((np.where(A > 1, np.nan, A).astype(np.float32),), {"axis": 1}, False),
+    "nanmean": ((np.where(A > 1, np.nan, A).astype(np.float32),), {}, False),
+    "count_nonzero": ((np.array([[0, 1, 2], [0, 0, 3]], np.int64),), {"axis": 1}, False),
+    "isclose": ((SPECIAL, SPECIAL + 1e-9), {"equal_nan": True}, False),
+    "allclose": ((A, A + 1e-6), {}, False), "equal_all": ((A, A.copy()), {}, False),
+    "add_n": (([A, B, A],), {}, True), "dist": ((A, B), {"p": 3}, True), "dist_inf": ("dist", (A, B), {"p": np.inf}, False),
+    "cdist": ((A, B[:2] + 0.1), {}, True), "searchsorted": ((SORTED, A), {}, False),
+    "searchsorted_right": ("searchsorted", (SORTED, SORTED[[0, 2, 2, 5]].copy()), {"right": True}, False),
+    "bucketize": ((A, SORTED), {"out_int32": True}, False),
+    "tril_indices": ((4, 3, 1), {}, False), "triu_indices": ((3, 5, -1), {}, False),
+    "einsum": (("bij,bjk->bik", X3, R.standard_normal((2, 4, 3)).astype(np.float32)), {}, True),
+    "einsum_ellipsis": ("einsum", ("...j,j->...", X3, V), {}, True),
+}
+
+
+def _to(lib, value, grad):
+    if isinstance(value, np.ndarray):
+        return lib.to_tensor(value, stop_gradient=not (grad and value.dtype == np.float32))
+    if isinstance(value, list) and value and isinstance(value[0], np.ndarray):
+        return [_to(lib, v, grad) for v in value]
+    return value
+
+
+def _flat(value):
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _flat(v)]
+    return [value]
+
+
+def _run(lib, name, args, kwargs, grad):
+    inputs = [_to(lib, a, grad) for a in args]
+    out = getattr(lib, name)(*inputs, **kwargs)
+    leaves = [t for t in _flat(inputs) if isinstance(t, lib.Tensor) and not t.stop_gradient]
+    if grad and leaves:
+        total = None
+        for k, o in enumerate(_flat(out)):
+            w = lib.to_tensor(np.linspace(-1, 1, max(o.size, 1), dtype=np.float32)[:o.size].reshape(o.shape) + k)
+            term = (o * w).sum()
+            total = term if total is None else total + term
+        total.backward()
+    return [o.numpy() for o in _flat(out)], [t.grad.numpy() for t in leaves] if grad and leaves else []
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_matches_paddle(paddle, case):
+    spec = CASES[case]
+    name, (args, kwargs, grad) = (spec[0], spec[1:]) if isinstance(spec[0], str) and len(spec) == 4 else (case, spec)
+    theirs, their_grads = _run(paddle, name, args, kwargs, grad)
+    ours, our_grads = _run(oarlock, name, args, kwargs, grad)
+    assert len(ours) == len(theirs), case
+    for o, t in zip(ours, theirs):
+        assert o.shape == t.shape and o.dtype == t.dtype, (case, o.shape, t.shape, o.dtype, t.dtype)
+        np.testing.assert_allclose(o, t, rtol=1e-5, atol=1e-5, err_msg=case)
+    assert len(our_grads) == len(their_grads)
+    for o, t in zip(our_grads, their_grads):
+        np.testing.assert_allclose(o, t, rtol=1e-4, atol=1e-5, err_msg=f"{case} gradient")
+
+
+def test_methods_and_errors():
+    x = oarlock.to_tensor(A)
+    assert [p.shape for p in x.unbind(0)] == [[4]] * 3 and x.kron(x).shape == [9, 16]
+    with pytest.raises(ValueError, match=r"oarlock.index_sample\(\): x and index must be 2-d"):
+        oarlock.index_sample(x, oarlock.to_tensor([0, 1]))
+    with pytest.raises(ValueError, match=r"oarlock.tensordot\(\): contracted sizes differ"):
+        oarlock.tensordot(x, x, axes=[[1], [1]]) if False else oarlock.tensordot(x, x, 1)
+    with pytest.raises(IndexError, match=r"oarlock.take\(\): index out of range"):
+        oarlock.take(x, oarlock.to_tensor([12]))
+    with pytest.raises(ValueError, match=r"oarlock.einsum\(\): the equation 'ij,jk' has 2 operand"):
+        oarlock.einsum("ij,jk", x)
+    with pytest.raises(TypeError, match=r"oarlock.unbind\(\): input must be an oarlock.Tensor"):
+        oarlock.unbind(A)
+    counter = oarlock.to_tensor([1.0])
+    assert oarlock.increment(counter, 2.0) is counter and counter.tolist() == [3.0]
+    target = oarlock.zeros([3, 4])
+    assert oarlock.assign(A, target) is target and np.array_equal(target.numpy(), A)
