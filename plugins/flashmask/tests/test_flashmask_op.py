@@ -389,7 +389,7 @@ def test_bad_inputs():
         F.flashmask_attention(*_err_case(k=(2, 8, 2, 8), v=(2, 8, 2, 8)))
     with pytest.raises((ValueError, TypeError), match="float"):
         F.flashmask_attention(*(oarlock.to_tensor(np.zeros((1, 4, 1, 2), np.int32)),) * 3)
-    with pytest.raises(NotImplementedError, match="block_mask"):
+    with pytest.raises(ValueError, match="'block_mask' was given without startend_row_indices"):
         F.flashmask_attention(q, k, v, block_mask=q)
     with pytest.raises(ValueError, match="window_size"):
         F.flashmask_attention(q, k, v, window_size="x")
