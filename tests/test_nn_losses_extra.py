@@ -154,3 +154,42 @@ def test_multi_label_margin_loss(paddle, reduction):
     _layers(paddle, "MultiLabelMarginLoss", [_x(4, 4), labels], reduction=reduction)
     with pytest.raises(ValueError, match=r"multi_label_margin_loss: label values must be in \[-1, 4\)"):
         F.multi_label_margin_loss(oarlock.ones([1, 4]), oarlock.to_tensor(np.array([[4, -1, -1, -1]])))
+
+
+CTC_LABELS = np.array([[1, 2, 2], [3, 1, 0], [4, 4, 4]], dtype=np.int32)   # repeats need a blank between them
+CTC_INPUT_LENGTHS, CTC_LABEL_LENGTHS = np.array([7, 5, 6]), np.array([3, 2, 1])
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("norm_by_times", [False, True])
+def test_ctc_loss_matches_paddle(paddle, reduction, norm_by_times):
+    def call(framework, function):
+        return lambda t: function(t, framework.to_tensor(CTC_LABELS), framework.to_tensor(CTC_INPUT_LENGTHS),
+                                  framework.to_tensor(CTC_LABEL_LENGTHS), reduction=reduction,
+                                  norm_by_times=norm_by_times)
+    compare(paddle, call(oarlock, F.ctc_loss), call(paddle, paddle.nn.functional.ctc_loss), [_x(7, 3, 5)], atol=1e-5)
+    layer_args = [CTC_LABELS, CTC_INPUT_LENGTHS, CTC_LABEL_LENGTHS]
+    compare(paddle, lambda t, *a: nn.CTCLoss(reduction=reduction)(t, *a, norm_by_times=norm_by_times),
+            lambda t, *a: paddle.nn.CTCLoss(reduction=reduction)(t, *a, norm_by_times=norm_by_times),
+            [_x(7, 3, 5), *layer_args], atol=1e-5)
+
+
+def test_ctc_loss_blank_and_empty_label_like_torch(torch):
+    """Another blank index and an empty label, against torch.nn.functional.ctc_loss on the log-softmax."""
+    scores = _x(6, 3, 5)
+    labels = np.array([[0, 1, 0], [2, 2, 3], [0, 0, 0]], dtype=np.int64)
+    input_lengths, label_lengths = np.array([6, 6, 4]), np.array([3, 3, 0])
+    ours = oarlock.to_tensor(scores, stop_gradient=False)
+    loss = F.ctc_loss(ours, oarlock.to_tensor(labels), oarlock.to_tensor(input_lengths),
+                      oarlock.to_tensor(label_lengths), blank=4, reduction="none")
+    loss.sum().backward()
+    theirs = torch.tensor(scores, requires_grad=True)
+    expected = torch.nn.functional.ctc_loss(torch.log_softmax(theirs, -1), torch.tensor(labels),
+                                            torch.tensor(input_lengths), torch.tensor(label_lengths), blank=4,
+                                            reduction="none")
+    expected.sum().backward()
+    np.testing.assert_allclose(loss.numpy(), expected.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match=r"ctc_loss: input_lengths must be in \[1, 6\]"):
+        F.ctc_loss(ours, oarlock.to_tensor(labels), oarlock.to_tensor(np.array([7, 6, 4])),
+                   oarlock.to_tensor(label_lengths))

@@ -28,6 +28,7 @@ FAMILIES = {
     "compat": "oarlock.compat: Paddle 3.2's torch-style sort, split, max/min, median, softmax (no ops of its own)",
     "complex": "complex, polar, real, imag, view_as_complex/view_as_real, is_complex",
     "conv": "conv1d/2d/3d, conv2d/3d_transpose, unfold, fold, max/avg/adaptive pooling",
+    "ctc": "nn.functional.ctc_loss (the CTC forward algorithm over log-softmax scores, Paddle's warpctc semantics)",
     "creation": "to_tensor, zeros/ones/full/eye/arange/linspace, random creation, *_like",
     "elementwise": "arithmetic and its in-place forms, maximum/minimum, clip, where, comparisons, logic, cast",
     "indexing": "getitem, setitem_, index_put, gather, index_select, masked_fill",

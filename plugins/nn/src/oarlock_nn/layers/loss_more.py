@@ -1,6 +1,6 @@
 """The rest of Paddle 3.2's loss layers: MarginRankingLoss, HingeEmbeddingLoss, SoftMarginLoss,
 MultiLabelSoftMarginLoss, TripletMarginLoss, TripletMarginWithDistanceLoss, PoissonNLLLoss, GaussianNLLLoss,
-CosineEmbeddingLoss, MultiMarginLoss and MultiLabelMarginLoss. Each keeps Paddle's constructor arguments and
+CosineEmbeddingLoss, MultiMarginLoss, MultiLabelMarginLoss and CTCLoss. Each keeps Paddle's constructor arguments and
 passes its inputs (as many as its functional takes: (input, label), (input, other, label), (input, positive,
 negative), ...) to the oarlock.nn.functional loss of the same name, with `reduction` checked at construction."""
 
@@ -133,6 +133,20 @@ class MultiLabelMarginLoss(_MultiInputLoss):
         super().__init__(reduction)
 
 
+class CTCLoss(Layer):
+    """CTCLoss(blank=0, reduction='mean'): forward(log_probs, labels, input_lengths, label_lengths,
+    norm_by_times=False) is F.ctc_loss."""
+
+    def __init__(self, blank=0, reduction="mean"):
+        super().__init__()
+        if reduction not in STANDARD:
+            raise ValueError(f"CTCLoss: reduction must be one of {', '.join(map(repr, STANDARD))}, got {reduction!r}")
+        self.blank, self.reduction = blank, reduction
+
+    def forward(self, log_probs, labels, input_lengths, label_lengths, norm_by_times=False):
+        return F.ctc_loss(log_probs, labels, input_lengths, label_lengths, self.blank, self.reduction, norm_by_times)
+
+
 EXPORTS = {"oarlock.nn": [MarginRankingLoss, HingeEmbeddingLoss, SoftMarginLoss, MultiLabelSoftMarginLoss,
                           TripletMarginLoss, TripletMarginWithDistanceLoss, PoissonNLLLoss, GaussianNLLLoss,
-                          CosineEmbeddingLoss, MultiMarginLoss, MultiLabelMarginLoss]}
+                          CosineEmbeddingLoss, MultiMarginLoss, MultiLabelMarginLoss, CTCLoss]}
