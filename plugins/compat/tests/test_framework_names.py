@@ -306,3 +306,25 @@ def test_tensors_take_attributes_and_plugin_properties_are_set_before_read():
     done = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["refused", "True", "1", "True", "False", "True"]
+
+
+def test_dtype_conversion_methods_and_tensor_module_match_paddle(paddle):
+    from oarlock_compat.tensor_names import CONVERSIONS
+    data = _arr(2, 3)
+    ours, theirs = oarlock.to_tensor(data), paddle.to_tensor(data)
+    for method in CONVERSIONS:
+        a, b = getattr(ours, method)(), getattr(theirs, method)()
+        assert str(a.dtype) == str(b.dtype), method
+        as_float = "complex128" if a.dtype.is_complex else "float64"   # Paddle's bfloat16 numpy() gives raw bits
+        np.testing.assert_array_equal(a.astype(as_float).numpy(), b.astype(as_float).numpy(), err_msg=method)
+    for query in ("is_dense", "is_dist", "is_sparse", "is_sparse_coo", "is_sparse_csr", "is_selected_rows"):
+        assert getattr(ours, query)() is getattr(theirs, query)(), query
+    assert ours.is_same_shape(ours) and not ours.is_same_shape(ours.T)
+    # paddle.tensor: the creation function and the module of tensor functions at once
+    assert oarlock.tensor([1, 2]).tolist() == paddle.tensor([1, 2]).tolist()
+    assert str(oarlock.tensor([1.5]).dtype) == str(paddle.tensor([1.5]).dtype)
+    oarlock.seed(1)
+    assert oarlock.tensor.normal(0.0, 1.0, [3, 2]).shape == paddle.tensor.normal(0.0, 1.0, [3, 2]).shape
+    assert oarlock.tensor.math.add is oarlock.add and oarlock.tensor.creation.to_tensor is oarlock.to_tensor
+    with pytest.raises(AttributeError, match="oarlock.tensor has no attribute 'no_such_fn'"):
+        oarlock.tensor.no_such_fn

@@ -168,6 +168,34 @@ def _copy_to(self, place, blocking=True):
     return out.clone() if out is self else out
 
 
+# Paddle 3.2's dtype-conversion methods (x.float(), x.long(), x.bfloat16(), ...): each is x.astype(dtype)
+CONVERSIONS = {"float": "float32", "half": "float16", "double": "float64", "int": "int32", "long": "int64",
+               "short": "int16", "char": "int8", "byte": "uint8", "bool": "bool", "cfloat": "complex64",
+               "cdouble": "complex128", **{name: name for name in (
+                   "bfloat16", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+                   "complex64", "complex128")}}
+
+
+def _conversion(method, dtype):
+    def convert(self):
+        return self.astype(dtype)
+    convert.__name__ = method
+    convert.__doc__ = f"The tensor as {dtype} (x.astype('{dtype}'); differentiable between float dtypes)."
+    return convert
+
+
+def is_same_shape(self, y) -> bool:
+    """Whether y has the same shape."""
+    return self.shape == y.shape
+
+
+def _always(answer, what):
+    def query(self) -> bool:
+        return answer
+    query.__doc__ = f"{answer}: {what}"
+    return query
+
+
 TOP = {"is_tensor": is_tensor, "numel": numel, "rank": rank, "shape": shape, "is_empty": is_empty,
        "tolist": tolist, "broadcast_shape": broadcast_shape, "is_floating_point": is_floating_point,
        "is_integer": is_integer, "create_parameter": create_parameter}
@@ -176,5 +204,12 @@ METHODS = {"value": value, "contiguous": contiguous, "is_contiguous": is_contigu
            "t_": t_, "is_floating_point": is_floating_point, "is_integer": is_integer, "is_empty": is_empty,
            "_md5sum": _md5sum, "_numel": _numel, "_is_initialized": _is_initialized,
            "_inplace_version": _inplace_version, "_copy_to": _copy_to,
+           "is_same_shape": is_same_shape,
+           "is_dense": _always(True, "oarlock tensors are dense"), "is_dist": _always(False, "not a distributed "
+           "tensor"), "is_sparse": _always(False, "oarlock has no sparse tensors"),
+           "is_sparse_coo": _always(False, "oarlock has no sparse tensors"),
+           "is_sparse_csr": _always(False, "oarlock has no sparse tensors"),
+           "is_selected_rows": _always(False, "oarlock has no SelectedRows"),
+           **{method: _conversion(method, dtype) for method, dtype in CONVERSIONS.items()},
            "mT": property(_mT, doc=_mT.__doc__), "strides": property(get_strides, doc=get_strides.__doc__),
            "_place_str": property(lambda self: repr(self.place), doc="repr of the tensor's place")}

@@ -204,7 +204,8 @@ def register(ops):
                doc="Make a tensor from Python data, a numpy array or a Tensor (copied).")
     ops.kernel("to_tensor")(_to_tensor)
     ops.define("tensor(data: Any, dtype: DType|None = None, device: Place|None = None, requires_grad: bool = False, "
-               "pin_memory: bool = False) -> Tensor", public=["tensor"], aliases={"place": "device"},
+               "pin_memory: bool = False) -> Tensor", internal=True, display="oarlock.tensor",
+               aliases={"place": "device"},   # public as oarlock.tensor through paddle_math's TensorFunctionOrModule
                doc="torch.tensor / paddle.tensor: a copy of `data` (Python data, a numpy array or a Tensor, "
                    "which is detached) with to_tensor's dtype rules, on `device`.")
     ops.kernel("tensor")(_to_tensor)

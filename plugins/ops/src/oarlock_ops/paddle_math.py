@@ -175,3 +175,5 @@ def register_api(api):
         if fn.__name__ not in paddle_functions.NOT_METHODS:
             api.export("Tensor", fn.__name__, fn)
     api.export("oarlock", "row_stack", paddle_functions.row_stack)
+    from oarlock_ops.tensor_module import TensorFunctionOrModule
+    api.export("oarlock", "tensor", TensorFunctionOrModule(oarlock.ops.creation.tensor))
