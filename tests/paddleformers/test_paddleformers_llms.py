@@ -8,8 +8,10 @@ per case, against real Paddle: the loss and logits of a training-mode forward wi
 (relative error max|a - b| / max|b| at most 1e-4), every parameter's gradient (1e-3 relative, the same set of
 parameters), and for the base cases the tokens of PaddleFormers' greedy `generate` with its KV cache (equal)
 and their scores (1e-4). Variants: activation recomputation through fleet's recompute (Llama, Qwen2; both
-frameworks recompute), and Llama with incubate's fused_rotary_position_embedding in its attention (oarlock)
-against Paddle's unfused rotate_half formula (Paddle 3.2 has no CPU kernel for the fused op).
+frameworks recompute); Llama with incubate's fused_rotary_position_embedding in its attention (oarlock)
+against Paddle's unfused rotate_half formula; Qwen2 with fuse_rms_norm / fuse_swiglu / fuse_linear (incubate's
+fused_rms_norm_ext, swiglu and FusedLinear on oarlock) against Paddle's unfused layers (Paddle 3.2 has no CPU
+kernels for the fused rope, RMS norm and GEMM-epilogue ops).
 """
 
 from __future__ import annotations
@@ -90,11 +92,13 @@ def test_greedy_generate_matches_paddle(results, case):
 
 @pytest.mark.parametrize("case", [c for c, (_, v) in pf_models.CASES.items() if v != "base"])
 def test_variants_take_their_path(results, case):
-    """The recompute cases really call fleet's recompute (once per decoder layer) on both sides, and the fused
-    rope case really calls incubate's fused_rotary_position_embedding on oarlock."""
+    """The recompute cases really call fleet's recompute (once per decoder layer) on both sides; the fused cases
+    really call incubate's functions on oarlock (and build FusedLinear layers)."""
     paddle_dir, oarlock_dir = results
     family, variant = pf_models.CASES[case]
     got = _load(oarlock_dir, case)
     assert int(got["spied_calls"]) >= pf_models.LAYERS
     if variant == "recompute":
         assert int(_load(paddle_dir, case)["spied_calls"]) == int(got["spied_calls"])
+    if variant == "fused":
+        assert int(got["fused_linear_layers"]) == 7 * pf_models.LAYERS     # q, k, v, o, gate, up, down

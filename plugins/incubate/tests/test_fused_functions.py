@@ -101,3 +101,27 @@ def test_offload_and_reload_copy_values():
     assert np.abs(x.numpy()).sum() > 0                      # new storage: writing the copy leaves x alone
     with pytest.raises(TypeError, match="async_offload\\(\\): argument 'async_load'"):
         async_offload(x, object())
+
+
+def test_fused_rms_norm_ext_matches_float64_and_torch_rms_norm(torch):
+    """Values against float64 numpy, gradients against torch.nn.functional.rms_norm's autograd."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal([2, 3, 8])
+    w = rng.uniform(0.5, 1.5, size=[8])
+    g = rng.standard_normal([2, 3, 8])
+    ox, ow = oarlock.to_tensor(x.astype("float32")), oarlock.to_tensor(w.astype("float32"))
+    ox.stop_gradient = ow.stop_gradient = False
+    y, invvar = IF.fused_rms_norm_ext(ox, ow, 1e-6)
+    inv = 1.0 / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6)
+    np.testing.assert_allclose(y.numpy(), x * inv * w, rtol=1e-5, atol=1e-6)
+    assert invvar.dtype == oarlock.float32 and list(invvar.shape) == [6]
+    np.testing.assert_allclose(invvar.numpy(), inv.reshape(-1), rtol=1e-5)
+    (y * oarlock.to_tensor(g.astype("float32"))).sum().backward()
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    (torch.nn.functional.rms_norm(tx, [8], tw, eps=1e-6) * torch.tensor(g)).sum().backward()
+    np.testing.assert_allclose(ox.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ow.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-5)
+    half = IF.fused_rms_norm_ext(ox.astype("bfloat16"), ow, 1e-6)[0]
+    assert half.dtype == oarlock.bfloat16
+    with pytest.raises(ValueError, match=r"fused_rms_norm_ext\(\): argument 'scale' has shape \[4\]"):
+        IF.fused_rms_norm_ext(ox, oarlock.ones([4]))

@@ -12,11 +12,11 @@ LAYER_MODULE = "oarlock.incubate.nn.layer.fused_linear"   # Paddle's module path
 
 @hookimpl
 def oarlock_register_api(api):
-    from oarlock_incubate import fused_linear, offload, rotary, swiglu
+    from oarlock_incubate import fused_linear, offload, rms_norm, rotary, swiglu
     api.namespace("oarlock.incubate", doc="Paddle's paddle.incubate: fused operations and layers.")
     api.namespace(LAYERS, doc="Fused layers (paddle.incubate.nn).")
     api.namespace(FUNCTIONAL, doc="Fused functions (paddle.incubate.nn.functional).")
-    for module in (rotary, swiglu, fused_linear):
+    for module in (rotary, swiglu, fused_linear, rms_norm):
         for name in module.FUNCTIONS:
             api.export(FUNCTIONAL, name, getattr(module, name))
     for name in offload.FUNCTIONS:
