@@ -2,8 +2,8 @@
 family module lists what it exports in EXPORTS = {namespace: [classes or (name, object) pairs]}."""
 
 from oarlock_nn.layers import (activation, activation_more, attention, base, common, containers, conv, init,
-                                initializer, instance_norm, loss, loss_more, norm, param_dict, param_utils, rnn,
-                                spatial, transformer)
+                                initializer, initializer_more, instance_norm, loss, loss_more, norm, param_dict,
+                                param_utils, rnn, spatial, transformer)
 
 CORE_EXPORTS = {
     "oarlock.nn": [base.Layer, base.Parameter, containers.Sequential, containers.LayerList, containers.LayerDict,
@@ -12,7 +12,7 @@ CORE_EXPORTS = {
     "oarlock.nn.initializer": list(initializer.INITIALIZERS),
 }
 FAMILIES = (common, activation, activation_more, conv, norm, attention, loss, init, transformer, spatial, loss_more,
-            param_utils, rnn, instance_norm, param_dict)
+            param_utils, rnn, instance_norm, param_dict, initializer_more)
 
 
 def register_api(api):

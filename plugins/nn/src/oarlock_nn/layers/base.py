@@ -16,6 +16,7 @@ import oarlock
 from oarlock import Tensor
 from oarlock.plugin_api import array_of, rebind
 from oarlock_nn.layers.initializer import Constant, ParamAttr, XavierUniform
+from oarlock_nn.layers.initializer_more import global_initializer
 
 
 class _ParameterMeta(type):
@@ -115,7 +116,9 @@ class Layer:
         if any(s < 0 for s in shape):
             raise ValueError(f"{type(self).__name__}.create_parameter(): shape must be non-negative, got {shape}")
         tensor = oarlock.zeros(shape, dtype=dtype)
-        init = attr.initializer or default_initializer or (Constant(0.0) if is_bias else XavierUniform())
+        # a global initializer (nn.initializer.set_global_initializer) replaces the layer's default
+        init = (attr.initializer or global_initializer(is_bias) or default_initializer
+                or (Constant(0.0) if is_bias else XavierUniform()))
         init(tensor)
         return make_parameter(tensor, attr)
 
