@@ -169,13 +169,24 @@ def test_scaled_dot_product_attention_and_reduced_scores(torch):
 
 
 def test_matches_paddle_cpu(paddle):
-    """Paddle runs flash_attention on the CPU through its math path (scale head_dim ** -0.5)."""
+    """Paddle runs flash_attention on the CPU through its math path (scale head_dim ** -0.5; non-causal only: its
+    causal CPU path needs a GPU-only fused softmax), and scaled_dot_product_attention with an additive mask."""
     q, k, v = (RNG.standard_normal((2, 9, 2, 16)).astype(np.float32) for _ in range(3))
-    ours, our_sm = fa.flash_attention(*(oarlock.to_tensor(a) for a in (q, k, v)), return_softmax=True)
-    theirs, their_sm = paddle.nn.functional.flash_attention.flash_attention(
-        *(paddle.to_tensor(a) for a in (q, k, v)), return_softmax=True)
+    ours_in, theirs_in = _tensors(q, k, v), [paddle.to_tensor(a, stop_gradient=False) for a in (q, k, v)]
+    ours, our_sm = fa.flash_attention(*ours_in, return_softmax=True)
+    theirs, their_sm = paddle.nn.functional.flash_attention.flash_attention(*theirs_in, return_softmax=True)
     np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(our_sm.numpy(), their_sm.numpy(), rtol=1e-5, atol=1e-6)
+    up = RNG.standard_normal(ours.shape).astype(np.float32)
+    (ours * oarlock.to_tensor(up)).sum().backward()
+    (theirs * paddle.to_tensor(up)).sum().backward()
+    for a, b in zip(ours_in, theirs_in):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-4, atol=1e-5)
+    mask = RNG.standard_normal((2, 2, 9, 9)).astype(np.float32)
+    ours = fa.scaled_dot_product_attention(*(oarlock.to_tensor(a) for a in (q, k, v)), oarlock.to_tensor(mask))
+    theirs = paddle.nn.functional.flash_attention.scaled_dot_product_attention(
+        *(paddle.to_tensor(a) for a in (q, k, v)), paddle.to_tensor(mask))
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_paddle_module_path_under_the_alias():
