@@ -12,7 +12,9 @@ query-row indices (half-open intervals, Sq = nothing masked):
 - non-causal, C=4 (LTS, LTE, UTS, UTE): rows in [LTS, LTE) and rows in [UTS, UTE) masked.
 Causal (and window) constraints align the bottom-right corner when Sq != Sk: with off = Sk - Sq, key j is hidden
 from query i when j > i + off. A window (wl, wr) lets query i see keys [i + off - wl, i + off + wr] (a causal
-window w is (w, 0) plus causality). A fully masked query row gives out 0 and lse -inf.
+window w is (w, 0) plus causality). A fully masked query row gives out 0 and lse -inf. FlashMask V2's block_mask
+(int32 [B, Hm, ceil(Sq / 128), ceil(Sk / 128)], Hm that of the vectors) masks besides the 128 x 128 blocks of scores
+whose entry is 0 (BLOCK_MASK); a tile all of whose blocks are 0 for every batch and head is skipped.
 
 Algorithm. Batch and key heads are flattened into one axis f = b * Hk + h ("heads"), and the query heads of a
 key/value group are folded into the rows: head f's query rows are [Sq * G, D] with row s * G + g, so grouped heads
