@@ -19,7 +19,8 @@ argmax positions, and its gradient gathers from them.
 Paddle's semantics, where they differ from torch's: see the conv family's docstring (windows follow
 torch's rules; divisor_override scales the average by prod(kernel) / divisor_override). The mask of
 return_mask=True is the int32 index of each maximum in its input plane: w (1-D), h * W + w (2-D),
-d * H * W + h * W + w (3-D).
+d * H * W + h * W + w (3-D). padding='same' gives the same windows with or without the mask (Paddle's
+return_mask=True path drops 'same' and pools unpadded: 4 windows of 3 with stride 2 over 9 inputs, not 5).
 """
 
 from __future__ import annotations
