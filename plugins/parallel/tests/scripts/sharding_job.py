@@ -35,7 +35,9 @@ CLIP_NORM = 0.05
 ROWS = 4          # rows of each batch per rank
 STEPS = 5
 COMM = MPI.COMM_WORLD
-close = functools.partial(close, rtol=RTOL, atol=1e-7)
+# atol: float32 gradients up to ~0.3, summed over ranks and micro-batches in another order than the one-process
+# reference, differ by a few of their ulps (2.5e-7 seen on an AVX2 OpenBLAS); 1e-7 passed only by luck
+close = functools.partial(close, rtol=RTOL, atol=1e-6)
 
 
 def make_model():
