@@ -11,7 +11,8 @@ and their scores (1e-4). Variants: activation recomputation through fleet's reco
 frameworks recompute); Llama with incubate's fused_rotary_position_embedding in its attention (oarlock)
 against Paddle's unfused rotate_half formula; Qwen2 with fuse_rms_norm / fuse_swiglu / fuse_linear (incubate's
 fused_rms_norm_ext, swiglu and FusedLinear on oarlock) against Paddle's unfused layers (Paddle 3.2 has no CPU
-kernels for the fused rope, RMS norm and GEMM-epilogue ops).
+kernels for the fused rope, RMS norm and GEMM-epilogue ops). And Llama with tensor parallelism on two ranks
+(`oarlock launch -n 2`, fleet's mp_degree 2: pf_tp_job.py) against Paddle's one-process run, slice by slice.
 """
 
 from __future__ import annotations
@@ -102,3 +103,41 @@ def test_variants_take_their_path(results, case):
         assert int(_load(paddle_dir, case)["spied_calls"]) == int(got["spied_calls"])
     if variant == "fused":
         assert int(got["fused_linear_layers"]) == 7 * pf_models.LAYERS     # q, k, v, o, gate, up, down
+
+
+@pytest.fixture(scope="module")
+def tensor_parallel(results, tmp_path_factory):
+    """pf_tp_job.py's two ranks (Llama, mp_degree 2) under `oarlock launch -n 2`: their saved results."""
+    paddle_dir, _ = results
+    pf_dir, _ = pf_install.obtain()
+    outdir = tmp_path_factory.mktemp("tensor_parallel")
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OARLOCK_COLLECTIVE_TIMEOUT="120")
+    proc = subprocess.run([sys.executable, "-m", "oarlock.cli", "launch", "-n", "2", os.path.join(HERE, "pf_tp_job.py"),
+                           str(paddle_dir), pf_dir, str(outdir)], capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, f"tensor-parallel job failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return paddle_dir, [np.load(outdir / f"rank{r}.npz") for r in range(2)]
+
+
+def test_tensor_parallel_llama_matches_paddle(tensor_parallel):
+    """Each rank's loss equals Paddle's, its logits and gradients equal its slice of Paddle's (1e-4 / 1e-3); the
+    sliced parameters are exactly the ones PaddleFormers marks is_distributed (attention, MLP, embedding, head)."""
+    paddle_dir, ranks = tensor_parallel
+    want = _load(paddle_dir, "llama")
+    for rank, got in enumerate(ranks):
+        assert _rel(got["loss"], want["loss"]) <= 1e-4
+        logits = want["logits"]
+        assert got["logits"].shape[-1] == logits.shape[-1] // 2          # the parallel head's vocabulary slice
+        assert _rel(got["logits"], np.split(logits, 2, axis=-1)[rank]) <= 1e-4
+        names = sorted(k[len("grad/"):] for k in got.files if k.startswith("grad/"))
+        assert ["grad/" + n for n in names] == sorted(k for k in want.files if k.startswith("grad/"))
+        sliced = 0
+        for name in names:
+            full, local = want["grad/" + name], got["grad/" + name]
+            split = full.shape != local.shape
+            if split:
+                axis = next(i for i, (a, b) in enumerate(zip(full.shape, local.shape)) if a != b)
+                full = np.split(full, 2, axis=axis)[rank]
+            assert bool(got["distributed/" + name]) == split, name
+            sliced += split
+            assert _rel(local, full) <= 1e-3, (rank, name, _rel(local, full))
+        assert sliced == 7 * pf_models.LAYERS + 2
