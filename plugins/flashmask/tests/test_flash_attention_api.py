@@ -270,3 +270,16 @@ def test_bad_arguments_are_named():
         fa.flash_attn_varlen_func(*t, oarlock.to_tensor(cu), oarlock.to_tensor(cu), 4, 4, softcap=1.0)
     with pytest.raises(ValueError, match=r"flash_attention\(\): argument 'query' is shape \[7, 4, 8\]"):
         fa.flash_attention(*t)
+
+
+def test_varlen_dropout_is_seeded_and_off_outside_training():
+    q, k, v, cu_q, cu_k = _packed([4, 6], [4, 6])
+    args = [oarlock.to_tensor(a) for a in (q, k, v, cu_q, cu_k)] + [6, 6, 8 ** -0.5]
+    seed = oarlock.to_tensor(np.array([7, 3], dtype=np.int64))
+    first, _ = fa.flash_attn_unpadded(*args, dropout=0.4, fixed_seed_offset=seed)
+    again, _ = fa.flash_attn_unpadded(*args, dropout=0.4, fixed_seed_offset=seed)
+    plain, _ = fa.flash_attn_unpadded(*args)
+    np.testing.assert_array_equal(first.numpy(), again.numpy())
+    assert np.abs(first.numpy() - plain.numpy()).max() > 1e-3
+    evaluated, _ = fa.flash_attn_unpadded(*args, dropout=0.4, training=False)
+    np.testing.assert_array_equal(evaluated.numpy(), plain.numpy())
