@@ -18,7 +18,6 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # paddle's import-time notices
     import paddle  # the real Paddle 3.2, imported before any alias is switched on
 
-import oarlock
 from oarlock.compat import paddle_alias
 
 MODELS_DIR = os.path.join(os.path.dirname(paddle.__file__), "vision", "models")

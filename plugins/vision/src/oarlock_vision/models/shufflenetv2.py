@@ -8,9 +8,12 @@ import oarlock.nn as nn
 from oarlock_vision.models.pretrained import HAPI, load_pretrained
 from oarlock_vision.ops import ConvNormActivation
 
-MD5 = {"shufflenet_v2_x0_25": "1e509b4c140eeb096bb16e214796d03b", "shufflenet_v2_x0_33": "3d7b3ab0eaa5c0927ff1026d31b729bd",
-       "shufflenet_v2_x0_5": "5e5cee182a7793c4e4c73949b1a71bd4", "shufflenet_v2_x1_0": "122d42478b9e81eb49f8a9ede327b1a4",
-       "shufflenet_v2_x1_5": "faced5827380d73531d0ee027c67826d", "shufflenet_v2_x2_0": "cd3dddcd8305e7bcd8ad14d1c69a5784",
+MD5 = {"shufflenet_v2_x0_25": "1e509b4c140eeb096bb16e214796d03b",
+       "shufflenet_v2_x0_33": "3d7b3ab0eaa5c0927ff1026d31b729bd",
+       "shufflenet_v2_x0_5": "5e5cee182a7793c4e4c73949b1a71bd4",
+       "shufflenet_v2_x1_0": "122d42478b9e81eb49f8a9ede327b1a4",
+       "shufflenet_v2_x1_5": "faced5827380d73531d0ee027c67826d",
+       "shufflenet_v2_x2_0": "cd3dddcd8305e7bcd8ad14d1c69a5784",
        "shufflenet_v2_swish": "adde0aa3b023e5b0c94a68be1c394b84"}
 model_urls = {arch: (f"{HAPI}{arch}.pdparams", md5) for arch, md5 in MD5.items()}
 
