@@ -210,3 +210,25 @@ def test_unflatten(paddle):
         compare(paddle, nn.Unflatten(axis, shape), paddle.nn.Unflatten(axis, shape), [x])
     with pytest.raises(ValueError, match=r"Unflatten: shape \[5, 2\] does not multiply to the size 12"):
         nn.Unflatten(1, [5, 2])(oarlock.to_tensor(x))
+
+
+# -- affine_grid / grid_sample ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("align_corners", [True, False])
+def test_affine_grid(paddle, align_corners):
+    for theta_shape, out_shape in (((2, 2, 3), [2, 3, 4, 5]), ((2, 3, 4), [2, 3, 2, 4, 5]), ((1, 2, 3), [1, 1, 1, 3])):
+        compare(paddle, lambda t: F.affine_grid(t, out_shape, align_corners),
+                lambda t: paddle.nn.functional.affine_grid(t, out_shape, align_corners), [_x(*theta_shape)])
+    with pytest.raises(ValueError, match="affine_grid: theta must be"):
+        F.affine_grid(oarlock.ones([2, 2, 3]), [2, 3, 2, 4, 5])
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [True, False])
+def test_grid_sample(paddle, mode, padding_mode, align_corners):
+    x = _x(2, 3, 5, 6)
+    grid = RNG.uniform(-1.3, 1.3, (2, 4, 7, 2)).astype(np.float32)   # some positions fall outside
+    compare(paddle, lambda a, g: F.grid_sample(a, g, mode, padding_mode, align_corners),
+            lambda a, g: paddle.nn.functional.grid_sample(a, g, mode, padding_mode, align_corners), [x, grid],
+            atol=1e-5, constants=(1,) if mode == "nearest" else ())

@@ -1,5 +1,5 @@
-"""Paddle 3.2's pad, zeropad2d, interpolate and upsample in oarlock.nn.functional, as Python functions over
-public ops (so every mode is differentiable with no rule of its own).
+"""Paddle 3.2's pad, zeropad2d, interpolate, upsample, affine_grid and grid_sample in oarlock.nn.functional,
+as Python functions over public ops (so every mode is differentiable with no rule of its own).
 
 Both reduce to gathers along one axis at a time. A non-constant pad of an axis of size n is
 index_select(x, idx) with idx = numpy.pad(arange(n), (before, after), mode) ('reflect', 'edge' for
@@ -278,7 +278,103 @@ def upsample(x, size=None, scale_factor=None, mode="nearest", align_corners=Fals
     return interpolate(x, size, scale_factor, mode, align_corners, align_mode, data_format)
 
 
-FUNCTIONS = (pad, zeropad2d, interpolate, upsample)
+# -- affine_grid / grid_sample ------------------------------------------------------------------------
+
+def _base_coordinates(n, align_corners):
+    """The normalised [-1, 1] positions of n samples (pixel centres unless align_corners)."""
+    if n == 1:
+        return np.zeros(1)
+    line = np.linspace(-1.0, 1.0, n)
+    return line if align_corners else line * (n - 1) / n
+
+
+def affine_grid(theta, out_shape, align_corners=True, name=None):
+    """The sampling grid [N, H, W, 2] (or [N, D, H, W, 3]) of the affine maps theta [N, 2, 3] ([N, 3, 4]) for
+    an output of out_shape [N, C, H, W] ([N, C, D, H, W]); the last axis is (x, y(, z))."""
+    if not isinstance(theta, oarlock.Tensor):
+        raise TypeError(f"affine_grid: theta must be a Tensor, got {type(theta).__name__}")
+    out_shape = _int_list("affine_grid", "out_shape", out_shape)
+    spatial = len(out_shape) - 2
+    if spatial not in (2, 3) or list(theta.shape) != [out_shape[0], spatial, spatial + 1]:
+        raise ValueError(f"affine_grid: theta must be [N, 2, 3] for a 4-D out_shape or [N, 3, 4] for a 5-D one, "
+                         f"got theta {theta.shape} and out_shape {out_shape}")
+    sizes = out_shape[2:]                            # (H, W) or (D, H, W)
+    axes = [_base_coordinates(n, align_corners) for n in reversed(sizes)]   # x over W first
+    mesh = np.meshgrid(*axes[::-1], indexing="ij")   # D/H/W-major arrays
+    base = np.stack([*mesh[::-1], np.ones_like(mesh[0])], axis=-1).reshape(-1, spatial + 1)   # (x, y(, z), 1)
+    base = oarlock.cast(oarlock.to_tensor(base), theta.dtype)
+    grid = oarlock.matmul(oarlock.unsqueeze(base, 0), theta, transpose_y=True)   # [N, points, spatial]
+    return oarlock.reshape(grid, [out_shape[0], *sizes, spatial])
+
+
+def _unnormalize(coord, size, align_corners):
+    return (coord + 1) / 2 * (size - 1) if align_corners else ((coord + 1) * size - 1) / 2
+
+
+def _reflect(coord, size, align_corners):
+    """Reflect source positions back into the image (the 'reflection' padding), then clip."""
+    twice_low, twice_high = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
+    if twice_low == twice_high:
+        return oarlock.zeros_like(coord)
+    low, span = twice_low / 2, (twice_high - twice_low) / 2
+    coord = oarlock.abs(coord - low)
+    flips = oarlock.floor(coord / span).detach()
+    extra = coord - flips * span
+    even = oarlock.remainder(flips, 2.0) == 0
+    return oarlock.clip(oarlock.where(even, extra + low, span - extra + low), 0, size - 1)
+
+
+def _source(coord, size, padding_mode, align_corners):
+    coord = _unnormalize(coord, size, align_corners)
+    if padding_mode == "border":
+        return oarlock.clip(coord, 0, size - 1)
+    if padding_mode == "reflection":
+        return _reflect(coord, size, align_corners)
+    return coord
+
+
+def _taps(x_flat, ix, iy, width, height, weight):
+    """weight * x at integer positions (ix, iy) [N, P] (zero where outside), x_flat [N, C, H*W]."""
+    inside = (ix >= 0) & (ix <= width - 1) & (iy >= 0) & (iy <= height - 1)
+    index = oarlock.cast(oarlock.clip(iy, 0, height - 1) * width + oarlock.clip(ix, 0, width - 1), "int64")
+    index = oarlock.expand(oarlock.unsqueeze(index, 1), [x_flat.shape[0], x_flat.shape[1], index.shape[-1]])
+    values = oarlock.take_along_axis(x_flat, index, 2)
+    return values * oarlock.unsqueeze(weight * oarlock.cast(inside, weight.dtype), 1)
+
+
+def grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=True, name=None):
+    """Sample x [N, C, H, W] at the normalised positions grid [N, Ho, Wo, 2] ((x, y) in [-1, 1]): mode
+    'bilinear' or 'nearest'; padding_mode 'zeros', 'border' or 'reflection' for positions outside."""
+    for arg, value in (("x", x), ("grid", grid)):
+        if not isinstance(value, oarlock.Tensor):
+            raise TypeError(f"grid_sample: {arg} must be a Tensor, got {type(value).__name__}")
+    if mode not in ("bilinear", "nearest"):
+        raise ValueError(f"grid_sample: mode must be 'bilinear' or 'nearest', got {mode!r}")
+    if padding_mode not in ("zeros", "border", "reflection"):
+        raise ValueError(f"grid_sample: padding_mode must be 'zeros', 'border' or 'reflection', got {padding_mode!r}")
+    if x.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2 or grid.shape[0] != x.shape[0]:
+        raise ValueError(f"grid_sample: expected x [N, C, H, W] and grid [N, H_out, W_out, 2], got {x.shape} and "
+                         f"{grid.shape}")
+    n, c, height, width = x.shape
+    out_h, out_w = grid.shape[1], grid.shape[2]
+    points = oarlock.reshape(grid, [n, out_h * out_w, 2])
+    ix = _source(points[:, :, 0], width, padding_mode, align_corners)
+    iy = _source(points[:, :, 1], height, padding_mode, align_corners)
+    x_flat = oarlock.reshape(x, [n, c, height * width])
+    if mode == "nearest":
+        out = _taps(x_flat, oarlock.round(ix).detach(), oarlock.round(iy).detach(), width, height,
+                    oarlock.ones_like(ix))
+    else:
+        x0, y0 = oarlock.floor(ix).detach(), oarlock.floor(iy).detach()
+        wx, wy = ix - x0, iy - y0
+        out = (_taps(x_flat, x0, y0, width, height, (1 - wx) * (1 - wy)) +
+               _taps(x_flat, x0 + 1, y0, width, height, wx * (1 - wy)) +
+               _taps(x_flat, x0, y0 + 1, width, height, (1 - wx) * wy) +
+               _taps(x_flat, x0 + 1, y0 + 1, width, height, wx * wy))
+    return oarlock.reshape(out, [n, c, out_h, out_w])
+
+
+FUNCTIONS = (pad, zeropad2d, interpolate, upsample, affine_grid, grid_sample)
 
 
 def register_api(api):
