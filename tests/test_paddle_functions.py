@@ -120,3 +120,35 @@ def test_methods_and_errors():
     assert oarlock.increment(counter, 2.0) is counter and counter.tolist() == [3.0]
     target = oarlock.zeros([3, 4])
     assert oarlock.assign(A, target) is target and np.array_equal(target.numpy(), A)
+
+
+SPD = (A @ A.T + 3 * np.eye(3)).astype(np.float32)
+LINALG = {
+    "inv": ((SPD,), {}), "det": ((SPD,), {}), "slogdet": ((SPD,), {}), "solve": ((SPD, B), {}),
+    "solve_vector": ("solve", (SPD, V[:3].copy()), {}), "cholesky": ((SPD,), {}),
+    "cholesky_upper": ("cholesky", (SPD,), {"upper": True}),
+    "multi_dot": (([A, B.T.copy(), A],), {}), "matrix_transpose": ((X3,), {}), "vecdot": ((A, B), {"axis": 0}),
+    "matrix_power": ((SPD, 3), {}), "matrix_power_neg": ("matrix_power", (SPD, -2), {}),
+    "matrix_power_zero": ("matrix_power", (SPD, 0), {}), "cov": ((A,), {}), "cov_cols": ("cov", (A,), {"rowvar": False}),
+    "cov_weights": ("cov", (A, True, True, np.array([1, 2, 1, 3], np.int64), np.array([0.5, 1, 2, 1], np.float32)), {}),
+    "corrcoef": ((A,), {}), "diagonal": ((X3,), {"offset": 1, "axis1": 1, "axis2": 2}),
+    "cross": ((A[:, :3].copy(), B[:, :3].copy()), {"axis": 1}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LINALG))
+def test_linalg_matches_paddle(paddle, case):
+    spec = LINALG[case]
+    name, (args, kwargs) = (spec[0], spec[1:]) if isinstance(spec[0], str) else (case, spec)
+    results = []
+    for lib in (paddle, oarlock):
+        inputs = [_to(lib, a, True) for a in args]
+        out = getattr(lib.linalg, name)(*inputs, **kwargs)
+        (out * lib.to_tensor(np.linspace(-1, 1, out.size, dtype=np.float32).reshape(out.shape))).sum().backward()
+        grads = [t.grad.numpy() for t in _flat(inputs) if isinstance(t, lib.Tensor) and not t.stop_gradient]
+        results.append((out.numpy(), grads))
+    (theirs, their_grads), (ours, our_grads) = results
+    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype, (case, ours.shape, theirs.shape)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5, err_msg=case)
+    for o, t in zip(our_grads, their_grads):
+        np.testing.assert_allclose(o, t, rtol=1e-3, atol=1e-4, err_msg=f"{case} gradient")

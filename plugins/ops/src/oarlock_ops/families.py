@@ -39,6 +39,7 @@ FAMILIES = {
     "nn_extras": "normalize, cosine_similarity, pairwise_distance, one_hot, label_smooth, pixel/channel shuffles, ...",
     "norm": "layer_norm, rms_norm, batch_norm, group_norm, embedding, dropout*",
     "optimizer_update": "the fused in-place optimizer steps (*_step_), gradient clipping list ops, global_norm",
+    "paddle_linalg": "linalg.inv/det/slogdet/solve/cholesky and multi_dot, matrix_power, cov, corrcoef, vecdot, ...",
     "paddle_math": "tan, asin/acos/atan, sinh/cosh, asinh/acosh/atanh, expm1, log2, log10, atan2, flip, roll, einsum",
     "reduction": "sum, mean, prod, var/std, max/min, argmax/argmin, logsumexp, cumsum, all/any",
     "resample": "nn.functional.pad (constant, reflect, replicate, circular), zeropad2d, interpolate, upsample",
