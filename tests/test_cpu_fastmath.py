@@ -79,3 +79,14 @@ def test_xp_function_serves_the_cpu_drop_in_and_plain_functions_elsewhere():
     class OtherModule:
         exp = staticmethod(math.exp)
     assert xp_function(OtherModule, "exp") is OtherModule.exp
+
+
+def test_environment_switch_turns_them_off():
+    import subprocess
+    import sys
+    code = ("import numpy, oarlock; from oarlock.plugin_api import xp_function; "
+            "print(xp_function(numpy, 'exp2') is numpy.exp2, xp_function(numpy, 'exp') is numpy.exp)")
+    import os
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "OARLOCK_CPU_FASTMATH": "0"}).stdout.split()
+    assert out == ["True", "True"]

@@ -5,9 +5,12 @@ numpy computes float32 exp2 with libm's scalar exp2f (about 3.6 ns an element he
 same speed; the vectorised C loops of oarlock_cpu._kernels take 1.4-1.6 ns, within 1 ulp (tests/test_cpu_kernels.py).
 Attention's softmax and the FlashMask kernel spend most of their non-GEMM time there. float64 and every other
 dtype go to numpy's own function, so each drop-in accepts and returns exactly what numpy's does.
+OARLOCK_CPU_FASTMATH=0 turns them off (numpy's own everywhere: for comparisons and benchmarks).
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -30,7 +33,7 @@ def _drop_in(fast, plain):
     return fn
 
 
-FUNCTIONS = {} if _kernels is None else {
+FUNCTIONS = {} if _kernels is None or os.environ.get("OARLOCK_CPU_FASTMATH") == "0" else {
     "exp": _drop_in(_kernels.exp, np.exp),
     "exp2": _drop_in(_kernels.exp2, np.exp2),
 }
