@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
+
 from oarlock_vision import datasets, download, image, models, ops, transforms
+
+# Paddle's model modules, served as oarlock.vision.models.<module> (`from paddle.vision.models.resnet import
+# BottleneckBlock`); alexnet and googlenet are left out: those names are the builder functions in
+# oarlock.vision.models, and a namespace may not share a name with its parent's export
+MODEL_MODULES = ("densenet", "inceptionv3", "lenet", "mobilenetv1", "mobilenetv2", "mobilenetv3", "resnet",
+                 "shufflenetv2", "squeezenet", "vgg")
 
 NAMESPACE_DOCS = {
     "oarlock.vision": "Paddle's paddle.vision: the model zoo, vision ops, transforms and datasets",
@@ -24,6 +33,12 @@ def _exports():
                                    for name in ("get_weights_path_from_url", "get_path_from_url", "is_url")},
         **transforms.EXPORTS,
     }
+    for name in MODEL_MODULES:
+        module = importlib.import_module(f"oarlock_vision.models.{name}")
+        table[f"oarlock.vision.models.{name}"] = {
+            n: v for n, v in vars(module).items()
+            if not n.startswith("_") and (inspect.isclass(v) or inspect.isfunction(v)) and (
+                v.__module__ == module.__name__ or n in models.__all__)}
     # paddle.vision re-exports the models, the data sets and the image backend functions at its top level
     table["oarlock.vision"] = {**table["oarlock.vision.models"], **table["oarlock.vision.datasets"],
                                **{name: getattr(image, name)
