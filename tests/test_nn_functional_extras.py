@@ -215,12 +215,21 @@ def test_unflatten(paddle):
 # -- affine_grid / grid_sample ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("align_corners", [True, False])
-def test_affine_grid(paddle, align_corners):
-    for theta_shape, out_shape in (((2, 2, 3), [2, 3, 4, 5]), ((2, 3, 4), [2, 3, 2, 4, 5]), ((1, 2, 3), [1, 1, 1, 3])):
-        compare(paddle, lambda t: F.affine_grid(t, out_shape, align_corners),
-                lambda t: paddle.nn.functional.affine_grid(t, out_shape, align_corners), [_x(*theta_shape)])
+@pytest.mark.parametrize("theta_shape,out_shape", [((2, 2, 3), [2, 3, 4, 5]), ((2, 3, 4), [2, 3, 2, 4, 5])])
+def test_affine_grid(paddle, align_corners, theta_shape, out_shape):
+    compare(paddle, lambda t: F.affine_grid(t, out_shape, align_corners),
+            lambda t: paddle.nn.functional.affine_grid(t, out_shape, align_corners), [_x(*theta_shape)])
     with pytest.raises(ValueError, match="affine_grid: theta must be"):
         F.affine_grid(oarlock.ones([2, 2, 3]), [2, 3, 2, 4, 5])
+
+
+def test_affine_grid_single_row_like_torch(torch):
+    """An axis of size 1 samples position 0 (torch); Paddle 3.2 gives nan there with align_corners=True."""
+    theta = _x(1, 2, 3)
+    for align_corners in (True, False):
+        ours = F.affine_grid(oarlock.to_tensor(theta), [1, 1, 1, 3], align_corners)
+        theirs = torch.nn.functional.affine_grid(torch.tensor(theta), [1, 1, 1, 3], align_corners=align_corners)
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("mode", ["bilinear", "nearest"])
