@@ -152,3 +152,19 @@ def test_linalg_matches_paddle(paddle, case):
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5, err_msg=case)
     for o, t in zip(our_grads, their_grads):
         np.testing.assert_allclose(o, t, rtol=1e-3, atol=1e-4, err_msg=f"{case} gradient")
+
+
+def test_fp8_gemm_against_float64_numpy():
+    # Paddle 3.2 runs this op only on GPUs: the oracle is numpy on the float8 values (ml_dtypes)
+    import ml_dtypes
+    x8 = A.astype(ml_dtypes.float8_e4m3fn)
+    y8 = B.astype(ml_dtypes.float8_e4m3fn)
+    bias = V[:3].copy()
+    x, y = oarlock.to_tensor(A).astype("float8_e4m3fn"), oarlock.to_tensor(B).astype("float8_e4m3fn")
+    out = oarlock.linalg.fp8_fp8_half_gemm_fused(x, y, transpose_y=True, bias=oarlock.to_tensor(bias),
+                                                 output_dtype="bfloat16", scale=0.5, act="relu")
+    expected = np.maximum(x8.astype(np.float64) @ y8.astype(np.float64).T * 0.5 + bias, 0)
+    assert out.dtype == oarlock.bfloat16 and out.shape == [3, 3]
+    np.testing.assert_allclose(out.astype("float32").numpy(), expected, rtol=1e-2, atol=1e-2)
+    with pytest.raises(TypeError, match="x must be float8_e4m3fn or float8_e5m2, got float32"):
+        oarlock.linalg.fp8_fp8_half_gemm_fused(oarlock.to_tensor(A), y)

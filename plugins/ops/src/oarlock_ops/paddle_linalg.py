@@ -171,6 +171,31 @@ def corrcoef(x, rowvar=True, name=None):
     return oarlock.clip(c / d.unsqueeze(1) / d.unsqueeze(0), -1.0, 1.0)
 
 
+_FP8_ACTIVATIONS = {"identity": lambda t: t, "relu": lambda t: oarlock.nn.functional.relu(t),
+                    "gelu": lambda t: oarlock.nn.functional.gelu(t)}
+
+
+def fp8_fp8_half_gemm_fused(x, y, transpose_x=False, transpose_y=False, bias=None, output_dtype="float16",
+                            scale=1.0, act="identity", name=None):
+    """act(scale * (x @ y) + bias) in output_dtype (float16 or bfloat16), for float8 x and y: the product is
+    computed in float32 from the exact float8 values, as the fused GPU kernel accumulates."""
+    for what, t in (("x", x), ("y", y)):
+        if t.dtype.name not in ("float8_e4m3fn", "float8_e5m2"):
+            raise TypeError(f"oarlock.linalg.fp8_fp8_half_gemm_fused(): {what} must be float8_e4m3fn or "
+                            f"float8_e5m2, got {t.dtype.name}")
+    if output_dtype not in ("float16", "bfloat16"):
+        raise ValueError(f"oarlock.linalg.fp8_fp8_half_gemm_fused(): output_dtype must be 'float16' or "
+                         f"'bfloat16', got {output_dtype!r}")
+    if act not in _FP8_ACTIVATIONS:
+        raise ValueError(f"oarlock.linalg.fp8_fp8_half_gemm_fused(): act must be one of "
+                         f"{', '.join(_FP8_ACTIVATIONS)}, got {act!r}")
+    out = oarlock.matmul(x.astype("float32"), y.astype("float32"), transpose_x=transpose_x,
+                         transpose_y=transpose_y) * scale
+    if bias is not None:
+        out = out + bias.astype("float32")
+    return _FP8_ACTIVATIONS[act](out).astype(output_dtype)
+
+
 def register(ops):
     ops.define("inv(x: Tensor) -> Tensor", public=["oarlock.linalg.inv", "inverse", "Tensor.inverse"],
                       dtypes=FLOAT, grad=_inv_grad, saves=("out",), doc="The inverse of a (batch of) square matrices.")
@@ -195,7 +220,7 @@ def register(ops):
 
 
 def register_api(api):
-    for fn in (multi_dot, matrix_transpose, vecdot, matrix_power, cov, corrcoef):
+    for fn in (multi_dot, matrix_transpose, vecdot, matrix_power, cov, corrcoef, fp8_fp8_half_gemm_fused):
         api.export("oarlock.linalg", fn.__name__, fn)
     api.export("oarlock.linalg", "cross", cross)
     api.export("oarlock.linalg", "diagonal", oarlock.diagonal)
