@@ -241,3 +241,18 @@ def test_grid_sample(paddle, mode, padding_mode, align_corners):
     compare(paddle, lambda a, g: F.grid_sample(a, g, mode, padding_mode, align_corners),
             lambda a, g: paddle.nn.functional.grid_sample(a, g, mode, padding_mode, align_corners), [x, grid],
             atol=1e-5, constants=(1,) if mode == "nearest" else ())
+
+
+@pytest.mark.parametrize("kwargs", [{"seg_num": 3}, {"seg_num": 2, "shift_ratio": 0.3},
+                                    {"seg_num": 3, "data_format": "NHWC"}])
+def test_temporal_shift(paddle, kwargs):
+    _both(paddle, "temporal_shift", [_x(6, 8, 2, 3)], **kwargs)
+
+
+def test_gather_tree(paddle):
+    ids, parents = RNG.integers(0, 10, (5, 2, 3)), RNG.integers(0, 3, (5, 2, 3))
+    ours = F.gather_tree(oarlock.to_tensor(ids), oarlock.to_tensor(parents))
+    theirs = paddle.nn.functional.gather_tree(paddle.to_tensor(ids), paddle.to_tensor(parents))
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    with pytest.raises(ValueError, match="gather_tree: ids and parents must have the same shape"):
+        F.gather_tree(oarlock.to_tensor(ids), oarlock.to_tensor(parents[:4]))

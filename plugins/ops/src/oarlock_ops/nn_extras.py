@@ -1,13 +1,15 @@
 """Paddle 3.2's remaining nn.functional helpers that are compositions of public ops (so their gradients
 come from those ops): normalize, cosine_similarity, pairwise_distance, one_hot, label_smooth,
 sequence_mask, pixel_shuffle, pixel_unshuffle, channel_shuffle, bilinear, local_response_norm,
-instance_norm, alpha_dropout and feature_alpha_dropout.
+instance_norm, alpha_dropout, feature_alpha_dropout, temporal_shift and gather_tree.
 Each follows Paddle's formula (epsilons where Paddle puts them), checked against Paddle in
 tests/test_nn_functional_extras.py."""
 
 from __future__ import annotations
 
 import numbers
+
+import numpy as np
 
 import oarlock
 
@@ -251,7 +253,53 @@ def feature_alpha_dropout(x, p=0.5, training=True, name=None):
     return _alpha_dropout("feature_alpha_dropout", x, p, training, list(x.shape[:2]) + [1] * (x.ndim - 2))
 
 
-FUNCTIONS = (instance_norm, alpha_dropout, feature_alpha_dropout, normalize, cosine_similarity, pairwise_distance,
+def temporal_shift(x, seg_num, shift_ratio=0.25, name=None, data_format="NCHW"):
+    """TSM's shift of [N*T, C, H, W] (T = seg_num): the first shift_ratio of the channels take the previous
+    frame's values, the next shift_ratio the next frame's (zeros at the ends), the rest stay."""
+    _tensor("temporal_shift", "x", x)
+    if data_format not in ("NCHW", "NHWC"):
+        raise ValueError(f"temporal_shift: data_format must be 'NCHW' or 'NHWC', got {data_format!r}")
+    seg_num = _positive("temporal_shift", "seg_num", seg_num)
+    if x.ndim != 4 or x.shape[0] % seg_num:
+        raise ValueError(f"temporal_shift: x must be 4-D with a first axis divisible by seg_num={seg_num}, got "
+                         f"shape {x.shape}")
+    if not 0 <= shift_ratio <= 0.5:
+        raise ValueError(f"temporal_shift: shift_ratio must be in [0, 0.5], got {shift_ratio!r}")
+    channel_last = data_format == "NHWC"
+    x = _nchw(x, channel_last)
+    nt, c, h, w = x.shape
+    frames = oarlock.reshape(x, [nt // seg_num, seg_num, c, h, w])
+    c1, c2 = int(c * shift_ratio), int(c * 2 * shift_ratio)
+    zero = oarlock.zeros([nt // seg_num, 1, c, h, w], dtype=x.dtype)
+    ahead = oarlock.concat([frames[:, 1:], zero], axis=1)       # frame t takes t + 1
+    behind = oarlock.concat([zero, frames[:, :-1]], axis=1)     # frame t takes t - 1
+    out = oarlock.concat([behind[:, :, :c1], ahead[:, :, c1:c2], frames[:, :, c2:]], axis=2)
+    return _back(oarlock.reshape(out, [nt, c, h, w]), channel_last)
+
+
+def gather_tree(ids, parents):
+    """Backtrace beam search: ids and parents [max_time, batch, beam] (integers); out[t] follows the parent
+    pointers back from the last step."""
+    for arg, value in (("ids", ids), ("parents", parents)):
+        _tensor("gather_tree", arg, value)
+        if value.ndim != 3 or value.dtype.kind != "int":
+            raise ValueError(f"gather_tree: {arg} must be a 3-D integer Tensor [max_time, batch, beam], got "
+                             f"{value.shape} of {value.dtype.name}")
+    if ids.shape != parents.shape:
+        raise ValueError(f"gather_tree: ids and parents must have the same shape, got {ids.shape} and {parents.shape}")
+    step_ids, step_parents = ids.numpy(), parents.numpy()
+    steps, batch, beam = step_ids.shape
+    out = np.empty_like(step_ids)
+    if steps:
+        rows = np.arange(batch)[:, None]
+        parent = np.tile(np.arange(beam), (batch, 1))
+        for t in range(steps - 1, -1, -1):
+            out[t] = step_ids[t][rows, parent]
+            parent = step_parents[t][rows, parent]
+    return oarlock.to_tensor(out)
+
+
+FUNCTIONS = (temporal_shift, gather_tree, instance_norm, alpha_dropout, feature_alpha_dropout, normalize, cosine_similarity, pairwise_distance,
              one_hot, label_smooth, sequence_mask, pixel_shuffle, pixel_unshuffle, channel_shuffle, bilinear,
              local_response_norm)
 
