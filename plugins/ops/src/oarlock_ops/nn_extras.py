@@ -300,8 +300,8 @@ def gather_tree(ids, parents):
 
 
 FUNCTIONS = (temporal_shift, gather_tree, instance_norm, alpha_dropout, feature_alpha_dropout, normalize,
-             cosine_similarity, pairwise_distance, one_hot, label_smooth, sequence_mask, pixel_shuffle, pixel_unshuffle, channel_shuffle, bilinear,
-             local_response_norm)
+             cosine_similarity, pairwise_distance, one_hot, label_smooth, sequence_mask, pixel_shuffle,
+             pixel_unshuffle, channel_shuffle, bilinear, local_response_norm)
 
 
 def register_api(api):
