@@ -172,3 +172,29 @@ def test_bad_layout_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"save\(\): layout must be one of \['paddle', 'oarlock'\] or None .*"
                                          r"got 'torch'"):
         oarlock.save({}, tmp_path / "x.pdparams", layout="torch")
+
+
+def test_safetensors_option_exchanges_state_dicts_with_paddle(tmp_path):
+    """paddle.save / paddle.load's safetensors=True: a state dict as a safetensors file, both ways."""
+    model, _ = _oarlock_training_state()
+    oarlock.save(model, tmp_path / "ours.pdparams", safetensors=True)
+    theirs = paddle.load(str(tmp_path / "ours.pdparams"), safetensors=True)
+    assert sorted(theirs) == sorted(model)   # a safetensors file's order is its writer's (by dtype, then name)
+    for key, tensor in model.items():
+        got = theirs[key].numpy()
+        assert str(theirs[key].dtype) == f"paddle.{tensor.dtype.name}", key
+        assert (got.view(np.uint16) if tensor.dtype == oarlock.bfloat16 else got).tobytes() == \
+            tensor.numpy().tobytes(), key
+    paddle.save(_to_paddle(model), str(tmp_path / "theirs.pdparams"), safetensors=True)
+    back = oarlock.load(tmp_path / "theirs.pdparams", safetensors=True)
+    assert sorted(back) == sorted(model)
+    for key, tensor in model.items():
+        assert back[key].dtype == tensor.dtype and back[key].numpy().tobytes() == tensor.numpy().tobytes(), key
+
+
+def test_paddles_other_save_options(tmp_path):
+    with pytest.warns(DeprecationWarning, match="'pickle_protocol' is a deprecated argument"):
+        oarlock.save({"w": oarlock.ones([2])}, tmp_path / "a.pdparams", pickle_protocol=2)
+    assert (tmp_path / "a.pdparams").read_bytes()[:2] == b"\x80\x02"
+    with pytest.raises(NotImplementedError, match=r"save\(\): use_binary_format=True writes Paddle's C\+\+ format"):
+        oarlock.save(oarlock.ones([2]), tmp_path / "b.pdtensor", use_binary_format=True)

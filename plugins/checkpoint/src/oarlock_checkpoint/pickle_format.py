@@ -51,6 +51,7 @@ from oarlock_checkpoint._arrays import NUMPY_DTYPE, OARLOCK_NAME, cpu_tensor, fr
 from oarlock_checkpoint._arrays import little_endian_bytes
 from oarlock_checkpoint._files import atomic_write, reject_unknown_options
 from oarlock_checkpoint import paddle_save
+from oarlock_checkpoint import safetensors as safetensors_format
 from oarlock_checkpoint.paddle_layout import from_paddle
 from oarlock_checkpoint.safe_pickle import safe_load
 
@@ -154,14 +155,29 @@ def _choose_layout(obj, layout, path) -> str:
     return layout
 
 
-def save(obj, path, protocol: int = 4, layout: str | None = None, **configs) -> None:
+def save(obj, path, protocol: int = 4, layout: str | None = None, safetensors: bool = False,
+         pickle_protocol: int | None = None, use_binary_format: bool = False, **configs) -> None:
     """`oarlock.save(obj, path)` for this format: pickle `obj` to `path` (parent directories are made).
 
     `protocol` is the pickle protocol, 2 to 5 (Paddle's default 4; Paddle itself writes 2 to 4).
     `layout` is "paddle" (what paddle.save writes: Paddle 3.2 reads it), "oarlock" (records: every
     dtype and numpy arrays exactly, not readable by Paddle) or None, the default: "paddle" unless the
-    object holds float8 values, which Paddle's layout stores as int8 (then "oarlock", with a warning)."""
-    reject_unknown_options("save()", configs, ["protocol", "layout"])
+    object holds float8 values, which Paddle's layout stores as int8 (then "oarlock", with a warning).
+    Paddle's options: safetensors=True writes a state dict of Tensors as a safetensors file under
+    this name (anything else is still pickled, as in Paddle); pickle_protocol is the deprecated name
+    of protocol; use_binary_format=True (Paddle's C++ format of one static-graph variable) is refused."""
+    reject_unknown_options("save()", configs, ["protocol", "layout", "safetensors", "pickle_protocol",
+                                               "use_binary_format"])
+    if use_binary_format:
+        raise NotImplementedError("save(): use_binary_format=True writes Paddle's C++ format of one static-graph "
+                                  "variable, which oarlock (eager only) does not have; save without it")
+    if pickle_protocol is not None:
+        warnings.warn("save(): 'pickle_protocol' is a deprecated argument. Please use 'protocol' instead.",
+                      DeprecationWarning, stacklevel=3)
+        protocol = pickle_protocol
+    if safetensors and paddle_save.is_state_dict(obj):
+        safetensors_format.save(obj, path)
+        return
     if not isinstance(protocol, int) or isinstance(protocol, bool) or protocol not in _PROTOCOLS:
         raise ValueError(f"save(): protocol must be one of {list(_PROTOCOLS)}, got {protocol!r}")
     layout = _choose_layout(obj, layout, path)
@@ -172,7 +188,8 @@ def save(obj, path, protocol: int = 4, layout: str | None = None, **configs) -> 
         raise TypeError(f"save(): cannot pickle the object for {os.fspath(path)!r}: {exc}") from exc
 
 
-def load(path, return_numpy: bool = False, weights_only: bool = True, keep_name_table: bool = False, **configs):
+def load(path, return_numpy: bool = False, weights_only: bool = True, keep_name_table: bool = False,
+         safetensors: bool = False, **configs):
     """`oarlock.load(path)` for this format: what `save` wrote, or what paddle.load returns for a file
     Paddle's paddle.save wrote (see `paddle_layout`).
 
@@ -183,8 +200,11 @@ def load(path, return_numpy: bool = False, weights_only: bool = True, keep_name_
     Paddle writes for Tensors, and refuses anything else with UnsafePickleError (a
     pickle.UnpicklingError) without running it: safe for files from anywhere. weights_only=False opts in
     to full pickle, which builds any object and runs any code the file names: only for files you trust.
-    paddle.load has no weights_only argument (it is always full pickle)."""
-    reject_unknown_options("load()", configs, ["return_numpy", "weights_only", "keep_name_table"])
+    paddle.load has no weights_only argument (it is always full pickle). safetensors=True reads a
+    safetensors file (what save(..., safetensors=True) wrote), as Paddle's option does."""
+    reject_unknown_options("load()", configs, ["return_numpy", "weights_only", "keep_name_table", "safetensors"])
+    if safetensors:
+        return safetensors_format.load(path, return_numpy=bool(return_numpy))
     for option, value in (("weights_only", weights_only), ("keep_name_table", keep_name_table)):
         if not isinstance(value, bool):
             raise TypeError(f"load(): {option} must be True or False, got {value!r}")
