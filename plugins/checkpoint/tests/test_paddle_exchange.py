@@ -188,6 +188,10 @@ def test_safetensors_option_exchanges_state_dicts_with_paddle(tmp_path):
     paddle.save(_to_paddle(model), str(tmp_path / "theirs.pdparams"), safetensors=True)
     back = oarlock.load(tmp_path / "theirs.pdparams", safetensors=True)
     assert sorted(back) == sorted(model)
+    oarlock.save(model, tmp_path / "m.safetensors", safetensors=True)   # the flag and the suffix agree
+    assert sorted(oarlock.load(tmp_path / "m.safetensors", safetensors=True)) == sorted(model)
+    with pytest.raises(ValueError, match="safetensors=False for a path the safetensors format handles"):
+        oarlock.load(tmp_path / "m.safetensors", safetensors=False)
     for key, tensor in model.items():
         assert back[key].dtype == tensor.dtype and back[key].numpy().tobytes() == tensor.numpy().tobytes(), key
 

@@ -191,13 +191,22 @@ def load_metadata(filename) -> dict:
 
 
 # -- the CheckpointFormat entry points (oarlock.save / oarlock.load) -------------------------------------
-def save(obj, path, metadata=None, **options) -> None:
+def _paddle_flag(safetensors, where: str) -> None:
+    """Paddle's save/load option safetensors=True says what this format is anyway; False contradicts it."""
+    if safetensors is not True:
+        raise ValueError(f"{where}: safetensors={safetensors!r} for a path the safetensors format handles; pass "
+                         f"format='pickle' for a pickle file")
+
+
+def save(obj, path, metadata=None, safetensors=True, **options) -> None:
     """`oarlock.save(state_dict, "m.safetensors", metadata=None)`: a flat dict of str -> Tensor/array."""
-    reject_unknown_options("save() to safetensors", options, ["metadata"])
+    reject_unknown_options("save() to safetensors", options, ["metadata", "safetensors"])
+    _paddle_flag(safetensors, "save() to safetensors")
     save_file(obj, path, metadata)
 
 
-def load(path, return_numpy: bool = False, **options) -> dict:
+def load(path, return_numpy: bool = False, safetensors=True, **options) -> dict:
     """`oarlock.load("m.safetensors", return_numpy=False)`: a dict of Tensors (or numpy arrays)."""
-    reject_unknown_options("load() from safetensors", options, ["return_numpy"])
+    reject_unknown_options("load() from safetensors", options, ["return_numpy", "safetensors"])
+    _paddle_flag(safetensors, "load() from safetensors")
     return load_file(path, return_numpy)
