@@ -13,6 +13,7 @@ aoa_syntax.py, aoa.py   the AoA statement language and its slice algebra
 plan.py      who reads which file, which pieces move where (the same on every rank)
 load.py      load_state_dict: read, check, exchange, stage; all or nothing across the ranks
 merge.py     merge_sharded_state_dict / load_merged_state_dict: whole tensors, Hugging Face layout
+paddle_format.py  Paddle 3.2's own layout (pickled N.metadata, R_N.distcp): read, and written by format="paddle"
 """
 
 from oarlock_checkpoint.flex.load import load_state_dict
