@@ -8,8 +8,8 @@ from oarlock_checkpoint import pickle_format, safetensors
 
 FORMATS = (
     CheckpointFormat("pickle", save=pickle_format.save, load=pickle_format.load, suffixes=pickle_format.SUFFIXES,
-                     default=True, description="Paddle-style pickle of any nested object (state dicts, optimizer "
-                                               "states, tensors); load only trusted files"),
+                     default=True, description="paddle.save's pickle of any nested object (state dicts, optimizer "
+                                               "states, tensors), which Paddle 3.2 loads; loaded safely by default"),
     CheckpointFormat("safetensors", save=safetensors.save, load=safetensors.load, suffixes=safetensors.SUFFIXES,
                      description="flat dict of tensors in the safetensors layout; no code, safe to load"),
 )
