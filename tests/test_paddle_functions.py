@@ -55,6 +55,20 @@ CASES = {
     "searchsorted_right": ("searchsorted", (SORTED, SORTED[[0, 2, 2, 5]].copy()), {"right": True}, False),
     "bucketize": ((A, SORTED), {"out_int32": True}, False),
     "tril_indices": ((4, 3, 1), {}, False), "triu_indices": ((3, 5, -1), {}, False),
+    "rot90": ((X3,), {"k": 1, "axes": [1, 2]}, True), "rot90_neg": ("rot90", (A,), {"k": -1}, True),
+    "rot90_2": ("rot90", (A,), {"k": 2}, True),
+    "heaviside": ((np.array([-1.5, 0, 2], np.float32), np.array([0.5, 0.25, 0.75], np.float32)), {}, False),
+    "copysign": ((A, -B), {}, False), "copysign_scalar": ("copysign", (A, -1.5), {}, True), "hypot": ((A, B), {}, True), "sinc": ((np.append(A.ravel(), 0),), {}, True),
+    "diagflat": ((A[:2, :2].copy(),), {"offset": -1}, True), "vander": ((V,), {"n": 3, "increasing": True}, True),
+    "block_diag": (([A, V, np.array(2.0, np.float32)],), {}, True), "cartesian_prod": (([V[:2].copy(), V],), {}, True),
+    "unique": ((np.array([3, 1, 2, 3, 1], np.int64),), {"return_index": True, "return_inverse": True,
+                                                         "return_counts": True}, False),
+    "unique_axis": ("unique", (np.array([[1, 2], [1, 2], [0, 5]], np.int64),), {"axis": 0}, False),
+    "unique_consecutive": ((np.array([1, 1, 2, 2, 3, 1, 1], np.int64),), {"return_inverse": True,
+                                                                          "return_counts": True}, False),
+    "bincount": ((np.array([0, 1, 1, 4], np.int64),), {"minlength": 6}, False),
+    "bincount_weights": ("bincount", (np.array([0, 1, 1, 3], np.int64), V), {}, False),
+    "logspace": ((0.0, 2.0, 5), {"base": 2.0}, False),
     "einsum": (("bij,bjk->bik", X3, R.standard_normal((2, 4, 3)).astype(np.float32)), {}, True),
     "einsum_ellipsis": ("einsum", ("...j,j->...", X3, V), {}, True),
 }
@@ -168,3 +182,13 @@ def test_fp8_gemm_against_float64_numpy():
     np.testing.assert_allclose(out.astype("float32").numpy(), expected, rtol=1e-2, atol=1e-2)
     with pytest.raises(TypeError, match="x must be float8_e4m3fn or float8_e5m2, got float32"):
         oarlock.linalg.fp8_fp8_half_gemm_fused(oarlock.to_tensor(A), y)
+
+
+def test_constants_and_tensor_methods_match_paddle(paddle):
+    for name in ("e", "pi", "inf"):
+        assert getattr(oarlock, name) == getattr(paddle, name)
+    assert np.isnan(oarlock.nan) and oarlock.newaxis is paddle.newaxis is None
+    x, px = oarlock.to_tensor(A), paddle.to_tensor(A)
+    assert int(x.rank()) == int(px.rank()) and x.matrix_transpose().shape == px.matrix_transpose().shape
+    np.testing.assert_allclose(x.cov().numpy(), px.cov().numpy(), rtol=1e-5)
+    assert x.atleast_3d().shape == px.atleast_3d().shape

@@ -167,6 +167,18 @@ def register(ops):
     ops.kernel("einsum")(_einsum_kernel)
 
 
+def _late_method(name):
+    def method(self, *args, **kwargs):
+        return getattr(oarlock, name)(self, *args, **kwargs)
+    method.__name__ = name
+    method.__doc__ = f"oarlock.{name} with this tensor as its first argument."
+    return method
+
+
+TENSOR_TOO = ("add_n", "atleast_1d", "atleast_2d", "atleast_3d", "broadcast_shape", "broadcast_tensors", "concat",
+              "stack", "is_tensor", "rank", "slice", "cov", "corrcoef", "matrix_transpose", "create_parameter")
+
+
 def register_api(api):
     from oarlock_ops import paddle_functions
     api.export("oarlock", "einsum", einsum)
@@ -175,5 +187,16 @@ def register_api(api):
         if fn.__name__ not in paddle_functions.NOT_METHODS:
             api.export("Tensor", fn.__name__, fn)
     api.export("oarlock", "row_stack", paddle_functions.row_stack)
+    from oarlock_ops import paddle_functions_more as more
+    for fn in more.FUNCTIONS:
+        api.export("oarlock", fn.__name__, fn)
+        if fn.__name__ not in more.NOT_METHODS:
+            api.export("Tensor", fn.__name__, fn)
+    for name, value in more.CONSTANTS.items():
+        api.export("oarlock", name, value)
+    # top-level functions that Paddle 3.2 also has as Tensor methods (resolved when called: some come from
+    # plugins registered after this one)
+    for name in TENSOR_TOO:
+        api.export("Tensor", name, _late_method(name))
     from oarlock_ops.tensor_module import TensorFunctionOrModule
     api.export("oarlock", "tensor", TensorFunctionOrModule(oarlock.ops.creation.tensor))
