@@ -49,6 +49,9 @@ def register(api) -> None:
     api.export("Tensor", "is_distributed", property(
         marks.is_distributed, lambda t, value: marks.mark(t, is_distributed=bool(value)),
         doc="Whether this tensor is one rank's slice of a tensor-parallel weight (Paddle's attribute)."))
+    from oarlock_parallel import dp_group_utils
+    for name in dp_group_utils.__all__:
+        api.export("oarlock.distributed.fleet.utils.hybrid_parallel_util", name, getattr(dp_group_utils, name))
     for name in fleet_object.__all__:
         api.export("oarlock.distributed.fleet", name, getattr(fleet_object, name))
     for namespace, (module, names) in PATHS.items():
