@@ -99,7 +99,9 @@ class GroupShardedStage3(Layer):
             parts = []
             for p in sub.parameters(include_sublayers=False):
                 shared = len(owners[id(p)]) > 1      # used by two sublayers: cannot be freed after one of them
-                if self._excluded(sub) or shared or p.size <= self._segment_size:
+                # a parameter that takes no gradient (BatchNorm's running statistics) is state the forward
+                # writes in place: partitioned, the write would go to a gathered copy and be lost
+                if self._excluded(sub) or shared or p.size <= self._segment_size or p.stop_gradient:
                     if p.trainable and all(q is not p for q in self._unslice_params):
                         self._unslice_params.append(p)
                     continue

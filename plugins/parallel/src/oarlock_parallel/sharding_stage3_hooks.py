@@ -170,7 +170,13 @@ def _replay_state(layer):
     """What a recompute must replay: the generator, the tensor-parallel tracker's states, the buffers and
     the autocast state (backward may run outside the auto_cast block the forward ran in)."""
     return (oarlock.get_rng_state(), get_rng_state_tracker().get_states_tracker(),
-            [b.clone() for b in layer.buffers()], AUTOCAST.state())
+            [b.clone() for b in _forward_state(layer)], AUTOCAST.state())
+
+
+def _forward_state(layer):
+    """What a forward writes in place: buffers and the parameters that take no gradient (BatchNorm's running
+    statistics are such parameters, as in Paddle)."""
+    return list(layer.buffers()) + [p for p in layer.parameters() if p.stop_gradient]
 
 
 def _restore(layer, state):
@@ -179,7 +185,7 @@ def _restore(layer, state):
     get_rng_state_tracker().set_states_tracker(tracked)
     set_autocast(*autocast)
     with oarlock.no_grad():
-        for b, saved in zip(layer.buffers(), buffers):
+        for b, saved in zip(_forward_state(layer), buffers):
             b.set_value(saved)
 
 

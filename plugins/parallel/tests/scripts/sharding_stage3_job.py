@@ -314,7 +314,9 @@ def first_rank_weights_and_buffers_win(group, failures):
     wrapped.get_all_parameters()
     for i, (name, p) in enumerate(model.named_parameters()):
         close(failures, f"synced {name}", p, np.full(p.shape, i, dtype="float32"))
-    mean = model[1]._mean
+    # a registered buffer (BatchNorm's statistics are parameters, as in Paddle, which syncs only buffers here)
+    model[1].register_buffer("probe", oarlock.zeros([8]))
+    mean = model[1].probe
     mean.set_value(np.full(mean.shape, rank + 1.0, dtype="float32"))
     wrapped.eval()
     wrapped(oarlock.ones([2, 8]))
