@@ -324,7 +324,8 @@ def _reflect(coord, size, align_corners):
     return oarlock.clip(oarlock.where(even, extra + low, span - extra + low), 0, size - 1)
 
 
-def _source(coord, size, padding_mode, align_corners):
+def _grid_source(coord, size, padding_mode, align_corners):
+    """Pixel positions from grid_sample's normalised ones, after the padding mode."""
     coord = _unnormalize(coord, size, align_corners)
     if padding_mode == "border":
         return oarlock.clip(coord, 0, size - 1)
@@ -358,8 +359,8 @@ def grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=Tr
     n, c, height, width = x.shape
     out_h, out_w = grid.shape[1], grid.shape[2]
     points = oarlock.reshape(grid, [n, out_h * out_w, 2])
-    ix = _source(points[:, :, 0], width, padding_mode, align_corners)
-    iy = _source(points[:, :, 1], height, padding_mode, align_corners)
+    ix = _grid_source(points[:, :, 0], width, padding_mode, align_corners)
+    iy = _grid_source(points[:, :, 1], height, padding_mode, align_corners)
     x_flat = oarlock.reshape(x, [n, c, height * width])
     if mode == "nearest":
         out = _taps(x_flat, oarlock.round(ix).detach(), oarlock.round(iy).detach(), width, height,
