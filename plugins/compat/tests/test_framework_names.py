@@ -328,3 +328,11 @@ def test_dtype_conversion_methods_and_tensor_module_match_paddle(paddle):
     assert oarlock.tensor.math.add is oarlock.add and oarlock.tensor.creation.to_tensor is oarlock.to_tensor
     with pytest.raises(AttributeError, match="oarlock.tensor has no attribute 'no_such_fn'"):
         oarlock.tensor.no_such_fn
+
+
+def test_device_build_queries_match_paddle(paddle):
+    # the CPU Paddle wheel and oarlock's installed plugins give the same answers to these
+    for name in ("is_compiled_with_xpu", "is_compiled_with_rocm", "is_compiled_with_ipu", "is_compiled_with_cinn",
+                 "is_compiled_with_distribute", "get_cudnn_version"):
+        assert getattr(oarlock.device, name)() == getattr(paddle.device, name)(), name
+    assert oarlock.is_compiled_with_xpu() is oarlock.base.core.is_compiled_with_xpu() is False

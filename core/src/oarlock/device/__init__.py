@@ -24,8 +24,10 @@ from oarlock.device.memory import (empty_cache, get_device_properties, max_memor
                                    reset_max_memory_reserved)
 from oarlock.device.places import (CPUPlace, CUDAPlace, CustomPlace, Place, default_place, device_count,
                                    device_guard, get_all_custom_device_type, get_all_device_type,
-                                   get_available_custom_device, get_available_device, get_device,
-                                   is_compiled_with_cuda, is_compiled_with_custom_device, set_device,
+                                   get_available_custom_device, get_available_device, get_cudnn_version,
+                                   get_device, is_compiled_with_cinn, is_compiled_with_cuda,
+                                   is_compiled_with_custom_device, is_compiled_with_distribute,
+                                   is_compiled_with_ipu, is_compiled_with_rocm, is_compiled_with_xpu, set_device,
                                    split_device_string)
 from oarlock.device.streams import Event, Stream, current_stream, set_stream, stream_guard, synchronize
 
@@ -34,7 +36,9 @@ from oarlock.device import cuda  # noqa: E402,I001  (after the names it builds o
 __all__ = [
     "Place", "Backend", "set_device", "get_device", "CPUPlace", "CUDAPlace", "CustomPlace",
     "get_all_device_type", "get_all_custom_device_type", "get_available_custom_device", "get_available_device",
-    "is_compiled_with_custom_device", "is_compiled_with_cuda", "device_count", "device_guard",
+    "is_compiled_with_custom_device", "is_compiled_with_cuda", "is_compiled_with_xpu", "is_compiled_with_rocm",
+    "is_compiled_with_ipu", "is_compiled_with_cinn", "is_compiled_with_distribute", "get_cudnn_version",
+    "device_count", "device_guard",
     "memory_allocated", "max_memory_allocated", "reset_max_memory_allocated", "memory_reserved",
     "max_memory_reserved", "reset_max_memory_reserved", "empty_cache", "synchronize", "get_device_properties",
     "DeviceProperties", "Stream", "Event", "current_stream", "set_stream", "stream_guard", "HostStream",

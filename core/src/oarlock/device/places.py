@@ -164,6 +164,36 @@ def is_compiled_with_cuda() -> bool:
     return "gpu" in _registry().backends
 
 
+def is_compiled_with_xpu() -> bool:
+    """Whether a plugin provides the "xpu" device type."""
+    return "xpu" in _registry().backends
+
+
+def is_compiled_with_rocm() -> bool:
+    """False: no oarlock device plugin is built on ROCm (Paddle's question about its own build)."""
+    return False
+
+
+def is_compiled_with_ipu() -> bool:
+    """False: no oarlock device plugin targets Graphcore IPUs."""
+    return False
+
+
+def is_compiled_with_cinn() -> bool:
+    """False: oarlock has no CINN compiler (code runs eagerly)."""
+    return False
+
+
+def is_compiled_with_distribute() -> bool:
+    """Whether a plugin provides a collective-communication backend (oarlock.distributed can run)."""
+    return bool(_registry().comms)
+
+
+def get_cudnn_version() -> int | None:
+    """None: oarlock's GPU plugin does not use cuDNN (Paddle answers None without a cuDNN build too)."""
+    return None
+
+
 def device_count(device_type: str | None = None) -> int:
     """How many devices of `device_type` ("gpu", "cuda", a custom type) can be used; 0 for a type no plugin
     provides. None: the gpu count when oarlock-cuda is installed, else that of the first custom type."""

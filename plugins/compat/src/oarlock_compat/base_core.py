@@ -19,30 +19,11 @@ DataType = type("DataType", (), {
     **{member: oarlock.dtypes.convert_dtype(name) for member, name in _DATA_TYPES.items()}})
 
 
-def is_compiled_with_cuda() -> bool:
-    """Whether a plugin provides the "gpu" device (CUDA)."""
-    return oarlock.is_compiled_with_cuda()
-
-
-def is_compiled_with_xpu() -> bool:
-    """Whether a plugin provides the "xpu" device."""
-    return "xpu" in oarlock.device.get_all_device_type()
-
-
-def is_compiled_with_rocm() -> bool:
-    """False: no oarlock plugin targets ROCm."""
-    return False
-
-
-def is_compiled_with_custom_device(device_type: str) -> bool:
-    """Whether a plugin provides the custom device type `device_type`."""
-    return oarlock.device.is_compiled_with_custom_device(device_type)
-
-
-def is_compiled_with_distribute() -> bool:
-    """Whether collective communication is installed (a plugin provides oarlock.distributed)."""
-    from oarlock.registry import default_registry
-    return bool(default_registry().comms)
+is_compiled_with_cuda = oarlock.device.is_compiled_with_cuda
+is_compiled_with_xpu = oarlock.device.is_compiled_with_xpu
+is_compiled_with_rocm = oarlock.device.is_compiled_with_rocm
+is_compiled_with_custom_device = oarlock.device.is_compiled_with_custom_device
+is_compiled_with_distribute = oarlock.device.is_compiled_with_distribute
 
 
 # name -> object, for both core namespaces; the places are functions returning interned places
