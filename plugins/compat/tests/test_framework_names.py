@@ -320,6 +320,15 @@ def test_dtype_conversion_methods_and_tensor_module_match_paddle(paddle):
     for query in ("is_dense", "is_dist", "is_sparse", "is_sparse_coo", "is_sparse_csr", "is_selected_rows"):
         assert getattr(ours, query)() is getattr(theirs, query)(), query
     assert ours.is_same_shape(ours) and not ours.is_same_shape(ours.T)
+    assert str(ours.type) == str(theirs.type) == "VarType.DENSE_TENSOR"
+    assert ours.data is not ours and np.array_equal(ours.data.numpy(), theirs.data.numpy())
+    ours.data, theirs.data = oarlock.to_tensor(data * 2), paddle.to_tensor(data * 2)
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    np.testing.assert_array_equal(ours.apply(lambda t: t + 1).numpy(), theirs.apply(lambda t: t + 1).numpy())
+    assert ours.apply_(lambda t: t * 3) is ours and theirs.apply_(lambda t: t * 3) is theirs
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    with pytest.raises(RuntimeError, match="requires gradient"):
+        oarlock.to_tensor([1.0], stop_gradient=False).apply(lambda t: t)
     # paddle.tensor: the creation function and the module of tensor functions at once
     assert oarlock.tensor([1, 2]).tolist() == paddle.tensor([1, 2]).tolist()
     assert str(oarlock.tensor([1.5]).dtype) == str(paddle.tensor([1.5]).dtype)

@@ -34,6 +34,9 @@ class VarType(enum.IntEnum):
     COMPLEX64 = 23
     COMPLEX128 = 24
 
+    def __str__(self):
+        return f"VarType.{self.name}"   # Paddle's spelling (an IntEnum would print the number)
+
 
 VarDesc = type("VarDesc", (), {"VarType": VarType, "__doc__": "Paddle's core.VarDesc: holds the VarType enum."})
 

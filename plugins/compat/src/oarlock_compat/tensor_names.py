@@ -196,6 +196,42 @@ def _always(answer, what):
     return query
 
 
+def _data(self):
+    """The tensor's values without its graph (x.data is a detached tensor sharing the storage)."""
+    return self.detach()
+
+
+def _set_data(self, value):
+    self.set_value(value)
+
+
+def _apply_checked(self, fn, where):
+    if not self.stop_gradient:
+        raise RuntimeError(f"Tensor.{where}(): cannot apply a function to a tensor that requires gradient "
+                           f"(stop_gradient=False)")
+    if not callable(fn):
+        raise TypeError(f"Tensor.{where}(): func must be callable, got {type(fn).__name__}")
+    with oarlock.no_grad():
+        return fn(self)
+
+
+def apply(self, func):
+    """func(self) under no_grad, for a tensor that requires no gradient."""
+    return _apply_checked(self, func, "apply")
+
+
+def apply_(self, func):
+    """self set to func(self) under no_grad; returns self."""
+    self.set_value(_apply_checked(self, func, "apply_"))
+    return self
+
+
+def _type(self):
+    """Paddle's tensor kind: VarType.DENSE_TENSOR (every oarlock tensor is dense)."""
+    from oarlock_compat.framework_extras import VarType
+    return VarType.DENSE_TENSOR
+
+
 TOP = {"is_tensor": is_tensor, "numel": numel, "rank": rank, "shape": shape, "is_empty": is_empty,
        "tolist": tolist, "broadcast_shape": broadcast_shape, "is_floating_point": is_floating_point,
        "is_integer": is_integer, "create_parameter": create_parameter}
@@ -211,5 +247,7 @@ METHODS = {"value": value, "contiguous": contiguous, "is_contiguous": is_contigu
            "is_sparse_csr": _always(False, "oarlock has no sparse tensors"),
            "is_selected_rows": _always(False, "oarlock has no SelectedRows"),
            **{method: _conversion(method, dtype) for method, dtype in CONVERSIONS.items()},
+           "apply": apply, "apply_": apply_,
+           "data": property(_data, _set_data, doc=_data.__doc__), "type": property(_type, doc=_type.__doc__),
            "mT": property(_mT, doc=_mT.__doc__), "strides": property(get_strides, doc=get_strides.__doc__),
            "_place_str": property(lambda self: repr(self.place), doc="repr of the tensor's place")}
