@@ -193,3 +193,32 @@ def test_ctc_loss_blank_and_empty_label_like_torch(torch):
     with pytest.raises(ValueError, match=r"ctc_loss: input_lengths must be in \[1, 6\]"):
         F.ctc_loss(ours, oarlock.to_tensor(labels), oarlock.to_tensor(np.array([7, 6, 4])),
                    oarlock.to_tensor(label_lengths))
+
+
+@pytest.mark.parametrize("num_classes", [2, 6, 9])
+def test_hsigmoid_loss_default_tree(paddle, num_classes):
+    labels = RNG.integers(0, num_classes, (5, 1))
+    arrays = [_x(5, 4), _x(num_classes - 1, 4), _x(num_classes - 1, 1)]
+    compare(paddle, lambda x, w, b: F.hsigmoid_loss(x, oarlock.to_tensor(labels), num_classes, w, b),
+            lambda x, w, b: paddle.nn.functional.hsigmoid_loss(x, paddle.to_tensor(labels), num_classes, w, b),
+            arrays, atol=1e-5)
+    theirs, ours = paddle.nn.HSigmoidLoss(4, num_classes), nn.HSigmoidLoss(4, num_classes)
+    assert {k: v.shape for k, v in ours.state_dict().items()} == {k: v.shape for k, v in theirs.state_dict().items()}
+    ours.set_state_dict({k: oarlock.to_tensor(v.numpy()) for k, v in theirs.state_dict().items()})
+    compare(paddle, lambda x: ours(x, oarlock.to_tensor(labels)), lambda x: theirs(x, paddle.to_tensor(labels)),
+            [arrays[0]], atol=1e-5)
+
+
+def test_hsigmoid_loss_custom_paths(paddle):
+    table = np.array([[0, 1, -1], [0, 2, 3], [0, 1, 4]])
+    code = np.array([[1, 0, 0], [0, 1, 1], [1, 1, 0]])
+    labels = np.array([[0], [1], [2]])
+
+    def call(framework, function):
+        return lambda x, w, b: function(x, framework.to_tensor(labels), 6, w, b, framework.to_tensor(table),
+                                        framework.to_tensor(code))
+    compare(paddle, call(oarlock, F.hsigmoid_loss), call(paddle, paddle.nn.functional.hsigmoid_loss),
+            [_x(3, 4), _x(5, 4), _x(5, 1)], atol=1e-5)
+    with pytest.raises(ValueError, match="hsigmoid_loss: give path_table and path_code together"):
+        F.hsigmoid_loss(oarlock.ones([3, 4]), oarlock.to_tensor(labels), 6, oarlock.ones([5, 4]),
+                        path_table=oarlock.to_tensor(table))

@@ -2,8 +2,8 @@
 their gradients come from those ops): margin_ranking_loss, hinge_embedding_loss, soft_margin_loss,
 multi_label_soft_margin_loss, triplet_margin_loss, triplet_margin_with_distance_loss, poisson_nll_loss,
 gaussian_nll_loss, sigmoid_focal_loss, dice_loss, npair_loss, log_loss, square_error_cost,
-cosine_embedding_loss, multi_margin_loss, multi_label_margin_loss and softmax_with_cross_entropy (the legacy
-name).
+cosine_embedding_loss, multi_margin_loss, multi_label_margin_loss, hsigmoid_loss and softmax_with_cross_entropy
+(the legacy name).
 
 One departure: gaussian_nll_loss passes the gradient to `variance` through the epsilon clamp (as PyTorch
 does); Paddle 3.2 clamps under no_grad and so gives variance no gradient at all.
@@ -292,6 +292,63 @@ FUNCTIONS = (margin_ranking_loss, hinge_embedding_loss, soft_margin_loss, multi_
              triplet_margin_loss, triplet_margin_with_distance_loss, poisson_nll_loss, gaussian_nll_loss,
              sigmoid_focal_loss, dice_loss, npair_loss, log_loss, square_error_cost, cosine_embedding_loss,
              multi_margin_loss, multi_label_margin_loss, softmax_with_cross_entropy)
+
+
+
+
+def _default_paths(labels, num_classes):
+    """Paddle's SimpleCode: class c is leaf c + num_classes of a complete binary tree; its path visits the
+    nodes (code >> (j + 1)) - 1 with the bits (code >> j) & 1, j < bit_length(code) - 1."""
+    codes = labels.astype(np.int64) + num_classes
+    lengths = np.floor(np.log2(codes)).astype(np.int64)
+    width = int(num_classes - 1).bit_length()   # Paddle's code width: the longest path of any class
+    j = np.arange(width)[None, :]
+    valid = j < lengths[:, None]
+    table = np.where(valid, (codes[:, None] >> (j + 1)) - 1, -1)
+    code = np.where(valid, (codes[:, None] >> j) & 1, 0)
+    return table, code
+
+
+def hsigmoid_loss(input, label, num_classes, weight, bias=None, path_table=None, path_code=None,  # noqa: A002
+                  is_sparse=False, name=None):
+    """Hierarchical sigmoid: per sample, the sum over its tree path of log(1 + exp(z)) - bit * z, z = x . w_node
+    + b_node clipped to [-40, 40] (plus Paddle's log 2 per padding slot); the default tree is Paddle's
+    SimpleCode over num_classes leaves, or path_table / path_code give custom paths (-1 ends a path).
+    Shape [N, 1]."""
+    for arg, value in (("input", input), ("label", label), ("weight", weight)):
+        _tensor("hsigmoid_loss", arg, value)
+    if input.ndim != 2 or weight.ndim != 2 or weight.shape[1] != input.shape[1]:
+        raise ValueError(f"hsigmoid_loss: expected input [N, D] and weight [nodes, D], got {input.shape} and "
+                         f"{weight.shape}")
+    labels = label.numpy().reshape(-1)
+    if (path_table is None) != (path_code is None):
+        raise ValueError("hsigmoid_loss: give path_table and path_code together (a custom tree) or neither")
+    if path_table is None:
+        if num_classes < 2 or labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+            raise ValueError(f"hsigmoid_loss: labels must be in [0, num_classes={num_classes}), got values from "
+                             f"{labels.min()} to {labels.max()}")
+        table, code = _default_paths(labels, num_classes)
+    else:
+        table, code = path_table.numpy().astype(np.int64), path_code.numpy().astype(np.int64)
+        code = np.where(table >= 0, code, 0)
+    valid = table >= 0
+    nodes = oarlock.to_tensor(np.where(valid, table, 0))                            # [N, L]
+    w = oarlock.gather(weight, oarlock.reshape(nodes, [-1]), axis=0)               # [N*L, D]
+    w = oarlock.reshape(w, [table.shape[0], table.shape[1], weight.shape[1]])
+    z = oarlock.sum(w * oarlock.unsqueeze(input, 1), axis=-1)                      # [N, L]
+    if bias is not None:
+        z = z + oarlock.reshape(oarlock.gather(oarlock.reshape(bias, [-1]), oarlock.reshape(nodes, [-1])), z.shape)
+    z = oarlock.clip(z, -40.0, 40.0)
+    mask = oarlock.cast(oarlock.to_tensor(valid), input.dtype)
+    bits = oarlock.cast(oarlock.to_tensor(code), input.dtype)
+    per_node = (oarlock.nn.functional.softplus(z, threshold=1e30) - bits * z) * mask
+    # Paddle's kernel also counts softplus(0) = log 2 for every padding slot of the code matrix: kept, so the
+    # values agree (a constant per sample; the gradients are unaffected)
+    padding = oarlock.to_tensor((~valid).sum(axis=1, keepdims=True) * math.log(2.0)).astype(input.dtype)
+    return oarlock.sum(per_node, axis=1, keepdim=True) + padding
+
+
+FUNCTIONS += (hsigmoid_loss,)
 
 
 def register_api(api):

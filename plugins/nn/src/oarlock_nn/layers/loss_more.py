@@ -1,8 +1,9 @@
 """The rest of Paddle 3.2's loss layers: MarginRankingLoss, HingeEmbeddingLoss, SoftMarginLoss,
 MultiLabelSoftMarginLoss, TripletMarginLoss, TripletMarginWithDistanceLoss, PoissonNLLLoss, GaussianNLLLoss,
-CosineEmbeddingLoss, MultiMarginLoss, MultiLabelMarginLoss and CTCLoss. Each keeps Paddle's constructor arguments and
-passes its inputs (as many as its functional takes: (input, label), (input, other, label), (input, positive,
-negative), ...) to the oarlock.nn.functional loss of the same name, with `reduction` checked at construction."""
+CosineEmbeddingLoss, MultiMarginLoss, MultiLabelMarginLoss, CTCLoss and HSigmoidLoss. Each keeps Paddle's
+constructor arguments and passes its inputs (as many as its functional takes: (input, label), (input, other,
+label), (input, positive, negative), ...) to the oarlock.nn.functional loss of the same name, with `reduction`
+checked at construction."""
 
 from __future__ import annotations
 
@@ -147,6 +148,28 @@ class CTCLoss(Layer):
         return F.ctc_loss(log_probs, labels, input_lengths, label_lengths, self.blank, self.reduction, norm_by_times)
 
 
+class HSigmoidLoss(Layer):
+    """HSigmoidLoss(feature_size, num_classes, weight_attr=None, bias_attr=None, is_custom=False, is_sparse=False):
+    weight [num_classes - 1, feature_size] ([num_classes, ...] with is_custom), bias [same, 1];
+    forward(input, label, path_table=None, path_code=None) is F.hsigmoid_loss."""
+
+    def __init__(self, feature_size, num_classes, weight_attr=None, bias_attr=None, is_custom=False, is_sparse=False,
+                 name=None):
+        super().__init__()
+        if (num_classes < 2 and not is_custom) or num_classes < 1 or feature_size < 1:
+            raise ValueError(f"HSigmoidLoss: need feature_size >= 1 and num_classes >= 2 (>= 1 with is_custom), got "
+                             f"{feature_size} and {num_classes}")
+        self._feature_size, self._num_classes, self._is_custom = feature_size, num_classes, is_custom
+        self._is_sparse, self._name = is_sparse, name
+        nodes = num_classes if is_custom else num_classes - 1
+        self.weight = self.create_parameter([nodes, feature_size], attr=weight_attr)
+        self.bias = self.create_parameter([nodes, 1], attr=bias_attr, is_bias=True)
+
+    def forward(self, input, label, path_table=None, path_code=None):  # noqa: A002
+        return F.hsigmoid_loss(input, label, self._num_classes, self.weight, self.bias, path_table=path_table,
+                               path_code=path_code, is_sparse=self._is_sparse)
+
+
 EXPORTS = {"oarlock.nn": [MarginRankingLoss, HingeEmbeddingLoss, SoftMarginLoss, MultiLabelSoftMarginLoss,
                           TripletMarginLoss, TripletMarginWithDistanceLoss, PoissonNLLLoss, GaussianNLLLoss,
-                          CosineEmbeddingLoss, MultiMarginLoss, MultiLabelMarginLoss, CTCLoss]}
+                          CosineEmbeddingLoss, MultiMarginLoss, MultiLabelMarginLoss, CTCLoss, HSigmoidLoss]}
