@@ -67,6 +67,11 @@ PIL_CASES = [
     ("pad_symmetric", lambda M: M.Pad(4, padding_mode="symmetric")),
     ("grayscale", lambda M: M.Grayscale()),
     ("grayscale3", lambda M: M.Grayscale(3)),
+    ("brightness", lambda M: M.BrightnessTransform(0.4)),
+    ("contrast", lambda M: M.ContrastTransform(0.7)),
+    ("saturation", lambda M: M.SaturationTransform(0.6)),
+    ("hue", lambda M: M.HueTransform(0.3)),
+    ("color_jitter", lambda M: M.ColorJitter(0.4, 0.4, 0.4, 0.2)),
     ("compose", lambda M: M.Compose([M.RandomResizedCrop(24), M.RandomHorizontalFlip(), M.ToTensor(),
                                      M.Normalize(mean=0.5, std=0.25)])),
 ]
@@ -139,7 +144,37 @@ def test_numpy_images_without_opencv():
         assert np.abs(F.resize(hwc, size).astype(int) - np.rint(got)).max() <= 1  # uint8: rounded
 
 
+def test_numpy_colour_as_paddles_opencv_code(monkeypatch):
+    """Paddle's own OpenCV-backend colour functions (their lookup tables and blends), run with a shim for the
+    three OpenCV calls they make (LUT: table indexing; BGR2GRAY: 0.114 B + 0.587 G + 0.299 R), on the same
+    numpy generator state as ours."""
+    import sys
+    import types
+
+    from paddle.vision.transforms import functional_cv2 as FC
+
+    shim = types.SimpleNamespace(
+        LUT=lambda img, table: table[img], COLOR_BGR2GRAY=6,
+        cvtColor=lambda img, code: img[..., 0] * np.float32(0.114) + img[..., 1] * np.float32(0.587)
+        + img[..., 2] * np.float32(0.299))
+    monkeypatch.setitem(sys.modules, "cv2", shim)
+    hwc = np.asarray(_image(seed=6))
+    F = T.functional
+    for name, factor in (("adjust_brightness", 1.3), ("adjust_brightness", 0.4), ("adjust_contrast", 1.6),
+                         ("adjust_contrast", 0.3), ("adjust_saturation", 0.5), ("adjust_saturation", 1.8)):
+        np.random.seed(7)
+        expected = getattr(FC, name)(hwc, factor)
+        np.random.seed(7)
+        got = getattr(F, name)(hwc, factor)
+        assert got.dtype == expected.dtype == np.uint8
+        assert np.abs(got.astype(int) - expected.astype(int)).max() <= 1, name  # float32 sums' order
+
+
 def test_bad_arguments_are_named():
+    raises_naming(lambda: T.functional.adjust_hue(np.zeros((2, 2, 3), np.uint8), 0.1), TypeError, "adjust_hue",
+                  "ndarray")
+    raises_naming(lambda: T.functional.adjust_hue(_image(), 0.7), ValueError, "adjust_hue", "hue_factor", "0.7")
+    raises_naming(lambda: T.BrightnessTransform(-1), ValueError, "brightness", "-1")
     raises_naming(lambda: T.functional.resize("not an image", 3), TypeError, "resize", "str")
     raises_naming(lambda: T.functional.resize(np.zeros((4, 4, 3), np.uint8), 2, "lanczos"), ValueError, "resize",
                   "interpolation", "lanczos")

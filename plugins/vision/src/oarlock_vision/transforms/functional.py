@@ -18,9 +18,9 @@ import oarlock
 import oarlock.nn.functional as NF
 
 try:
-    from PIL import Image, ImageOps
+    from PIL import Image, ImageEnhance, ImageOps
 except ImportError:  # Pillow is optional: numpy and Tensor images work without it
-    Image = ImageOps = None
+    Image = ImageEnhance = ImageOps = None
 
 PIL_INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "box", "lanczos", "hamming")
 NUMPY_INTERPOLATIONS = ("nearest", "bilinear")
@@ -270,4 +270,58 @@ def to_grayscale(img, num_output_channels=1):
     return luma if num_output_channels == 1 else luma.expand(list(luma.shape[:-3]) + [3] + list(luma.shape[-2:]))
 
 
-__all__ = ["to_tensor", "normalize", "resize", "crop", "center_crop", "hflip", "vflip", "pad", "to_grayscale"]
+# -- colour ---------------------------------------------------------------------------------------------------
+# PIL images: Pillow's ImageEnhance and an HSV hue shift, as Paddle's PIL backend. Arrays: Paddle's OpenCV
+# formulas (lookup tables; contrast pivots on 74; saturation blends with a random alpha drawn from numpy's
+# generator and the gray of the channels read as BGR), computed with numpy.
+
+def _color_kind(fn, img, numpy_ok=True):
+    kind = _kind(fn, img)
+    if kind == "tensor" or (kind == "numpy" and not numpy_ok):
+        raise TypeError(f"{fn}: takes a PIL Image" + (" or a uint8 HWC ndarray" if numpy_ok else "") +
+                        f", got a {'Tensor' if kind == 'tensor' else 'ndarray'}")
+    return kind
+
+
+def _lookup(img, table):
+    return table[img]
+
+
+def adjust_brightness(img, brightness_factor):
+    """Scale the intensities by brightness_factor (0 gives black, 1 the image)."""
+    if _color_kind("adjust_brightness", img) == "pil":
+        return ImageEnhance.Brightness(img).enhance(brightness_factor)
+    return _lookup(img, (np.arange(256) * brightness_factor).clip(0, 255).astype("uint8"))
+
+
+def adjust_contrast(img, contrast_factor):
+    """Scale the contrast by contrast_factor (0 gives a uniform gray, 1 the image)."""
+    if _color_kind("adjust_contrast", img) == "pil":
+        return ImageEnhance.Contrast(img).enhance(contrast_factor)
+    return _lookup(img, ((np.arange(256) - 74) * contrast_factor + 74).clip(0, 255).astype("uint8"))
+
+
+def adjust_saturation(img, saturation_factor):
+    """Scale the saturation by saturation_factor (0 gives gray, 1 the image)."""
+    if _color_kind("adjust_saturation", img) == "pil":
+        return ImageEnhance.Color(img).enhance(saturation_factor)
+    work = img.astype(np.float32)
+    alpha = np.random.uniform(max(0, 1 - saturation_factor), 1 + saturation_factor)
+    gray = (work[..., 2] * np.float32(0.299) + work[..., 1] * np.float32(0.587) + work[..., 0] * np.float32(0.114))
+    return (work * alpha + gray[..., None] * (1 - alpha)).clip(0, 255).astype(img.dtype)
+
+
+def adjust_hue(img, hue_factor):
+    """Shift the hue by hue_factor in [-0.5, 0.5] of a turn (PIL images)."""
+    if not -0.5 <= hue_factor <= 0.5:
+        raise ValueError(f"adjust_hue: hue_factor must be in [-0.5, 0.5], got {hue_factor}")
+    _color_kind("adjust_hue", img, numpy_ok=False)
+    if img.mode in {"L", "1", "I", "F"}:
+        return img
+    h, s, v = img.convert("HSV").split()
+    shifted = ((np.array(h, dtype=np.uint8).astype(np.int16) + int(hue_factor * 255)) % 256).astype(np.uint8)
+    return Image.merge("HSV", (Image.fromarray(shifted, "L"), s, v)).convert(img.mode)
+
+
+__all__ = ["to_tensor", "normalize", "resize", "crop", "center_crop", "hflip", "vflip", "pad", "to_grayscale",
+           "adjust_brightness", "adjust_contrast", "adjust_saturation", "adjust_hue"]

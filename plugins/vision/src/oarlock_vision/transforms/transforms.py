@@ -241,5 +241,77 @@ class Grayscale(BaseTransform):
         return F.to_grayscale(img, self.num_output_channels)
 
 
-__all__ = ["BaseTransform", "Compose", "ToTensor", "Resize", "RandomResizedCrop", "CenterCrop",
+def _check_input(name, value, center=1, bound=(0, float("inf")), clip_first_on_zero=True):
+    """Paddle's range of a colour factor: a number v gives [center - v, center + v] (clipped at 0), a pair is
+    checked against bound; None when the range is the identity."""
+    if isinstance(value, numbers.Number):
+        if value < 0:
+            raise ValueError(f"{name}: if it is a single number it must be non-negative, got {value}")
+        value = [center - value, center + value]
+        if clip_first_on_zero:
+            value[0] = max(value[0], 0)
+    elif isinstance(value, (tuple, list)) and len(value) == 2:
+        if not bound[0] <= value[0] <= value[1] <= bound[1]:
+            raise ValueError(f"{name}: values should be between {bound}, got {value}")
+    else:
+        raise TypeError(f"{name}: should be a single number or a list/tuple of length 2, got {value!r}")
+    return None if value[0] == value[1] == center else value
+
+
+class _ColorTransform(BaseTransform):
+    """Apply `adjust` with a factor drawn uniformly (Python's random) from the range of `value`."""
+
+    adjust, name, center, bound, clip_first_on_zero = None, "", 1, (0, float("inf")), True
+
+    def __init__(self, value, keys=None):
+        super().__init__(keys)
+        self.value = _check_input(self.name, value, self.center, self.bound, self.clip_first_on_zero)
+
+    def _apply_image(self, img):
+        if self.value is None:
+            return img
+        return type(self).adjust(img, random.uniform(self.value[0], self.value[1]))
+
+
+class BrightnessTransform(_ColorTransform):
+    """Random brightness in [max(0, 1 - value), 1 + value] (or the given range)."""
+
+    adjust, name = staticmethod(F.adjust_brightness), "brightness"
+
+
+class ContrastTransform(_ColorTransform):
+    """Random contrast in [max(0, 1 - value), 1 + value] (or the given range)."""
+
+    adjust, name = staticmethod(F.adjust_contrast), "contrast"
+
+
+class SaturationTransform(_ColorTransform):
+    """Random saturation in [max(0, 1 - value), 1 + value] (or the given range)."""
+
+    adjust, name = staticmethod(F.adjust_saturation), "saturation"
+
+
+class HueTransform(_ColorTransform):
+    """Random hue shift in [-value, value], value at most 0.5."""
+
+    adjust, name, center, bound, clip_first_on_zero = staticmethod(F.adjust_hue), "hue", 0, (-0.5, 0.5), False
+
+
+class ColorJitter(BaseTransform):
+    """Brightness, contrast, saturation and hue transforms in a random order (Python's random.shuffle)."""
+
+    def __init__(self, brightness=0, contrast=0, saturation=0, hue=0, keys=None):
+        super().__init__(keys)
+        self.brightness, self.contrast, self.saturation, self.hue = brightness, contrast, saturation, hue
+
+    def _apply_image(self, img):
+        transforms = [cls(value, self.keys) for cls, value in (
+            (BrightnessTransform, self.brightness), (ContrastTransform, self.contrast),
+            (SaturationTransform, self.saturation), (HueTransform, self.hue)) if value is not None]
+        random.shuffle(transforms)
+        return Compose(transforms)(img)
+
+
+__all__ = ["BrightnessTransform", "ContrastTransform", "SaturationTransform", "HueTransform", "ColorJitter",
+           "BaseTransform", "Compose", "ToTensor", "Resize", "RandomResizedCrop", "CenterCrop",
            "RandomHorizontalFlip", "RandomVerticalFlip", "Normalize", "Transpose", "RandomCrop", "Pad", "Grayscale"]
