@@ -1,4 +1,5 @@
-"""Entry point of oarlock-incubate: exports oarlock.incubate.nn.functional and oarlock.incubate.nn names.
+"""Entry point of oarlock-incubate: exports oarlock.incubate.nn.functional and oarlock.incubate.nn names, and
+paddle.nn.quant's quantization functions into oarlock.nn.quant.
 
 Nothing heavy is imported here; the families load when the api hook runs."""
 
@@ -6,19 +7,23 @@ from oarlock import hookimpl
 
 FUNCTIONAL = "oarlock.incubate.nn.functional"
 LAYERS = "oarlock.incubate.nn"
+QUANT = "oarlock.nn.quant"   # Paddle's paddle.nn.quant (weight-only / LLM.int8 quantization) lives here too
 MANIPULATION = "oarlock.incubate.tensor.manipulation"
 LAYER_MODULE = "oarlock.incubate.nn.layer.fused_linear"   # Paddle's module path, imported by PaddleFormers
 
 
 @hookimpl
 def oarlock_register_api(api):
-    from oarlock_incubate import fused_linear, offload, rms_norm, rotary, swiglu
+    from oarlock_incubate import fused_linear, offload, quant, rms_norm, rotary, swiglu
     api.namespace("oarlock.incubate", doc="Paddle's paddle.incubate: fused operations and layers.")
     api.namespace(LAYERS, doc="Fused layers (paddle.incubate.nn).")
     api.namespace(FUNCTIONAL, doc="Fused functions (paddle.incubate.nn.functional).")
     for module in (rotary, swiglu, fused_linear, rms_norm):
         for name in module.FUNCTIONS:
             api.export(FUNCTIONAL, name, getattr(module, name))
+    api.namespace(QUANT, doc=quant.__doc__)
+    for name in quant.FUNCTIONS:
+        api.export(QUANT, name, getattr(quant, name))
     for name in offload.FUNCTIONS:
         api.export(MANIPULATION, name, getattr(offload, name))
     for name in fused_linear.LAYERS:
