@@ -101,7 +101,14 @@ def test_pretrained_weights_from_the_cache_or_a_path(tmp_path, monkeypatch):
         model.eval()
         np.testing.assert_allclose(model(oarlock.to_tensor(x)).numpy(), expected, rtol=1e-4, atol=1e-5)
 
-    check(M.squeezenet1_1(pretrained=str(weights)))
+    ours = M.squeezenet1_1(pretrained=str(weights))
+    check(ours)
+    # and back: our state dict saved by oarlock.save loads into Paddle's model with the same result
+    oarlock.save(ours.state_dict(), str(tmp_path / "ours.pdparams"))
+    back = paddle.vision.models.squeezenet1_1()
+    back.set_state_dict(paddle.load(str(tmp_path / "ours.pdparams")))
+    back.eval()
+    np.testing.assert_allclose(back(paddle.to_tensor(x)).numpy(), expected, rtol=1e-6, atol=1e-7)
     import oarlock_vision.download as download
     import oarlock_vision.models.squeezenet as squeezenet
     monkeypatch.setattr(download, "WEIGHTS_HOME", str(tmp_path))
