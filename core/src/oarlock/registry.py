@@ -46,6 +46,8 @@ PADDLE_PRIVATE_NAMES = frozenset({
     "oarlock.distributed.fleet.layers.mpu.mp_ops._c_split", "oarlock.distributed.fleet.layers.mpu.mp_ops._mp_allreduce",
     "oarlock.distributed.collective._c_identity", "oarlock.distributed.collective._c_concat",
     "oarlock.distributed.communication.group._get_global_group",
+    # Paddle's mask helper, imported at module top by PaddleFormers' model_outputs (exported by oarlock-nn)
+    "oarlock.nn.layer.transformer._convert_attention_mask",
 })
 PADDLE_PRIVATE_TENSOR = frozenset(n[len(TENSOR) + 1:] for n in PADDLE_PRIVATE_NAMES if n.startswith(TENSOR + "."))
 

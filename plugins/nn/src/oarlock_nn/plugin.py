@@ -4,10 +4,10 @@ oarlock.optimizer, oarlock.optimizer.lr, oarlock.amp, and the AMP queries at the
 
 from oarlock import hookimpl
 
-from oarlock_nn import amp, layers, optim
+from oarlock_nn import amp, layers, optim, paddle_paths
 
 
 @hookimpl
 def oarlock_register_api(api):
-    for part in (layers, optim, amp):
+    for part in (layers, optim, amp, paddle_paths):   # paddle_paths: Paddle's paddle.nn.layer.* module paths
         part.register_api(api)
