@@ -1,7 +1,7 @@
 """nn layers: the Layer base, Parameter, containers, initializers and the layer families; each
 family module lists what it exports in EXPORTS = {namespace: [classes or (name, object) pairs]}."""
 
-from oarlock_nn.layers import (activation, activation_more, attention, base, common, containers, conv, init,
+from oarlock_nn.layers import (activation, activation_more, attention, base, common, containers, conv, decode, init,
                                 initializer, initializer_more, instance_norm, loss, loss_more, norm, param_dict,
                                 param_utils, rnn, spatial, transformer)
 
@@ -12,7 +12,7 @@ CORE_EXPORTS = {
     "oarlock.nn.initializer": list(initializer.INITIALIZERS),
 }
 FAMILIES = (common, activation, activation_more, conv, norm, attention, loss, init, transformer, spatial, loss_more,
-            param_utils, rnn, instance_norm, param_dict, initializer_more)
+            param_utils, rnn, instance_norm, param_dict, initializer_more, decode)
 
 
 def register_api(api):
