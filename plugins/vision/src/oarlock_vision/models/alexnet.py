@@ -72,4 +72,4 @@ class AlexNet(nn.Layer):
 
 def alexnet(pretrained=False, **kwargs):
     """AlexNet; pretrained=True loads Paddle's ImageNet weights (or give the path of a weights file)."""
-    return load_pretrained(AlexNet(**kwargs), "alexnet", model_urls, pretrained)
+    return load_pretrained(lambda: AlexNet(**kwargs), "alexnet", model_urls, pretrained)

@@ -147,7 +147,7 @@ def _builder(layers):
     arch = f"densenet{layers}"
 
     def build(pretrained=False, **kwargs):
-        return load_pretrained(DenseNet(layers=layers, **kwargs), arch, model_urls, pretrained)
+        return load_pretrained(lambda: DenseNet(layers=layers, **kwargs), arch, model_urls, pretrained)
     build.__name__ = build.__qualname__ = arch
     build.__doc__ = f"DenseNet-{layers}."
     return build

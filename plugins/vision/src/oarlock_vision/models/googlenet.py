@@ -105,4 +105,4 @@ class GoogLeNet(nn.Layer):
 
 def googlenet(pretrained=False, **kwargs):
     """GoogLeNet."""
-    return load_pretrained(GoogLeNet(**kwargs), "googlenet", model_urls, pretrained)
+    return load_pretrained(lambda: GoogLeNet(**kwargs), "googlenet", model_urls, pretrained)

@@ -179,4 +179,4 @@ class InceptionV3(nn.Layer):
 
 def inception_v3(pretrained=False, **kwargs):
     """InceptionV3."""
-    return load_pretrained(InceptionV3(**kwargs), "inception_v3", model_urls, pretrained)
+    return load_pretrained(lambda: InceptionV3(**kwargs), "inception_v3", model_urls, pretrained)

@@ -58,4 +58,5 @@ class MobileNetV1(nn.Layer):
 
 def mobilenet_v1(pretrained=False, scale=1.0, **kwargs):
     """MobileNetV1; Paddle publishes weights for scale 1.0."""
-    return load_pretrained(MobileNetV1(scale=scale, **kwargs), f"mobilenetv1_{scale}", model_urls, pretrained)
+    return load_pretrained(lambda: MobileNetV1(scale=scale, **kwargs), f"mobilenetv1_{scale}", model_urls,
+                           pretrained)

@@ -74,4 +74,5 @@ class MobileNetV2(nn.Layer):
 
 def mobilenet_v2(pretrained=False, scale=1.0, **kwargs):
     """MobileNetV2; Paddle publishes weights for scale 1.0."""
-    return load_pretrained(MobileNetV2(scale=scale, **kwargs), f"mobilenetv2_{scale}", model_urls, pretrained)
+    return load_pretrained(lambda: MobileNetV2(scale=scale, **kwargs), f"mobilenetv2_{scale}", model_urls,
+                           pretrained)

@@ -156,11 +156,11 @@ class MobileNetV3Large(MobileNetV3):
 
 def mobilenet_v3_small(pretrained=False, scale=1.0, **kwargs):
     """MobileNetV3-Small; Paddle publishes weights for scale 1.0."""
-    return load_pretrained(MobileNetV3Small(scale=scale, **kwargs), f"mobilenet_v3_small_x{scale}", model_urls,
-                           pretrained)
+    return load_pretrained(lambda: MobileNetV3Small(scale=scale, **kwargs), f"mobilenet_v3_small_x{scale}",
+                           model_urls, pretrained)
 
 
 def mobilenet_v3_large(pretrained=False, scale=1.0, **kwargs):
     """MobileNetV3-Large; Paddle publishes weights for scale 1.0."""
-    return load_pretrained(MobileNetV3Large(scale=scale, **kwargs), f"mobilenet_v3_large_x{scale}", model_urls,
-                           pretrained)
+    return load_pretrained(lambda: MobileNetV3Large(scale=scale, **kwargs), f"mobilenet_v3_large_x{scale}",
+                           model_urls, pretrained)

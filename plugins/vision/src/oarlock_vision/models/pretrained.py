@@ -12,11 +12,12 @@ from oarlock_vision.download import get_weights_path_from_url
 HAPI = "https://paddle-hapi.bj.bcebos.com/models/"
 
 
-def load_pretrained(model, arch, urls, pretrained):
-    """Load the weights of `arch` into model when `pretrained` is True (from urls[arch]: (url, md5)) or a path
-    to a weights file; False leaves the initialisation. Returns the model."""
+def load_pretrained(build, arch, urls, pretrained):
+    """build() with the weights of `arch` loaded when `pretrained` is True (from urls[arch]: (url, md5)) or a
+    path to a weights file; False leaves the initialisation. The argument is checked before the model is built
+    (VGG's classifier alone is 120M weights)."""
     if pretrained is False or pretrained is None:
-        return model
+        return build()
     if isinstance(pretrained, (str, os.PathLike)):
         path = os.fspath(pretrained)
         if not os.path.isfile(path):
@@ -30,5 +31,6 @@ def load_pretrained(model, arch, urls, pretrained):
     else:
         raise TypeError(f"{arch}: pretrained must be True, False or the path of a weights file, got "
                         f"{type(pretrained).__name__}")
+    model = build()
     model.set_state_dict(oarlock.load(path))
     return model

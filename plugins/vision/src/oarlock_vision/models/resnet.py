@@ -125,7 +125,7 @@ class ResNet(nn.Layer):
 
 
 def _resnet(arch, block, depth, pretrained, **kwargs):
-    return load_pretrained(ResNet(block, depth, **kwargs), arch, model_urls, pretrained)
+    return load_pretrained(lambda: ResNet(block, depth, **kwargs), arch, model_urls, pretrained)
 
 
 def _builder(arch, depth, groups=None, width=None):

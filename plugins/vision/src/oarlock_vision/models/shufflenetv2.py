@@ -130,7 +130,8 @@ class ShuffleNetV2(nn.Layer):
 
 def _builder(arch, scale, act="relu"):
     def build(pretrained=False, **kwargs):
-        return load_pretrained(ShuffleNetV2(scale=scale, act=act, **kwargs), arch, model_urls, pretrained)
+        return load_pretrained(lambda: ShuffleNetV2(scale=scale, act=act, **kwargs), arch, model_urls,
+                               pretrained)
     build.__name__ = build.__qualname__ = arch
     build.__doc__ = f"ShuffleNetV2 with scale {scale} and {act} activations."
     return build

@@ -81,9 +81,9 @@ class SqueezeNet(nn.Layer):
 
 def squeezenet1_0(pretrained=False, **kwargs):
     """SqueezeNet 1.0."""
-    return load_pretrained(SqueezeNet("1.0", **kwargs), "squeezenet1_0", model_urls, pretrained)
+    return load_pretrained(lambda: SqueezeNet("1.0", **kwargs), "squeezenet1_0", model_urls, pretrained)
 
 
 def squeezenet1_1(pretrained=False, **kwargs):
     """SqueezeNet 1.1 (fewer computations, the same accuracy)."""
-    return load_pretrained(SqueezeNet("1.1", **kwargs), "squeezenet1_1", model_urls, pretrained)
+    return load_pretrained(lambda: SqueezeNet("1.1", **kwargs), "squeezenet1_1", model_urls, pretrained)

@@ -57,7 +57,7 @@ def make_layers(cfg, batch_norm=False):
 
 
 def _vgg(arch, cfg, batch_norm, pretrained, **kwargs):
-    return load_pretrained(VGG(make_layers(cfgs[cfg], batch_norm=batch_norm), **kwargs), arch, model_urls,
+    return load_pretrained(lambda: VGG(make_layers(cfgs[cfg], batch_norm=batch_norm), **kwargs), arch, model_urls,
                            pretrained)
 
 
