@@ -168,6 +168,14 @@ def test_float8_values_keep_their_dtype_in_oarlock_layout_with_a_warning(tmp_pat
     assert oarlock.load(tmp_path / "c.pdparams")["f8"].dtype == oarlock.float8_e4m3fn
 
 
+def test_a_self_containing_object_saves_and_loads(tmp_path):
+    looped = [1]
+    looped.append(looped)
+    oarlock.save({"loop": looped, "t": oarlock.ones([2])}, tmp_path / "c.pkl")
+    back = oarlock.load(tmp_path / "c.pkl")
+    assert back["loop"][1] is back["loop"] and back["t"].tolist() == [1.0, 1.0]
+
+
 def test_bad_layout_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"save\(\): layout must be one of \['paddle', 'oarlock'\] or None .*"
                                          r"got 'torch'"):

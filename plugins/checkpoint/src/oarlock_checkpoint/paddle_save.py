@@ -44,12 +44,15 @@ def numpy_form(tensor: Tensor) -> np.ndarray:
     return array.view(_BITS.get(array.dtype) or np.dtype(array.dtype.char))
 
 
-def _contains(obj, leaf) -> bool:
-    """Paddle's _contain_x: `leaf` holds for obj or anything in its dicts, lists and tuples (exact types)."""
+def _contains(obj, leaf, seen: set | None = None) -> bool:
+    """Paddle's _contain_x: `leaf` holds for obj or anything in its dicts, lists and tuples (exact types);
+    `seen` walks a container met before (shared or containing itself) once."""
     if leaf(obj):
         return True
-    if type(obj) in _WALKED:
-        return any(_contains(child, leaf) for child in (obj.values() if isinstance(obj, dict) else obj))
+    seen = set() if seen is None else seen
+    if type(obj) in _WALKED and id(obj) not in seen:
+        seen.add(id(obj))
+        return any(_contains(child, leaf, seen) for child in (obj.values() if isinstance(obj, dict) else obj))
     return False
 
 
