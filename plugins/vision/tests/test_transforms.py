@@ -72,6 +72,10 @@ PIL_CASES = [
     ("saturation", lambda M: M.SaturationTransform(0.6)),
     ("hue", lambda M: M.HueTransform(0.3)),
     ("color_jitter", lambda M: M.ColorJitter(0.4, 0.4, 0.4, 0.2)),
+    ("rotation", lambda M: M.RandomRotation(40)),
+    ("rotation_expand_bilinear", lambda M: M.RandomRotation((10, 80), interpolation="bilinear", expand=True,
+                                                            fill=(5, 6, 7))),
+    ("erasing", lambda M: M.RandomErasing(prob=0.9, value=(10, 20, 30))),
     ("compose", lambda M: M.Compose([M.RandomResizedCrop(24), M.RandomHorizontalFlip(), M.ToTensor(),
                                      M.Normalize(mean=0.5, std=0.25)])),
 ]
@@ -99,6 +103,7 @@ TENSOR_CASES = [
     ("vflip", lambda M: M.RandomVerticalFlip(1.0)),
     ("normalize", lambda M: M.Normalize(mean=[0.5, 0.4, 0.3], std=[0.2, 0.3, 0.4])),
     ("pad", lambda M: M.Pad((1, 2, 3, 4), fill=0.5)),
+    ("erasing", lambda M: M.RandomErasing(prob=1.0, value=0.25)),
 ]
 
 
@@ -108,6 +113,7 @@ def test_tensor_images_as_paddle(name, build):
     results = []
     for lib, module in ((paddle, PT), (oarlock, T)):
         random.seed(0)
+        np.random.seed(0)
         results.append(build(module)(lib.to_tensor(x)))
     _same(results[1], results[0], atol=1e-6)
 
@@ -118,6 +124,14 @@ def test_numpy_images_without_opencv():
     import torch
     pil = _image(seed=5)
     hwc = np.asarray(pil)
+    for seed in range(3):  # RandomErasing on arrays runs Paddle's own numpy code
+        for lib_transforms in (PT, T):
+            random.seed(seed)
+            np.random.seed(seed)
+            out = lib_transforms.RandomErasing(prob=0.8, value="random")(hwc)
+            if lib_transforms is PT:
+                expected = out
+        _same(out, expected)
     for build in (lambda M: M.ToTensor(), lambda M: M.Normalize([1, 2, 3], [4, 5, 6], data_format="HWC"),
                   lambda M: M.CenterCrop(20), lambda M: M.Transpose((2, 1, 0))):
         _same(build(T)(hwc), build(PT)(hwc))

@@ -323,5 +323,32 @@ def adjust_hue(img, hue_factor):
     return Image.merge("HSV", (Image.fromarray(shifted, "L"), s, v)).convert(img.mode)
 
 
+def rotate(img, angle, interpolation="nearest", expand=False, center=None, fill=0):
+    """Rotate a PIL image by angle degrees counter-clockwise (Pillow's rotate, as Paddle's PIL backend)."""
+    if _kind("rotate", img) != "pil":
+        raise TypeError(f"rotate: takes a PIL Image (arrays need OpenCV's warpAffine in Paddle), got "
+                        f"{type(img).__name__}")
+    fill = (fill,) * 3 if isinstance(fill, int) else fill
+    return img.rotate(angle, _pil_interp("rotate", interpolation), expand, center, fillcolor=fill)
+
+
+def erase(img, i, j, h, w, v, inplace=False):
+    """The h x w region at (i, j) set to v (CHW Tensors, HWC arrays, RGB PIL images); a copy unless inplace."""
+    kind = _kind("erase", img)
+    if kind == "tensor":
+        if len(img.shape) < 3:
+            raise ValueError(f"erase: a Tensor image must be CHW, got shape {list(img.shape)}")
+        out = img if inplace else img.clone()
+        out[..., i:i + h, j:j + w] = v
+        return out
+    if kind == "pil":
+        array = np.array(img, dtype=np.uint8)
+        array[i:i + h, j:j + w, ...] = v
+        return Image.fromarray(array, "RGB")
+    out = img if inplace else img.copy()
+    out[i:i + h, j:j + w, ...] = v
+    return out
+
+
 __all__ = ["to_tensor", "normalize", "resize", "crop", "center_crop", "hflip", "vflip", "pad", "to_grayscale",
-           "adjust_brightness", "adjust_contrast", "adjust_saturation", "adjust_hue"]
+           "adjust_brightness", "adjust_contrast", "adjust_saturation", "adjust_hue", "rotate", "erase"]

@@ -312,6 +312,72 @@ class ColorJitter(BaseTransform):
         return Compose(transforms)(img)
 
 
-__all__ = ["BrightnessTransform", "ContrastTransform", "SaturationTransform", "HueTransform", "ColorJitter",
-           "BaseTransform", "Compose", "ToTensor", "Resize", "RandomResizedCrop", "CenterCrop",
+class RandomRotation(BaseTransform):
+    """Rotate by an angle drawn uniformly (Python's random) from degrees ((-d, d) for a number)."""
+
+    def __init__(self, degrees, interpolation="nearest", expand=False, center=None, fill=0, keys=None):
+        if isinstance(degrees, numbers.Number):
+            if degrees < 0:
+                raise ValueError(f"RandomRotation: degrees, if a single number, must be non-negative, got {degrees}")
+            degrees = (-degrees, degrees)
+        elif len(degrees) != 2:
+            raise ValueError(f"RandomRotation: degrees, if a sequence, must have length 2, got {degrees!r}")
+        super().__init__(keys)
+        self.degrees, self.interpolation, self.expand, self.center, self.fill = (degrees, interpolation, expand,
+                                                                                 center, fill)
+
+    def _apply_image(self, img):
+        angle = random.uniform(self.degrees[0], self.degrees[1])
+        return F.rotate(img, angle, self.interpolation, self.expand, self.center, self.fill)
+
+
+class RandomErasing(BaseTransform):
+    """With probability prob, set a random rectangle (area fraction in scale, aspect ratio in ratio) to value
+    (a number, one per channel, or 'random' for normal noise); draws as Paddle's (Python's random for the
+    decision, numpy's generator for the rectangle)."""
+
+    def __init__(self, prob=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0, inplace=False, keys=None):
+        super().__init__(keys)
+        if not (isinstance(scale, (tuple, list)) and 0 <= scale[0] <= scale[1] <= 1):
+            raise ValueError(f"RandomErasing: scale should be (min, max) in [0, 1], got {scale!r}")
+        if not (isinstance(ratio, (tuple, list)) and 0 <= ratio[0] <= ratio[1]):
+            raise ValueError(f"RandomErasing: ratio should be (min, max), got {ratio!r}")
+        if not 0 <= prob <= 1:
+            raise ValueError(f"RandomErasing: prob should be in [0, 1], got {prob!r}")
+        if isinstance(value, str) and value != "random":
+            raise ValueError(f"RandomErasing: a str value must be 'random', got {value!r}")
+        self.prob, self.scale, self.ratio, self.value, self.inplace = prob, scale, ratio, value, inplace
+
+    def _get_param(self, img, value):
+        if F._is_tensor_image(img):
+            c, h, w = img.shape[-3:]
+        else:
+            h, w, c = np.asarray(img).shape[-3:]
+        log_ratio = np.log(self.ratio)
+        for _ in range(10):
+            erase_area = np.random.uniform(*self.scale) * h * w
+            aspect_ratio = np.exp(np.random.uniform(*log_ratio))
+            eh, ew = int(round(np.sqrt(erase_area * aspect_ratio))), int(round(np.sqrt(erase_area / aspect_ratio)))
+            if eh >= h or ew >= w:
+                continue
+            if F._is_tensor_image(img):
+                v = (oarlock.normal(shape=[c, eh, ew]).astype(img.dtype) if value is None
+                     else oarlock.to_tensor(value, dtype=img.dtype)[:, None, None])
+            else:
+                v = np.random.normal(size=[eh, ew, c]) * 255 if value is None else np.array(value)[None, None, :]
+            return np.random.randint(0, h - eh + 1), np.random.randint(0, w - ew + 1), eh, ew, v
+        return 0, 0, h, w, img
+
+    def _apply_image(self, img):
+        if random.random() >= self.prob:
+            return img
+        value = [self.value] if isinstance(self.value, numbers.Number) else (
+            None if isinstance(self.value, str) else self.value)
+        if value is not None and len(value) not in (1, 3):
+            raise ValueError(f"RandomErasing: value should be a number or one per channel, got {self.value!r}")
+        return F.erase(img, *self._get_param(img, value), self.inplace)
+
+
+__all__ = ["RandomRotation", "RandomErasing", "BrightnessTransform", "ContrastTransform", "SaturationTransform",
+           "HueTransform", "ColorJitter", "BaseTransform", "Compose", "ToTensor", "Resize", "RandomResizedCrop", "CenterCrop",
            "RandomHorizontalFlip", "RandomVerticalFlip", "Normalize", "Transpose", "RandomCrop", "Pad", "Grayscale"]
