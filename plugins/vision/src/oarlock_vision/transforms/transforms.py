@@ -379,5 +379,6 @@ class RandomErasing(BaseTransform):
 
 
 __all__ = ["RandomRotation", "RandomErasing", "BrightnessTransform", "ContrastTransform", "SaturationTransform",
-           "HueTransform", "ColorJitter", "BaseTransform", "Compose", "ToTensor", "Resize", "RandomResizedCrop", "CenterCrop",
-           "RandomHorizontalFlip", "RandomVerticalFlip", "Normalize", "Transpose", "RandomCrop", "Pad", "Grayscale"]
+           "HueTransform", "ColorJitter", "BaseTransform", "Compose", "ToTensor", "Resize", "RandomResizedCrop",
+           "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip", "Normalize", "Transpose", "RandomCrop", "Pad",
+           "Grayscale"]
