@@ -16,7 +16,8 @@ from oarlock.plugins import PluginManager
 
 from oarlock_ops import families
 
-API_ONLY = {"compat"}   # families with Python-level functions over other families' ops, and no ops of their own
+# families with Python-level functions over other families' ops, and no ops of their own
+API_ONLY = {"compat", "ctc", "losses_extra", "nn_extras", "resample"}
 
 
 def _run(code, **env):

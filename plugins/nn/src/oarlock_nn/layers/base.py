@@ -246,7 +246,7 @@ class Layer:
                     target.set_value(value if isinstance(value, Tensor) else np.asarray(value))
         return missing, unexpected
 
-    load_dict = set_state_dict
+    load_dict = set_dict = set_state_dict   # Paddle's older names (its vision models call both)
 
     def sharded_state_dict(self, structured_name_prefix: str = ""):
         """Paddle's Layer.sharded_state_dict: {name: ShardedWeight} for FlexCheckpoint. This layer's own
