@@ -11,8 +11,9 @@ and their scores (1e-4). Variants: activation recomputation through fleet's reco
 frameworks recompute); Llama with incubate's fused_rotary_position_embedding in its attention (oarlock)
 against Paddle's unfused rotate_half formula; Qwen2 with fuse_rms_norm / fuse_swiglu / fuse_linear (incubate's
 fused_rms_norm_ext, swiglu and FusedLinear on oarlock) against Paddle's unfused layers (Paddle 3.2 has no CPU
-kernels for the fused rope, RMS norm and GEMM-epilogue ops). And Llama with tensor parallelism on two ranks
-(`oarlock launch -n 2`, fleet's mp_degree 2: pf_tp_job.py) against Paddle's one-process run, slice by slice.
+kernels for the fused rope, RMS norm and GEMM-epilogue ops). And Llama with tensor parallelism on two ranks,
+without and with sequence parallelism (`oarlock launch -n 2`, fleet's mp_degree 2: pf_tp_job.py), against
+Paddle's one-process run, slice by slice.
 """
 
 from __future__ import annotations
@@ -115,15 +116,19 @@ def tensor_parallel(results, tmp_path_factory):
     proc = subprocess.run([sys.executable, "-m", "oarlock.cli", "launch", "-n", "2", os.path.join(HERE, "pf_tp_job.py"),
                            str(paddle_dir), pf_dir, str(outdir)], capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, f"tensor-parallel job failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return paddle_dir, [np.load(outdir / f"rank{r}.npz") for r in range(2)]
+    return paddle_dir, outdir
 
 
-def test_tensor_parallel_llama_matches_paddle(tensor_parallel):
+@pytest.mark.parametrize("sequence_parallel", [False, True], ids=["tp", "tp_sp"])
+def test_tensor_parallel_llama_matches_paddle(tensor_parallel, sequence_parallel):
     """Each rank's loss equals Paddle's, its logits and gradients equal its slice of Paddle's (1e-4 / 1e-3); the
-    sliced parameters are exactly the ones PaddleFormers marks is_distributed (attention, MLP, embedding, head)."""
-    paddle_dir, ranks = tensor_parallel
+    sliced parameters are exactly the ones PaddleFormers marks is_distributed (attention, MLP, embedding, head);
+    with sequence parallelism the seven linears of each layer are the sequence-parallel ones."""
+    paddle_dir, outdir = tensor_parallel
     want = _load(paddle_dir, "llama")
+    ranks = [np.load(outdir / f"rank{r}{'_sp' if sequence_parallel else ''}.npz") for r in range(2)]
     for rank, got in enumerate(ranks):
+        assert int(got["sequence_parallel_layers"]) == (7 * pf_models.LAYERS if sequence_parallel else 0)
         assert _rel(got["loss"], want["loss"]) <= 1e-4
         logits = want["logits"]
         assert got["logits"].shape[-1] == logits.shape[-1] // 2          # the parallel head's vocabulary slice
