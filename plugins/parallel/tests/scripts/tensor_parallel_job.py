@@ -27,7 +27,9 @@ from oarlock.distributed.fleet.meta_parallel import (ColumnParallelLinear, Paral
 
 CHECKS, check = registry()
 RTOL = 1e-6
-close = functools.partial(close, rtol=RTOL, atol=1e-7)
+# atol: float32 gradients of magnitude ~5 summed in another order than one process's differ by a few ulps
+# (3.6e-7 on an AVX2 OpenBLAS); 1e-7 held only by luck
+close = functools.partial(close, rtol=RTOL, atol=1e-6)
 
 
 def cols(array, rank, size):
