@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from op_specs.base import ALL, ALL_REAL, FLOATS, Case, In, OpSpec
+from op_specs.base import ALL, ALL_REAL, Case, In, OpSpec
 from op_specs.elementwise import FLOAT_RESULT, UNARY_CASES, unary_cases
 
 UNIT = unary_cases(domain=(-0.9, 0.9), int_range=(0, 1))           # asin, acos, atanh: |x| < 1

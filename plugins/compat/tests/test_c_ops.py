@@ -12,14 +12,15 @@ A = R.standard_normal((3, 4)).astype(np.float32)
 B = R.standard_normal((4, 5)).astype(np.float32)
 C = R.standard_normal((3, 4)).astype(np.float32)
 POS = (np.abs(A) + 0.5).astype(np.float32)
-I = np.array([2, 0, 1], np.int64)
+IDX = np.array([2, 0, 1], np.int64)
 X3 = R.standard_normal((2, 3, 4)).astype(np.float32)
 
 # name -> args, where a numpy array becomes a tensor of the library under test, a list of arrays a list of tensors
 CASES = {
     "matmul": (A, B, False, False), "matmul_t": ("matmul", A, C, False, True),
     "add": (A, C), "subtract": (A, C), "multiply": (A, C), "divide": (A, POS), "maximum": (A, C),
-    "minimum": (A, C), "equal": (A, A), "less_than": (A, C), "greater_equal": (A, C), "bmm": (X3, X3.transpose(0, 2, 1)),
+    "minimum": (A, C), "equal": (A, A), "less_than": (A, C), "greater_equal": (A, C),
+    "bmm": (X3, X3.transpose(0, 2, 1)),
     "scale": (A, 2.5, -1.0, True), "scale_before": ("scale", A, 2.5, -1.0, False),
     "sum": (A, [], None, False), "sum_axis": ("sum", X3, [1], None, True), "mean": (X3, [0, 2], False),
     "max": (A, [-1], False), "min": (A, [], False), "logsumexp": (X3, [1], False, False),
@@ -32,7 +33,8 @@ CASES = {
     "relu": (A,), "abs": (A,), "square": (A,), "sin": (A,), "cos": (A,), "floor": (A,), "erf": (A,),
     "transpose": (X3, [2, 0, 1]), "reshape": (X3, [4, -1]), "expand": (A[:1], [3, 4]), "tile": (A, [2, 1]),
     "cast": (A, "float64"), "unsqueeze": (A, [0, 2]), "squeeze": (A[None], [0]), "flatten": (X3, 1, 2),
-    "gather": (A, I, 0), "index_select": (A, I, 0), "clip": (A, -0.5, 0.5), "masked_fill": (A, A > 0, np.array(0.25, np.float32)),
+    "gather": (A, IDX, 0), "index_select": (A, IDX, 0), "clip": (A, -0.5, 0.5),
+    "masked_fill": (A, A > 0, np.array(0.25, np.float32)),
     "where": (A > 0, A, C), "tril": (A, 0), "triu": (A, 1), "concat": ([A, C], 0), "stack": ([A, C], 1),
     "split": (A, [1, 3], 1), "split_with_num": (A, 2, 1), "topk": (A, 2, -1, True, True),
     "argsort": (A, 1, True, False), "take_along_axis": (A, np.argsort(A, 1)[:, :2], 1),
@@ -128,7 +130,7 @@ def test_every_entry_point_resolves_and_bad_calls_name_the_entry_point(paddle):
     for name, fn in c_ops.entry_points().items():
         assert getattr(oarlock._C_ops, name) is fn
         assert hasattr(paddle._C_ops, name), f"{name} is not one of Paddle's _C_ops"
-    for name, (_, path) in c_ops.SAME.items():
+    for _, path in c_ops.SAME.values():
         c_ops._resolve(path)   # the oarlock function exists
     with pytest.raises(TypeError, match=r"oarlock._C_ops.matmul\(\) takes 4 arguments \(x, y, transpose_x"):
         oarlock._C_ops.matmul(*[oarlock.ones([2, 2])] * 5)

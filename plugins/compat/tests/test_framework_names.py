@@ -164,7 +164,7 @@ def test_tensor_queries_match_paddle(paddle):
     assert matrix.t_() is matrix and p_matrix.t_() is p_matrix and matrix.shape == p_matrix.shape == [4, 3]
     np.testing.assert_array_equal(matrix.numpy(), p_matrix.numpy())
     with pytest.raises(ValueError, match="Tensor.mT"):
-        oarlock.ones([3]).mT
+        oarlock.ones([3]).mT  # noqa: B018
     with pytest.raises(TypeError, match="oarlock.numel\\(\\): x must be"):
         oarlock.numel(data)
 
@@ -336,7 +336,7 @@ def test_dtype_conversion_methods_and_tensor_module_match_paddle(paddle):
     assert oarlock.tensor.normal(0.0, 1.0, [3, 2]).shape == paddle.tensor.normal(0.0, 1.0, [3, 2]).shape
     assert oarlock.tensor.math.add is oarlock.add and oarlock.tensor.creation.to_tensor is oarlock.to_tensor
     with pytest.raises(AttributeError, match="oarlock.tensor has no attribute 'no_such_fn'"):
-        oarlock.tensor.no_such_fn
+        oarlock.tensor.no_such_fn  # noqa: B018
 
 
 def test_device_build_queries_match_paddle(paddle):

@@ -188,7 +188,8 @@ def swiglu(x, y=None):
 
 ADAPTED = {"sum": c_sum, "mean": _reduction("mean"), "max": _reduction("max"), "min": _reduction("min"),
            "logsumexp": logsumexp, "argmax": _arg_reduction("argmax"), "argmin": _arg_reduction("argmin"),
-           "cumsum": cumsum, "full": full, "full_like": full_like, "arange": arange, "embedding": embedding, "layer_norm": layer_norm, "argsort": argsort,
+           "cumsum": cumsum, "full": full, "full_like": full_like, "arange": arange, "embedding": embedding,
+           "layer_norm": layer_norm, "argsort": argsort,
            "rms_norm": rms_norm, "swiglu": swiglu}
 
 

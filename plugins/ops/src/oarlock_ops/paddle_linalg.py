@@ -1,5 +1,6 @@
 """oarlock.linalg's matrix functions that Paddle 3.2 has: inv, det, slogdet, solve, cholesky (ops with their
-gradients, batched over leading axes, computed in float32 for bfloat16/float16, as LAPACK has no half loops) and the compositions multi_dot, matrix_transpose,
+gradients, batched over leading axes, computed in float32 for bfloat16/float16, as LAPACK has no half loops)
+and the compositions multi_dot, matrix_transpose,
 vecdot, matrix_power, cov, corrcoef, diagonal and cross (also Tensor methods and top-level names where Paddle
 has them).
 
