@@ -170,3 +170,12 @@ def test_second_derivatives(pick):
             values.append(float((first(xp) * first(xp)).sum().item()))
         numeric[idx] = (values[0] - values[1]) / 2e-6
     np.testing.assert_allclose(h.numpy(), numeric, rtol=1e-5, atol=1e-5)
+
+
+def test_reshape_zero_copies_the_input_size_as_paddle():
+    """Paddle: a 0 in the target shape keeps x's size there, except when x has no elements (then 0 is a size)."""
+    paddle = pytest.importorskip("paddle")
+    for shape_in, target in [([3, 4], [0, 2, 2]), ([2, 3, 8], [0, 0, 2, -1]), ([2, 0], [0, 5]), ([2, 0], [5, 0]),
+                             ([2, 0], [2, 0, 1]), ([0, 3], [0, 3, 0])]:
+        want = paddle.reshape(paddle.zeros(shape_in), target).shape
+        assert oarlock.reshape(oarlock.zeros(shape_in), target).shape == list(want), (shape_in, target)

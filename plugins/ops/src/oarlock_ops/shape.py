@@ -43,8 +43,9 @@ def _slice_along(x, axis, start, stop):
 # -- kernels ------------------------------------------------------------------------------------------
 
 def _reshape_kernel(xp, x, shape):
-    # Paddle: a 0 in `shape` keeps x's size at that index (reshape(x, [0, 0, heads, -1]) splits the last axis)
-    if 0 in shape:
+    # Paddle: a 0 in `shape` keeps x's size at that index (reshape(x, [0, 0, heads, -1]) splits the last axis),
+    # except for a tensor with no elements, where a 0 is a size (Paddle reshapes [2, 0] to [0, 5])
+    if 0 in shape and x.size != 0:
         shape = [x.shape[i] if n == 0 and i < x.ndim else n for i, n in enumerate(shape)]
     return xp.reshape(x, shape)
 
