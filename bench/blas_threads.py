@@ -59,7 +59,7 @@ def main():
     cores = blas.ThreadPolicy().cores
     modes = {"1 thread": lambda: blas.ThreadPolicy(forced=1),
              f"{cores} threads": lambda: blas.ThreadPolicy(forced=cores),
-             "adaptive": lambda: blas.ThreadPolicy()}
+             "adaptive": lambda: blas.ThreadPolicy(adaptive=True)}
     if not blas.ThreadPolicy().library.available:
         print("no OpenBLAS found among the loaded libraries: every mode runs with the library's own count")
     table = {}

@@ -40,7 +40,7 @@ def make(load=0.0, cores=4, forced=None, clock=None):
         reads.append(1)
         return loads[min(len(reads), len(loads)) - 1]
     policy = blas.ThreadPolicy(library=FakeLibrary(), cores=cores, load_reader=reader, forced=forced,
-                               clock=clock or FakeClock())
+                               clock=clock or FakeClock(), adaptive=True)
     return policy, reads
 
 
@@ -154,3 +154,14 @@ def test_registered_and_results_unchanged():
                                        rtol=1e-5, atol=1e-5)
     finally:
         blas.set_policy(previous)
+
+
+def test_load_is_ignored_unless_adaptive(monkeypatch):
+    """By default the count follows the product's size only (the same in every run: reproducible results);
+    OARLOCK_BLAS_THREADS=auto makes it follow the load."""
+    monkeypatch.delenv("OARLOCK_BLAS_THREADS", raising=False)
+    fixed = blas.ThreadPolicy(library=FakeLibrary(), cores=4, load_reader=lambda: 3.0)
+    assert not fixed.adaptive and fixed.threads_for(2048, 2048, 2048) == 4 and fixed.threads_for(8, 8, 8) == 1
+    monkeypatch.setenv("OARLOCK_BLAS_THREADS", "auto")
+    auto = blas.ThreadPolicy(library=FakeLibrary(), cores=4, load_reader=lambda: 3.0)
+    assert auto.adaptive and auto.threads_for(2048, 2048, 2048) == 1

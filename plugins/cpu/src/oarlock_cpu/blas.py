@@ -7,7 +7,12 @@ never pay for the threads' start-up. `ThreadPolicy.threads_for(m, k, n, batch)` 
 - OARLOCK_BLAS_THREADS=N in the environment: always N (read once, when the policy is built);
 - products under SMALL_FLOPS: 1 thread (a skinny product above it still gains from a second thread on an
   idle machine: 40 against 24 GFLOP/s for [4096, 512] @ [512, 8] here);
-- otherwise the usable cores (os.sched_getaffinity) minus the cores other processes keep busy, at least 1.
+- otherwise the usable cores (os.sched_getaffinity); with OARLOCK_BLAS_THREADS=auto (adaptive), minus the
+  cores other processes keep busy, at least 1.
+Adaptive is not the default because OpenBLAS rounds some products differently with 1 and 2 threads: a
+count that follows the machine's load made two runs of the same seed differ in the last bits (`oarlock train`'s
+losses from step 3 on, on a VM whose neighbours' steal time came and went). By size alone, the count, and so
+every result, is the same in every run; `auto` trades that for speed on a busy machine.
 
 The load is the CPU time the whole machine spent busy (/proc/stat) minus this process's own
 (time.process_time: its BLAS threads spinning count as ours, not as load), over the last interval,
@@ -117,11 +122,13 @@ class ThreadPolicy:
     """Chooses and sets the BLAS thread count per matrix product (see the module docstring)."""
 
     def __init__(self, library: BlasLibrary | None = None, cores: int | None = None, load_reader=None,
-                 forced: int | None = None, clock=time.monotonic):
+                 forced: int | None = None, clock=time.monotonic, adaptive: bool | None = None):
         self.library = library if library is not None else BlasLibrary()
         self.cores = cores if cores is not None else _usable_cores()
         self.load_reader = load_reader if load_reader is not None else ProcStatLoad()
-        self.forced = forced if forced is not None else _forced_from_env()
+        env_forced, env_adaptive = _from_env()
+        self.forced = forced if forced is not None else env_forced
+        self.adaptive = adaptive if adaptive is not None else env_adaptive
         self.clock = clock
         self.load = 0.0                 # smoothed cores busy with other processes
         self.sampled_at = -math.inf
@@ -143,6 +150,8 @@ class ThreadPolicy:
             return self.forced
         if 2 * m * k * n * batch < SMALL_FLOPS:
             return 1
+        if not self.adaptive:
+            return self.cores
         return max(1, min(self.cores, self.cores - self.busy_elsewhere()))
 
     def apply(self, m: int, k: int, n: int, batch: int = 1) -> int:
@@ -162,17 +171,20 @@ def _usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _forced_from_env() -> int | None:
+def _from_env() -> tuple[int | None, bool]:
+    """(forced count or None, adaptive) from OARLOCK_BLAS_THREADS: unset, a positive integer, or "auto"."""
     value = os.environ.get("OARLOCK_BLAS_THREADS", "").strip()
     if not value:
-        return None
+        return None, False
+    if value == "auto":
+        return None, True
     try:
         threads = int(value)
     except ValueError:
-        raise ValueError(f"OARLOCK_BLAS_THREADS must be a positive integer, got {value!r}") from None
+        threads = 0
     if threads < 1:
-        raise ValueError(f"OARLOCK_BLAS_THREADS must be a positive integer, got {value!r}")
-    return threads
+        raise ValueError(f"OARLOCK_BLAS_THREADS must be a positive integer or 'auto', got {value!r}")
+    return threads, False
 
 
 _policy: ThreadPolicy | None = None
