@@ -396,7 +396,7 @@ def test_separate_qkv_checkpoint_runs_a_fused_gqa_model_and_back(tmp_path):
     for key, value in fused.state_dict().items():
         np.testing.assert_array_equal(value.numpy(), expected[key])
     x = tokens(9)
-    np.testing.assert_allclose(fused(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(fused(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)  # float32 sums of size ~9
     dist.save_state_dict(fused.state_dict(), tmp_path / "fused")
     again = Model(fused=False)
     dist.load_state_dict(again.state_dict(), tmp_path / "fused", aoa_config={"aoa_statements": SPLIT})

@@ -253,8 +253,11 @@ def test_framework_modules_library_code_imports(paddle):
     assert [int(getattr(core.AmpLevel, n)) for n in ("O0", "O1", "O2")] == \
         [int(getattr(paddle.base.core.AmpLevel, n)) for n in ("O0", "O1", "O2")]
     ours, theirs = framework._dygraph_tracer(), paddle.base.framework._dygraph_tracer()
-    assert (ours._has_grad, ours._amp_level.name, ours._amp_dtype, ours._train_mode) == \
-        (theirs._has_grad, theirs._amp_level.name, theirs._amp_dtype, theirs._train_mode)
+    assert (ours._has_grad, ours._amp_level.name, ours._amp_dtype) == \
+        (theirs._has_grad, theirs._amp_level.name, theirs._amp_dtype)
+    # Paddle's Layer.eval() flips its global tracer's _train_mode, so an earlier test's model leaves it False:
+    # compare with Paddle's default, not with whatever state the process is in
+    assert ours._train_mode is True
     with oarlock.no_grad():
         assert ours._has_grad is False
     with oarlock.amp.auto_cast(level="O1", dtype="bfloat16"):   # (Paddle's CPU build turns auto_cast off)
