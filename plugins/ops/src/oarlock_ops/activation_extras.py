@@ -8,6 +8,7 @@ slope * g where 0 < out < 1; hardswish gives 0 at and below -3, 1 at and above 3
 from __future__ import annotations
 
 import oarlock
+from oarlock_ops.unary import _in_float32  # half precision computes in float32 and rounds once
 
 
 def _relu6(xp, x):
@@ -46,15 +47,6 @@ def _swish_grad(ctx, g):
     (x,) = ctx.saved
     s = oarlock.sigmoid(x)
     return g * s * (1 + x * (1 - s))
-
-
-def _in_float32(fn):
-    """Half-precision inputs compute in float32 and round once (as unary.py's activations)."""
-    def kernel(xp, x, **attrs):
-        if x.dtype.itemsize >= 4:
-            return fn(xp, x, **attrs)
-        return fn(xp, x.astype(xp.float32), **attrs).astype(x.dtype)
-    return kernel
 
 
 # name, signature after the name, kernel, rule, the tensor the rule saves

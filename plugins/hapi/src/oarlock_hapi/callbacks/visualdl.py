@@ -10,11 +10,10 @@ from __future__ import annotations
 import numbers
 
 import oarlock.utils.tensorboard
-from oarlock_hapi.callbacks.base import Callback
-from oarlock_hapi.ranks import local_rank
+from oarlock_hapi.callbacks.step_logger import StepLogger
 
 
-class VisualDL(Callback):
+class VisualDL(StepLogger):
     """Writes `train/loss`, `train/acc`, ..., `eval/loss`, ... scalars to TensorBoard event files in `log_dir`."""
 
     def __init__(self, log_dir):
@@ -24,19 +23,6 @@ class VisualDL(Callback):
         self.steps = None
         self.epoch = 0
         self.writer = None
-
-    def _is_write(self):
-        return local_rank() == 0
-
-    def on_train_begin(self, logs=None):
-        self.epochs = self.params["epochs"]
-        self.train_metrics = self.params["metrics"]
-        self._is_fit = True
-        self.train_step = 0
-
-    def on_epoch_begin(self, epoch=None, logs=None):
-        self.steps = self.params["steps"]
-        self.epoch = epoch
 
     def _updates(self, logs, mode):
         if not self._is_write():
@@ -53,17 +39,6 @@ class VisualDL(Callback):
             elif not isinstance(value, numbers.Number):
                 continue
             self.writer.add_scalar(f"{mode}/{k}", float(value), global_step=step)
-
-    def on_train_batch_end(self, step, logs=None):
-        self.train_step += 1
-        self._updates(logs or {}, "train")
-
-    def on_eval_begin(self, logs=None):
-        logs = logs or {}
-        self.eval_steps = logs.get("steps")
-        self.eval_metrics = logs.get("metrics", [])
-        self.eval_step = 0
-        self.evaled_samples = 0
 
     def _close(self):
         if self.writer is not None:

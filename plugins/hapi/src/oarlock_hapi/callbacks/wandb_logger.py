@@ -10,11 +10,10 @@ import importlib
 import numbers
 import warnings
 
-from oarlock_hapi.callbacks.base import Callback
-from oarlock_hapi.ranks import local_rank
+from oarlock_hapi.callbacks.step_logger import StepLogger
 
 
-class WandbCallback(Callback):
+class WandbCallback(StepLogger):
     """Logs to a wandb run made with wandb.init(project=, entity=, name=, dir=, mode=, job_type=, **kwargs), or
     the run already in progress."""
 
@@ -30,9 +29,6 @@ class WandbCallback(Callback):
         self._run = None
         _ = self.run
 
-    def _is_write(self):
-        return local_rank() == 0
-
     @property
     def run(self):
         if self._is_write() and self._run is None:
@@ -46,19 +42,12 @@ class WandbCallback(Callback):
         return self._run
 
     def on_train_begin(self, logs=None):
-        self.epochs = self.params["epochs"]
-        self.train_metrics = self.params["metrics"]
-        self._is_fit = True
-        self.train_step = 0
+        super().on_train_begin(logs)
         if self._is_write():
             self.run.define_metric("train/step")
             self.run.define_metric("train/*", step_metric="train/step")
             self.run.define_metric("epoch")
             self.run.define_metric("eval/*", step_metric="epoch")
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.steps = self.params["steps"]
-        self.epoch = epoch
 
     def _updates(self, logs, mode):
         if not self._is_write():
@@ -76,17 +65,6 @@ class WandbCallback(Callback):
             elif isinstance(value, numbers.Number):
                 values[f"{mode}/{k}"] = value
         self.run.log(values)
-
-    def on_train_batch_end(self, step, logs=None):
-        self.train_step += 1
-        self._updates(logs or {}, "train")
-
-    def on_eval_begin(self, logs=None):
-        logs = logs or {}
-        self.eval_steps = logs.get("steps")
-        self.eval_metrics = logs.get("metrics", [])
-        self.eval_step = 0
-        self.evaled_samples = 0
 
     def on_train_end(self, logs=None):
         if self._is_write():
