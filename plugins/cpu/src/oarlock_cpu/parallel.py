@@ -3,8 +3,9 @@
 The ufuncs of oarlock_cpu._kernels release the GIL while they run, so a large call can run its second
 half on a worker thread while the calling thread runs the first: `split_ufunc(ufunc, x, ...)` does that
 for C-contiguous inputs of one shape of at least MIN_ELEMENTS elements. How many cores it uses follows
-the BLAS thread policy (oarlock_cpu.blas): the usable cores minus those other processes keep busy, so a
-loaded machine gets one thread, and OARLOCK_BLAS_THREADS=1 keeps every kernel on one core. Results are
+the BLAS thread policy (oarlock_cpu.blas): the usable cores (under OARLOCK_BLAS_THREADS=auto minus those
+other processes keep busy, so a loaded machine gets one thread), and OARLOCK_BLAS_THREADS=1 keeps every
+kernel on one core. Results are
 the same bits either way (each element is computed alone).
 """
 
