@@ -1,0 +1,123 @@
+"""Pipeline-parallel schedules as data: the ordered list of actions one pipeline rank executes in a training step.
+
+A schedule is a list of `Action(kind, micro_batch, chunk)` per rank. The executor (pipeline_parallel.py) runs
+them in order: "F" is the forward of one micro-batch through one local model chunk, "B" its backward, "W" a
+deferred weight-gradient pass (only in schedules that split the backward). Sends are non-blocking and every
+receive happens where the action needs its value, so a schedule is deadlock-free exactly when the dependency
+graph of all ranks' lists is acyclic; pipeline_simulator.py checks that and measures bubble and memory.
+
+Local chunk `c` of rank `stage` is the global virtual stage `c * num_stages + stage` (Paddle's interleave
+layout), so with one chunk the virtual stage is the rank's stage.
+
+Modes (`SCHEDULE_MODES`):
+- "FThenB": every forward, then every backward in micro-batch order (GPipe). Holds all m micro-batches'
+  activations. With num_chunks > 1 it is Paddle's PipelineParallelWithInterleaveFthenB order (all micro-batches
+  through chunk 0, then chunk 1, ...; backwards from the last chunk).
+- "1F1B": Paddle's PipelineParallel.forward_backward_pipeline: num_stages - stage - 1 warm-up forwards (at most
+  m), then one forward and one backward alternately, then the remaining backwards. Stage s holds at most
+  num_stages - s micro-batches in flight. Needs num_chunks == 1.
+- "VPP": interleaved 1F1B, Paddle's PipelineParallelWithInterleave order (without its overlap and
+  best_unbalanced options): forward micro-step k runs chunk `_vpp_chunk(k)` on the next micro-batch of that
+  chunk, warm-up (num_stages - stage - 1) * 2 + (num_chunks - 1) * (m % num_stages + num_stages) micro-steps,
+  then forward/backward alternately. Paddle's constraint m >= 2 * num_stages is enforced; Paddle also asks
+  num_stages > 2, which we relax to num_stages >= 2 (the simulator shows pp2 schedules deadlock-free).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["Action", "build_schedule", "SCHEDULE_MODES", "virtual_stage"]
+
+
+class Action(NamedTuple):
+    """One step of a rank's schedule: kind "F" / "B" / "W" of micro-batch `micro_batch` on local chunk `chunk`."""
+
+    kind: str
+    micro_batch: int
+    chunk: int = 0
+
+    def __repr__(self):
+        return f"{self.kind}{self.micro_batch}" + (f"@{self.chunk}" if self.chunk else "")
+
+
+def virtual_stage(stage: int, chunk: int, num_stages: int) -> int:
+    """The global virtual stage of local chunk `chunk` on pipeline rank `stage` (Paddle's interleave layout)."""
+    return chunk * num_stages + stage
+
+
+def _fthenb(p, m, s, chunks):
+    forwards = [Action("F", k % m, k // m) for k in range(m * chunks)]
+    backwards = [Action("B", k % m, chunks - 1 - k // m) for k in range(m * chunks)]
+    return forwards + backwards
+
+
+def _one_f_one_b(p, m, s, chunks):
+    warmup = min(p - s - 1, m)
+    actions = [Action("F", i) for i in range(warmup)]
+    for i in range(m - warmup):
+        actions += [Action("F", warmup + i), Action("B", i)]
+    return actions + [Action("B", i) for i in range(m - warmup, m)]
+
+
+def _vpp_chunk(step, p, m, chunks, forward):
+    """Paddle's PipelineParallelWithInterleave._get_virtual_pp_rank (best_unbalanced_scheduler off)."""
+    first_chunk_acc = m % p + p
+    if step < first_chunk_acc * chunks:
+        chunk = step // first_chunk_acc
+    else:
+        chunk = (step - first_chunk_acc * chunks) % (p * chunks) // p
+    return chunk if forward else chunks - 1 - chunk
+
+
+def _vpp(p, m, s, chunks):
+    num_steps = m * chunks
+    warmup = min((p - s - 1) * 2 + (chunks - 1) * (m % p + p), num_steps)
+    counters = {"F": [0] * chunks, "B": [0] * chunks}
+
+    def step(kind, k):
+        chunk = _vpp_chunk(k, p, m, chunks, kind == "F")
+        micro_batch = counters[kind][chunk]
+        counters[kind][chunk] += 1
+        return Action(kind, micro_batch, chunk)
+
+    actions = [step("F", k) for k in range(warmup)]
+    for k in range(num_steps - warmup):
+        actions += [step("F", warmup + k), step("B", k)]
+    return actions + [step("B", k) for k in range(num_steps - warmup, num_steps)]
+
+
+_BUILDERS = {"FThenB": _fthenb, "1F1B": _one_f_one_b, "VPP": _vpp}
+SCHEDULE_MODES = tuple(_BUILDERS)
+
+
+def _check_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"build_schedule(): argument '{name}' must be an int >= {minimum}; got {value!r}")
+
+
+def build_schedule(mode: str, num_stages: int, num_micro_batches: int, stage: int,
+                   num_chunks: int = 1) -> list[Action]:
+    """The ordered actions pipeline rank `stage` runs for one training step under schedule `mode`."""
+    if mode not in _BUILDERS:
+        raise ValueError(f"build_schedule(): argument 'mode' must be one of {list(SCHEDULE_MODES)}; got {mode!r}")
+    _check_int("num_stages", num_stages, 1)
+    _check_int("num_micro_batches", num_micro_batches, 1)
+    _check_int("num_chunks", num_chunks, 1)
+    _check_int("stage", stage, 0)
+    if stage >= num_stages:
+        raise ValueError(f"build_schedule(): argument 'stage' must be below num_stages={num_stages}; got {stage}")
+    if mode == "1F1B" and num_chunks != 1:
+        raise ValueError(f"build_schedule(): mode '1F1B' runs one model chunk per stage; got num_chunks="
+                         f"{num_chunks} (interleaved virtual stages use mode 'VPP')")
+    if mode == "VPP":
+        if num_chunks < 2:
+            raise ValueError(f"build_schedule(): mode 'VPP' (interleaved 1F1B) needs num_chunks > 1 virtual "
+                             f"stages per rank; got num_chunks={num_chunks}")
+        if num_stages < 2:
+            raise ValueError(f"build_schedule(): mode 'VPP' needs num_stages >= 2; got num_stages={num_stages}")
+        if num_micro_batches < 2 * num_stages:
+            raise ValueError(f"build_schedule(): mode 'VPP' needs num_micro_batches >= 2 * num_stages "
+                             f"(= {2 * num_stages}), as Paddle's interleaved schedule does; got "
+                             f"num_micro_batches={num_micro_batches}")
+    return _BUILDERS[mode](num_stages, num_micro_batches, stage, num_chunks)
