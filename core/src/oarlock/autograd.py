@@ -16,7 +16,7 @@ import threading
 import weakref
 
 __all__ = ["no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "grad", "backward",
-           "PyLayer", "PyLayerContext", "Function", "Node", "record", "RecordSpec"]
+           "PyLayer", "PyLayerContext", "Function", "Node", "record", "RecordSpec", "saved_tensors_hooks"]
 
 
 class _GradMode(threading.local):
@@ -41,6 +41,75 @@ class _ObserverSlot:
 
 
 OBSERVER = _ObserverSlot()
+
+
+class _SavedTensorsHooks:
+    """The pack/unpack pair of the active `saved_tensors_hooks`, or None: one pair at a time for the whole
+    process, as in Paddle. Saving reads `pack` once per recorded node that saves something."""
+
+    __slots__ = ("pack", "unpack")
+
+    def __init__(self):
+        self.pack = self.unpack = None
+
+
+SAVED_HOOKS = _SavedTensorsHooks()
+
+
+class saved_tensors_hooks:
+    """Paddle's paddle.autograd.saved_tensors_hooks(pack_hook, unpack_hook): while the context is active,
+    every tensor an op (or `PyLayerContext.save_for_backward`) saves for backward is passed to
+    `pack_hook(tensor)` and only its result is kept; backward calls `unpack_hook(packed)` for each saved
+    tensor it reads and needs a Tensor with the original's shape and dtype back (an activation can be
+    moved to host memory and back this way). As in Paddle, one pair is active at a time: entering a
+    second context inside the first raises ValueError, and leaving a context removes the hooks."""
+
+    def __init__(self, pack_hook, unpack_hook):
+        for name, hook in (("pack_hook", pack_hook), ("unpack_hook", unpack_hook)):
+            if not callable(hook):
+                raise TypeError(f"saved_tensors_hooks(): argument {name!r} must be callable; got "
+                                f"{type(hook).__name__}")
+        self.pack_hook = pack_hook
+        self.unpack_hook = unpack_hook
+
+    def __enter__(self):
+        if SAVED_HOOKS.pack is not None:
+            raise ValueError("saved_tensors_hooks(): only one pair of hooks is allowed at a time; another "
+                             "saved_tensors_hooks context is already active")
+        SAVED_HOOKS.pack, SAVED_HOOKS.unpack = self.pack_hook, self.unpack_hook
+        return None
+
+    def __exit__(self, *exc):
+        SAVED_HOOKS.pack = SAVED_HOOKS.unpack = None
+        return False
+
+
+class _Packed:
+    """One saved tensor as a pack hook returned it, with what restoring it needs: its shape and dtype (to
+    check the unpacked tensor) and its graph identity (used only when backward itself is recorded,
+    create_graph=True)."""
+
+    __slots__ = ("value", "shape", "dtype", "node", "oidx", "leaf", "stop_gradient")
+
+    def __init__(self, t, value, identity=True):
+        self.value = value
+        self.shape, self.dtype, self.stop_gradient = t._data.shape, t._dtype, t.stop_gradient
+        # an output is re-wrapped with its own node as identity: keep no reference to the output Tensor
+        self.node = self.oidx = self.leaf = None
+        if identity:
+            self.node = t._node
+            self.oidx = None if t._node is None else t._oidx
+            self.leaf = t if t._node is None and not t.stop_gradient else None
+
+    def unpack(self, unpack_hook, what):
+        t = unpack_hook(self.value)
+        if t.__class__ is not _Tensor or t._data.shape != self.shape or t._dtype is not self.dtype:
+            got = (f"a Tensor of shape {list(t._data.shape)} and dtype {t._dtype}" if isinstance(t, _Tensor)
+                   else type(t).__name__)
+            raise RuntimeError(f"saved_tensors_hooks: unpack_hook returned {got} for {what}; it must return a "
+                               f"Tensor of shape {list(self.shape)} and dtype {self.dtype}, with the values "
+                               f"pack_hook was given")
+        return t
 
 
 def is_grad_enabled() -> bool:
@@ -122,6 +191,7 @@ class Node:
     _in_versions = _out_counters = _out_versions = None
     hooks = None
     released = False
+    _unpack = None   # the unpack hook, when saved_tensors_hooks packed what this node saved
 
     def __init__(self, name, rule, edges, meta, attrs=None, place=None):
         self.name = name
@@ -139,6 +209,8 @@ class Node:
             raise RuntimeError(f"backward through op {self.name!r} a second time: its saved tensors were "
                                f"freed after the first backward; pass retain_graph=True to the first call")
         from oarlock._tensor import Tensor
+        if self._unpack is not None:
+            return self._saved_packed()
         result = []
         k = 0
         versions, edges = self._in_versions, self.edges
@@ -158,6 +230,24 @@ class Node:
                 t = Tensor._wrap(self._saved_out[index], self.place, False)
                 t._node, t._oidx, t._vc = self, index, counter
                 result.append(t)
+        return tuple(result)
+
+    def _saved_packed(self) -> tuple:
+        """`saved` when a pack hook kept the tensors: unpack each and give it the original's graph identity
+        while backward is recorded (higher-order gradients). As in Paddle and PyTorch, versions are not
+        checked: the pack hook owns the value (a host copy is a snapshot taken before any later write)."""
+        result, unpack = [], self._unpack
+        for kind, index in self._save_plan:
+            packed = (self._saved_in if kind == "in" else self._saved_out)[index]
+            what = f"{'input' if kind == 'in' else 'output'} {index} of op {self.name!r}"
+            if kind == "out":
+                t = _Tensor._wrap(packed.unpack(unpack, what)._data, self.place, False)
+                t._node, t._oidx, t._vc = self, index, self._out_counters[index]
+                result.append(t)
+            elif packed.__class__ is list:
+                result.append([_unpack_input(p, unpack, f"{what}[{i}]") for i, p in enumerate(packed)])
+            else:
+                result.append(_unpack_input(packed, unpack, what))
         return tuple(result)
 
     def _check_version(self, saved, version, what):
@@ -502,20 +592,30 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
 class PyLayerContext:
     """The `ctx` of a PyLayer: save tensors in forward, read them in backward."""
 
+    _unpack = None   # the unpack hook, when saved_tensors_hooks packed the saved tensors
+
     def __init__(self):
         self._saved = ()
         self.needs_input_grad = ()
         self.materialize_grads = True
 
     def save_for_backward(self, *tensors):
-        self._saved = tensors
+        pack = SAVED_HOOKS.pack
+        if pack is None:
+            self._saved, self._unpack = tensors, None
+        else:   # Paddle passes every saved Tensor to the active pack hook; other values are kept as they are
+            self._unpack = SAVED_HOOKS.unpack
+            self._saved = tuple(_Packed(t, pack(t)) if isinstance(t, _Tensor) else t for t in tensors)
 
     def saved_tensor(self):
-        return self._saved
+        if self._unpack is None:
+            return self._saved
+        return tuple(p.unpack(self._unpack, f"saved tensor {i} of a PyLayer") if p.__class__ is _Packed
+                     else p for i, p in enumerate(self._saved))
 
     @property
     def saved_tensors(self):
-        return self._saved
+        return self.saved_tensor()
 
     def set_materialize_grads(self, value: bool):
         self.materialize_grads = value
@@ -568,7 +668,7 @@ Function = PyLayer
 
 
 class RecordSpec:
-    """What `record` needs of an op, for recorders that have no OpDef (PyLayer)."""
+    """What `record` needs of an op, for recorders that have no OpDef (PyLayer, unpacked saved leaves)."""
 
     __slots__ = ("name", "rule", "nondiff", "_save_plan", "save_needs", "saves_inputs", "saves_outputs")
 
@@ -577,6 +677,10 @@ class RecordSpec:
         self.save_needs = (None,) * len(save_plan)
         self.saves_inputs = any(kind == "in" for kind, _ in save_plan)
         self.saves_outputs = any(kind == "out" for kind, _ in save_plan)
+
+
+# a saved leaf unpacked while backward is recorded: an identity node that routes gradients to the leaf
+_SAVED_LEAF = RecordSpec("saved_tensor", lambda node, g: (g,))
 
 
 def record(spec, inputs, outputs, attrs, place, written=None):
@@ -623,7 +727,8 @@ def record(spec, inputs, outputs, attrs, place, written=None):
             node.place = place
             node.out_meta = ((outputs._data.shape, outputs._dtype),)
             if spec._save_plan:
-                if x._vc is None and (y is None or y._vc is None) and outputs._vc is None:
+                if (x._vc is None and (y is None or y._vc is None) and outputs._vc is None
+                        and SAVED_HOOKS.pack is None):
                     # tensors never written in place (version 0): what _save keeps, without its checks
                     node._save_plan, node._save_needs = spec._save_plan, spec.save_needs
                     if spec.saves_inputs:
@@ -711,6 +816,43 @@ def _save(spec, node, inputs, outputs, written):
         else:
             node._out_counters = counters = tuple(_version_counter(o) for o in outputs)
             node._out_versions = tuple(c.value for c in counters)
+    if SAVED_HOOKS.pack is not None:
+        _pack_saved(node, outputs)
+
+
+def _pack_saved(node, outputs):
+    """saved_tensors_hooks is active: keep what pack_hook returns for each saved tensor instead of the
+    tensor (saved outputs are passed to it as the output Tensors)."""
+    pack = SAVED_HOOKS.pack
+    node._unpack = SAVED_HOOKS.unpack
+    saved_in, packed_in, packed_out = node._saved_in, None, None
+    for kind, index in node._save_plan:
+        if kind == "in":
+            if packed_in is None:
+                packed_in = [None] * len(saved_in)
+            t = saved_in[index]
+            if t.__class__ is list:
+                packed_in[index] = [_Packed(x, pack(x)) for x in t]
+            elif t is not None:
+                packed_in[index] = _Packed(t, pack(t))
+        else:
+            if packed_out is None:
+                packed_out = [None] * len(outputs)
+            packed_out[index] = _Packed(outputs[index], pack(outputs[index]), identity=False)
+    node._saved_in, node._saved_out = packed_in, packed_out
+
+
+def _unpack_input(packed, unpack, what):
+    if packed is None:
+        return None
+    t = packed.unpack(unpack, what)
+    if GRAD_MODE.enabled:    # create_graph: the rule's own graph must reach the original's producers
+        t = _Tensor._wrap(t._data, t._place, packed.stop_gradient)
+        if packed.leaf is not None:
+            record(_SAVED_LEAF, (packed.leaf,), t, None, t._place)
+        elif packed.node is not None:
+            t._node, t._oidx = packed.node, packed.oidx
+    return t
 
 
 def _refresh_if_stale(t):
