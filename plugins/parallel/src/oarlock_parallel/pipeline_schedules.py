@@ -21,13 +21,21 @@ Modes (`SCHEDULE_MODES`):
   chunk, warm-up (num_stages - stage - 1) * 2 + (num_chunks - 1) * (m % num_stages + num_stages) micro-steps,
   then forward/backward alternately. Paddle's constraint m >= 2 * num_stages is enforced; Paddle also asks
   num_stages > 2, which we relax to num_stages >= 2 (the simulator shows pp2 schedules deadlock-free).
+- "1F1BOffload" (the VRAM-friendly schedule): 1F1B's order, with the saved activations of each micro-batch that
+  waits for its backward moved to host memory right after its forward ("O") and loaded back one compute
+  action before its backward ("L": a GPU's copy stream overlaps the load with that action; on the CPU the
+  copies run inline and cost a memcpy). Same forwards/backwards in the same order, so the same bubble as 1F1B
+  and the same losses, but a rank holds at most 2 micro-batches' activations on the device where 1F1B holds
+  num_stages - stage (stage 0: num_stages). Zero-bubble schedules (ZB-H1) cut the bubble but keep 1F1B's
+  memory; swapping cuts memory at 1F1B's bubble, paying host memory and copy bandwidth instead. The swap
+  itself (saved-tensor hooks per micro-batch, the O and L methods of the executor) is pipeline_swap.py.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["Action", "build_schedule", "SCHEDULE_MODES", "virtual_stage"]
+__all__ = ["Action", "build_schedule", "SCHEDULE_MODES", "virtual_stage", "with_activation_offload"]
 
 
 class Action(NamedTuple):
@@ -87,7 +95,35 @@ def _vpp(p, m, s, chunks):
     return actions + [step("B", k) for k in range(num_steps - warmup, num_steps)]
 
 
-_BUILDERS = {"FThenB": _fthenb, "1F1B": _one_f_one_b, "VPP": _vpp}
+def with_activation_offload(actions: list[Action], min_gap: int = 2) -> list[Action]:
+    """`actions` with the saved activations of every micro-batch that waits for its backward moved to host
+    memory: "O" right after its forward, "L" (load back) before the compute action that precedes its backward,
+    so a copy stream can overlap the load with that action. A micro-batch is offloaded when at least `min_gap`
+    forwards/backwards of other micro-batches run between its F and its B; with one, the load would be issued
+    right after the offload. With 1F1B and min_gap 2 every rank holds at most 2 micro-batches on the device
+    (pipeline_simulator's peak_resident) instead of num_stages - stage."""
+    position = {(a.kind, a.micro_batch, a.chunk): i for i, a in enumerate(actions)}
+    offload_after, load_before = set(), {}
+    for i, action in enumerate(actions):
+        if action.kind == "F":
+            backward = position[("B", action.micro_batch, action.chunk)]
+            if backward - i - 1 >= min_gap:
+                offload_after.add(i)
+                load_before.setdefault(backward - 1, []).append(Action("L", action.micro_batch, action.chunk))
+    result = []
+    for i, action in enumerate(actions):
+        result += load_before.get(i, [])
+        result.append(action)
+        if i in offload_after:
+            result.append(Action("O", action.micro_batch, action.chunk))
+    return result
+
+
+def _one_f_one_b_offload(p, m, s, chunks):
+    return with_activation_offload(_one_f_one_b(p, m, s, chunks))
+
+
+_BUILDERS = {"FThenB": _fthenb, "1F1B": _one_f_one_b, "VPP": _vpp, "1F1BOffload": _one_f_one_b_offload}
 SCHEDULE_MODES = tuple(_BUILDERS)
 
 
@@ -107,8 +143,8 @@ def build_schedule(mode: str, num_stages: int, num_micro_batches: int, stage: in
     _check_int("stage", stage, 0)
     if stage >= num_stages:
         raise ValueError(f"build_schedule(): argument 'stage' must be below num_stages={num_stages}; got {stage}")
-    if mode == "1F1B" and num_chunks != 1:
-        raise ValueError(f"build_schedule(): mode '1F1B' runs one model chunk per stage; got num_chunks="
+    if mode in ("1F1B", "1F1BOffload") and num_chunks != 1:
+        raise ValueError(f"build_schedule(): mode '{mode}' runs one model chunk per stage; got num_chunks="
                          f"{num_chunks} (interleaved virtual stages use mode 'VPP')")
     if mode == "VPP":
         if num_chunks < 2:
