@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 
 class Backend:
     """What a device plugin supplies. Subclass it and register an instance.
@@ -95,6 +96,17 @@ class Backend:
     def reset_max_memory_allocated(self, index: int = 0) -> None:
         pass
 
+    def host_memory_allocated(self, index: int = 0) -> int:
+        """Bytes of host memory in use from this device's host pool (`pin_memory`'s copies; a GPU's pinned
+        memory); 0 for a device without one."""
+        return 0
+
+    def max_host_memory_allocated(self, index: int = 0) -> int:
+        return 0
+
+    def reset_max_host_memory_allocated(self, index: int = 0) -> None:
+        pass
+
     def memory_reserved(self, index: int = 0) -> int:
         """Bytes held by the device's allocator (in use or cached); without a cache, the bytes allocated."""
         return self.memory_allocated(index)
@@ -134,6 +146,31 @@ class Backend:
         """A new event of device `index`. The object has record(stream_base), synchronize(), query() and
         elapsed_time(end_event_base) in milliseconds."""
         return HostEvent(self.type, index, enable_timing)
+
+
+class HostMemoryCounter:
+    """The bytes of a device's host pool (what its `pin_memory` handed out) that are still alive, and their
+    peak, for Backend.host_memory_allocated: `track(obj, nbytes)` counts `nbytes` until `obj` is collected.
+    Thread-safe; process-wide, like the device counters."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.current = 0
+        self.peak = 0
+
+    def track(self, obj, nbytes: int) -> None:
+        with self._lock:
+            self.current += nbytes
+            self.peak = max(self.peak, self.current)
+        weakref.finalize(obj, self._release, nbytes)
+
+    def _release(self, nbytes: int) -> None:
+        with self._lock:
+            self.current -= nbytes
+
+    def reset_peak(self) -> None:
+        with self._lock:
+            self.peak = self.current
 
 
 class HostStream:

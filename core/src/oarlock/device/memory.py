@@ -24,6 +24,24 @@ def reset_max_memory_allocated(device=None) -> None:
     place.backend.reset_max_memory_allocated(place.index)
 
 
+def host_memory_allocated(device=None) -> int:
+    """Bytes of `device`'s host pool in use now (a GPU's pinned host memory; the cpu's separate host pool):
+    tensors moved there by offloading count here and not in memory_allocated."""
+    place = _place_of(device, "host_memory_allocated(): device")
+    return place.backend.host_memory_allocated(place.index)
+
+
+def max_host_memory_allocated(device=None) -> int:
+    """Peak of host_memory_allocated since start or the last reset_max_host_memory_allocated."""
+    place = _place_of(device, "max_host_memory_allocated(): device")
+    return place.backend.max_host_memory_allocated(place.index)
+
+
+def reset_max_host_memory_allocated(device=None) -> None:
+    place = _place_of(device, "reset_max_host_memory_allocated(): device")
+    place.backend.reset_max_host_memory_allocated(place.index)
+
+
 def memory_reserved(device=None) -> int:
     """Bytes the allocator of `device` holds, in use or cached for reuse (cpu: the bytes allocated)."""
     place = _place_of(device, "memory_reserved(): device")

@@ -15,6 +15,7 @@ import numpy as np
 
 from oarlock.device import Backend
 from oarlock_cpu import fastmath
+from oarlock_cpu import host_pool
 
 try:
     from oarlock_cpu import _memstat
@@ -60,6 +61,11 @@ class CPUBackend(Backend):
     def from_dlpack(self, obj):
         return np.from_dlpack(obj)
 
+    def pin_memory(self, host):
+        """A copy of `host` in the host pool (host_pool.py): the cpu's stand-in for pinned memory, counted by
+        host_memory_allocated and not by memory_allocated."""
+        return host_pool.copy_to_host(host)
+
     # -- random -----------------------------------------------------------------------------
     def generator(self, index: int = 0):
         return self._generator
@@ -89,6 +95,15 @@ class CPUBackend(Backend):
 
     def reset_max_memory_allocated(self, index: int = 0) -> None:
         _memstat_module().reset_peak()
+
+    def host_memory_allocated(self, index: int = 0) -> int:
+        return host_pool.COUNTER.current
+
+    def max_host_memory_allocated(self, index: int = 0) -> int:
+        return host_pool.COUNTER.peak
+
+    def reset_max_host_memory_allocated(self, index: int = 0) -> None:
+        host_pool.COUNTER.reset_peak()
 
 
 def _missing_memstat_message() -> str:

@@ -29,7 +29,7 @@ import threading
 
 import numpy as np
 
-from oarlock.device import Backend, DeviceProperties
+from oarlock.device import Backend, DeviceProperties, HostMemoryCounter
 
 from oarlock_cuda.memory import CountingAllocator
 from oarlock_cuda.rng import CounterGenerator, CupyEngine
@@ -72,6 +72,7 @@ class GPUBackend(Backend):
         self._generators: dict[int, CounterGenerator] = {}
         self._bound: dict = {}      # (kernel, device index) -> the kernel run with that device current
         self._lock = threading.RLock()
+        self._pinned = HostMemoryCounter()   # pin_memory's arrays (host_memory_allocated)
         if pinned_host_copies is None:
             pinned_host_copies = os.environ.get("OARLOCK_CUDA_PINNED_HOST_COPIES", "") not in ("", "0")
         self.pinned_host_copies = pinned_host_copies
@@ -180,6 +181,7 @@ class GPUBackend(Backend):
         host = np.asarray(host)
         out = cupyx.empty_pinned(host.shape, host.dtype)
         np.copyto(out, host)
+        self._pinned.track(out, out.nbytes)
         return out
 
     # -- random -------------------------------------------------------------------------------------------
@@ -218,6 +220,16 @@ class GPUBackend(Backend):
 
     def reset_max_memory_allocated(self, index: int = 0) -> None:
         self._on(index, self._stats().reset_max_used)
+
+    # pinned host memory handed out by pin_memory (one host pool for every device, as CuPy's pinned pool)
+    def host_memory_allocated(self, index: int = 0) -> int:
+        return self._pinned.current
+
+    def max_host_memory_allocated(self, index: int = 0) -> int:
+        return self._pinned.peak
+
+    def reset_max_host_memory_allocated(self, index: int = 0) -> None:
+        self._pinned.reset_peak()
 
     def memory_reserved(self, index: int = 0) -> int:
         return self._on(index, self._stats().total)
