@@ -40,10 +40,13 @@ def register(api) -> None:
             api.export(namespace, name, getattr(stream, name))
     for name in GROUP_NAMES:
         api.export(GROUP, name, getattr(dist, name))
-    from oarlock_parallel import pipeline_layers
+    from oarlock_parallel import pipeline_layers, pipeline_parallel
     for namespace in PIPELINE:
         for name in pipeline_layers.__all__:
             api.export(namespace, name, getattr(pipeline_layers, name))
+    for namespace in PIPELINE[:1] + ("oarlock.distributed.fleet.meta_parallel.pipeline_parallel",):
+        for name in pipeline_parallel.__all__:
+            api.export(namespace, name, getattr(pipeline_parallel, name))
     from oarlock_parallel import marks
     # Paddle's built-in Tensor attribute (False unless a parallel layer marks its slice), kept in marks
     api.export("Tensor", "is_distributed", property(
