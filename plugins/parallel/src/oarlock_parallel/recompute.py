@@ -9,7 +9,14 @@ calling `function` directly (dropout draws the same masks).
 
 Paddle has two implementations (use_reentrant=True: a PyLayer; False: saved-tensor hooks). Both give the
 same values and gradients; here both run the PyLayer, and `use_reentrant=False` also tracks tensors passed as
-keyword arguments (Paddle's reentrant form refuses keyword-only parameters; so does this one)."""
+keyword arguments (Paddle's reentrant form refuses keyword-only parameters; so does this one).
+
+`offload_indices=[i, ...]` (positions among the positional arguments, after keyword arguments are bound to
+positions as Paddle does) keeps those inputs in the device's host pool between forward and backward
+(offload.to_host) instead of device memory; backward reloads them. Paddle moves the caller's tensor itself to
+the CPU (its buffer is shared into the argument); here the caller's tensor is left as it is and the block
+keeps a host copy, so its device memory is freed when the caller drops it. A tuple at an offloaded position
+is refused, as in Paddle."""
 
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ import oarlock
 import oarlock.nn as nn
 from oarlock.autograd import PyLayer
 from oarlock.plugin_api import AUTOCAST, set_autocast
+from oarlock_parallel.offload import to_host
 from oarlock_parallel.rng import get_rng_state_tracker
 
 __all__ = ["recompute", "recompute_sequential", "check_recompute_necessary", "switch_rng_state_tracker",
@@ -118,7 +126,7 @@ class _Plan:
     """The call to repeat: positional values and keyword values with their tensors taken out (a tensor, or a
     tuple of tensors, at the top level), so the PyLayer sees the tensors as its inputs."""
 
-    def __init__(self, function, args, kwargs):
+    def __init__(self, function, args, kwargs, offload_indices=()):
         self.function = function
         self.values = list(args) + list(kwargs.values())
         self.keys = list(kwargs)
@@ -138,6 +146,38 @@ class _Plan:
             elif type(value) is tuple and any(isinstance(t, oarlock.Tensor) for t in value):
                 raise ValueError("recompute(): a tuple argument mixes tensors and other values; accepted: a tuple "
                                  "of tensors only")
+        self.offload = self._offloaded(offload_indices)   # positions in self.tensors kept on host
+
+    def release(self):
+        """Drop the plan's own references to the input tensors (backward passes them to run()), so that what
+        the block keeps is only what forward saved or stashed."""
+        for i, _ in self.slots:
+            self.values[i] = None
+        self.tensors = None
+
+    def stash(self, t):
+        """What the block keeps of an offloaded input until backward: its host copy (restore() reloads it)."""
+        return to_host(t)
+
+    def _offloaded(self, indices) -> frozenset:
+        if not isinstance(indices, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                            for i in indices):
+            raise TypeError(f"recompute(): offload_indices must be a list of argument positions (ints); got "
+                            f"{indices!r}")
+        n = len(self.values) - len(self.keys)
+        bad = [i for i in indices if not 0 <= i < n]
+        if bad:
+            raise ValueError(f"recompute(): offload_indices {bad} name no positional argument; the function gets "
+                             f"{n} (positions 0..{n - 1})")
+        positions, k = set(), 0
+        for i, length in self.slots:
+            if i in indices:
+                if length is not None:
+                    raise ValueError(f"recompute(): offload_indices should not contain a tuple of tensors "
+                                     f"(position {i}), as in Paddle")
+                positions.add(k)
+            k += 1 if length is None else length
+        return frozenset(positions)
 
     def run(self, tensors):
         values = list(self.values)
@@ -158,12 +198,18 @@ class _RecomputeFunction(PyLayer):
         ctx.autocast = AUTOCAST.state()
         with oarlock.no_grad():
             outputs = plan.run(tensors)
-        ctx.save_for_backward(*tensors)
+        # inputs kept elsewhere than in device memory (offloaded, or partitioned by recompute_hybrid) are
+        # stashed; the others are saved as a PyLayer saves (so saved_tensors_hooks see them)
+        ctx.stash = {k: plan.stash(t) for k, t in enumerate(tensors) if k in plan.offload}
+        ctx.save_for_backward(*[t for k, t in enumerate(tensors) if k not in plan.offload])
+        plan.release()
         return outputs
 
     @staticmethod
     def backward(ctx, *grads):
-        inputs = [_detach(t) for t in ctx.saved_tensor()]
+        kept = iter(ctx.saved_tensor())
+        inputs = [_detach(ctx.stash[k].restore() if k in ctx.stash else next(kept))
+                  for k in range(len(ctx.stash) + len(ctx.saved_tensor()))]
         switch = switch_rng_state_tracker(*ctx.states) if ctx.preserve else contextlib.nullcontext()
         previous = set_autocast(*ctx.autocast)
         try:
@@ -203,10 +249,10 @@ def _bind_positional(function, args, kwargs):
 def recompute(function, *args, **kwargs):
     """Run `function(*args, **kwargs)` keeping only its inputs, and run it again in backward (see the module
     docstring). Keyword options: preserve_rng_state (default True), use_reentrant (default True),
-    offload_indices (accepted for Paddle's signature; host and device memory are the same here)."""
+    offload_indices (default []: positional arguments kept in the host pool until backward)."""
     preserve = bool(kwargs.pop("preserve_rng_state", True))
     use_reentrant = bool(kwargs.pop("use_reentrant", True))
-    kwargs.pop("offload_indices", None)
+    offload_indices = kwargs.pop("offload_indices", [])
     if not callable(function):
         raise TypeError(f"recompute(): argument 'function' must be callable (a Layer or a function); got "
                         f"{type(function).__name__}")
@@ -214,9 +260,9 @@ def recompute(function, *args, **kwargs):
         return function(*args, **kwargs)
     check_recompute_necessary(list(args) + list(kwargs.values()))
     if use_reentrant:
-        plan = _Plan(function, _bind_positional(function, args, kwargs), {})
+        plan = _Plan(function, _bind_positional(function, args, kwargs), {}, offload_indices)
     else:
-        plan = _Plan(function, args, kwargs)
+        plan = _Plan(function, args, kwargs, offload_indices)
     get_custom = custom_state_manager.custom_get_state_func or (lambda x=None: None)
     set_custom = custom_state_manager.custom_set_state_func or (lambda x=None: None)
     return _RecomputeFunction.apply(plan, preserve, get_custom, set_custom, *plan.tensors)

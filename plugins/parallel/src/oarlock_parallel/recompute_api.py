@@ -1,6 +1,7 @@
 """The recompute names, registered by oarlock_parallel.plugin under Paddle's paths: fleet.utils.recompute (the
 function), the module fleet.recompute (recompute_sequential) and its submodule fleet.recompute.recompute
-(everything of oarlock_parallel.recompute, which PaddleFormers imports from there).
+(everything of oarlock_parallel.recompute, which PaddleFormers imports from there); and oarlock's own
+fleet.utils.offload (activation offload and the memory planner: offload.py, offload_planner.py).
 
 Paddle's fleet.recompute package also binds the function `recompute` over its submodule's attribute; here
 `fleet.recompute.recompute` is the submodule (a namespace cannot also be a name), so `from
@@ -11,6 +12,7 @@ from __future__ import annotations
 PACKAGE = "oarlock.distributed.fleet.recompute"
 MODULE = PACKAGE + ".recompute"
 UTILS = "oarlock.distributed.fleet.utils"
+OFFLOAD = UTILS + ".offload"
 
 
 def register(api) -> None:
@@ -22,3 +24,7 @@ def register(api) -> None:
     for name in ("recompute_sequential", "custom_state_manager"):
         api.export(PACKAGE, name, getattr(recompute, name))
     api.export(UTILS, "recompute", recompute.recompute)
+    from oarlock_parallel import offload
+    api.namespace(OFFLOAD, doc=offload.__doc__)
+    for name in offload.__all__:
+        api.export(OFFLOAD, name, getattr(offload, name))
