@@ -6,8 +6,8 @@ memory after its forward ("O") and come back before its backward ("L").
 saves for backward is kept in a handle of the micro-batch (one handle per storage, so a tensor saved by several
 ops moves once); parameters and other leaves that want gradients are not wrapped (other references keep them on
 the device anyway), nor tensors under `min_bytes`, whose copies would cost more Python time than they free.
-`offload(key)` copies each handle's array to the device's host pool (place.backend.pin_memory: the cpu's
-separately counted host pool, a GPU's pinned memory) and drops the device array; once the graph holds no other
+`offload(key)` copies each handle's array to the device's host pool (offload.to_host: the cpu's separately
+counted host pool, a GPU's pinned memory) and drops the device array; once the graph holds no other
 reference, the device memory is free. `load(key)` copies them back. Backward reads each through the unpack
 hook; a handle still on host at that point is loaded then (correct, only slower).
 
@@ -20,41 +20,31 @@ from __future__ import annotations
 
 import contextlib
 
-import numpy as np
-
 import oarlock
 from oarlock.autograd import saved_tensors_hooks
-from oarlock.plugin_api import array_of, wrap
+from oarlock.plugin_api import array_of
+from oarlock_parallel.offload import to_host
 
 __all__ = ["ActivationSwap"]
 
 
 class _Handle:
-    """One saved storage: on the device (`tensor`) or in the host pool (`host`)."""
+    """One saved storage: on the device (`tensor`) or in the host pool (`host`, an offload.HostCopy)."""
 
-    __slots__ = ("tensor", "host", "place", "stop_gradient")
+    __slots__ = ("tensor", "host")
 
     def __init__(self, tensor):
         self.tensor, self.host = tensor, None
-        self.place, self.stop_gradient = tensor.place, tensor.stop_gradient
 
     def offload(self) -> int:
         if self.tensor is None:
             return 0
-        backend = self.place.backend
-        self.host = backend.pin_memory(backend.to_host(array_of(self.tensor)))
-        self.tensor = None
+        self.host, self.tensor = to_host(self.tensor), None
         return self.host.nbytes
 
     def load(self) -> None:
-        if self.tensor is not None:
-            return
-        array = self.place.backend.asarray(self.host)
-        if isinstance(array, np.ndarray) and np.shares_memory(array, self.host):
-            array = array.copy()       # the cpu: a device array of its own, counted as device memory again
-        self.tensor = wrap(array, self.place)
-        self.tensor.stop_gradient = self.stop_gradient
-        self.host = None
+        if self.tensor is None:
+            self.tensor, self.host = self.host.to_device(), None
 
     def get(self):
         self.load()
