@@ -24,7 +24,8 @@ def register(api) -> None:
     for name in ("recompute_sequential", "custom_state_manager"):
         api.export(PACKAGE, name, getattr(recompute, name))
     api.export(UTILS, "recompute", recompute.recompute)
-    from oarlock_parallel import offload
-    api.namespace(OFFLOAD, doc=offload.__doc__)
-    for name in offload.__all__:
-        api.export(OFFLOAD, name, getattr(offload, name))
+    from oarlock_parallel import offload, offload_planner
+    api.namespace(OFFLOAD, doc=offload.__doc__ + "\n" + offload_planner.__doc__)
+    for module in (offload, offload_planner):
+        for name in module.__all__:
+            api.export(OFFLOAD, name, getattr(module, name))
