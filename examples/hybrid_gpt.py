@@ -31,11 +31,26 @@ fleet.distributed_optimizer. The data are sequences counting mod --vocab with a 
 
 --init makes every layout start from the same model: every rank loads the FULL weights and keeps its mp
 slice (slice_full_state: each tensor-parallel layer's split axis), before the model is wrapped.
+
+Pipeline parallel (--pp N, fleet pp_degree): the same GPT as a PipelineLayer of LayerDescs (embedding,
+one description per block, final LayerNorm + head), split uniformly over the stages and trained by
+PipelineParallel.train_batch on --micro-batches micro-batches (accumulate_steps) under --schedule (FThenB,
+1F1B, ...; pipeline_configs.schedule_mode). --vpp N gives each stage N model chunks (interleaved schedules),
+--recompute recomputes every layer in backward (recompute_interval 1), --dict-inputs makes the stages pass
+a dict {"hidden": activations, "positions": int64 ids with stop_gradient} instead of a tensor, and
+--tie-embeddings ties the LM head to the token embedding (a SharedLayerDesc on the first and last stage;
+a different model: its one-process reference is `--tie-embeddings` on one process). Any of these flags on
+one process runs the PipelineLayer as a plain model (pp_degree 1), the reference of the pipeline layouts.
+--pp combines with --dp and --mp (not with --sp, --sharding or --group-sharded).
+
+    oarlock launch -n 2 examples/hybrid_gpt.py --pp 2 --micro-batches 4 --schedule FThenB --dict-inputs
+    oarlock launch -n 4 examples/hybrid_gpt.py --pp 2 --mp 2 --tie-embeddings --recompute
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -161,6 +176,117 @@ class GPT(nn.Layer):
         return self.head(self.ln_f(x))
 
 
+class EmbeddingPipe(nn.Layer):
+    """The pipeline's first layer: token + position embeddings -> [b, s, h], or with `as_dict`
+    {"hidden": [b, s, h], "positions": [b, s] int64 (no gradient)}."""
+
+    def __init__(self, vocab: int, width: int, seq_len: int, as_dict: bool):
+        super().__init__()
+        self.as_dict = as_dict
+        self.embed = VocabParallelEmbedding(vocab, width, weight_attr=_normal())
+        self.position = nn.Embedding(seq_len, width, weight_attr=_normal())
+
+    @property
+    def embedding_weight(self):       # the tied parameter (SharedLayerDesc's shared_weight_attr)
+        return self.embed.weight
+
+    def forward(self, tokens):
+        positions = paddle.arange(tokens.shape[1], dtype="int64")
+        x = self.embed(tokens) + self.position(positions)
+        if not self.as_dict:
+            return x
+        return {"hidden": x, "positions": paddle.expand(positions, [tokens.shape[0], tokens.shape[1]])}
+
+
+def _hidden(value):
+    return value["hidden"] if isinstance(value, dict) else value
+
+
+class BlockPipe(Block):
+    """A Block taking and giving what the stages pass (a tensor, or the dict of EmbeddingPipe)."""
+
+    def forward(self, value):
+        if not isinstance(value, dict):
+            return super().forward(value)
+        return {**value, "hidden": super().forward(value["hidden"])}
+
+
+class NormPipe(nn.Layer):
+    """The final LayerNorm (before a tied head)."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.ln_f = nn.LayerNorm(width)
+
+    def forward(self, value):
+        return self.ln_f(_hidden(value))
+
+
+class HeadPipe(NormPipe):
+    """The final LayerNorm and the vocabulary-parallel head (untied)."""
+
+    def __init__(self, width: int, vocab: int):
+        super().__init__(width)
+        self.head = ColumnParallelLinear(width, vocab, weight_attr=_normal(), has_bias=False, gather_output=False)
+
+    def forward(self, value):
+        return self.head(super().forward(value))
+
+
+def tied_head(embedding: EmbeddingPipe, x):
+    """The LM head with the token embedding's weight: x @ W^T, W this mp rank's [vocab/mp, h] rows (as
+    ColumnParallelLinear, the input's gradient is summed over the model-parallel group)."""
+    if embedding.embed.world_size > 1:
+        from oarlock.distributed.fleet.layers.mpu.mp_ops import _c_identity
+        x = _c_identity(x, group=embedding.embed.model_parallel_group)
+    return paddle.matmul(x, embedding.embedding_weight, transpose_y=True)
+
+
+class GPTLoss(nn.Layer):
+    """ParallelCrossEntropy over this mp rank's logits, averaged: the pipeline's loss_fn."""
+
+    def __init__(self):
+        super().__init__()
+        self.criterion = ParallelCrossEntropy()
+
+    def forward(self, logits, labels):
+        return self.criterion(logits, labels).mean()
+
+
+def pipeline_descs(args, mp: int) -> list:
+    """The GPT as layer descriptions: embedding, the blocks, final norm and head (tied: a SharedLayerDesc)."""
+    from oarlock.distributed.fleet.meta_parallel import LayerDesc, SharedLayerDesc
+    embedding = (args.vocab, args.width, args.seq_len, args.dict_inputs)
+    blocks = [LayerDesc(BlockPipe, args.width, args.heads, mp, False) for _ in range(args.layers)]
+    if not args.tie_embeddings:
+        return [LayerDesc(EmbeddingPipe, *embedding), *blocks, LayerDesc(HeadPipe, args.width, args.vocab)]
+    return [SharedLayerDesc("embed", EmbeddingPipe, None, "embedding_weight", *embedding), *blocks,
+            LayerDesc(NormPipe, args.width),
+            SharedLayerDesc("embed", EmbeddingPipe, tied_head, "embedding_weight", *embedding)]
+
+
+def pipeline_full_names(args) -> list:
+    """The one-process GPT's name prefix of each description of pipeline_descs (None: the tied head)."""
+    blocks = [f"blocks.{i}." for i in range(args.layers)]
+    if not args.tie_embeddings:
+        return ["", *blocks, ""]
+    return ["", *blocks, "", None]
+
+
+def load_pipeline_state(model, full_state: dict, args, mp_rank: int, mp_degree: int) -> None:
+    """Each layer this rank built takes its weights (its mp slice) from the FULL one-process GPT state."""
+    names = pipeline_full_names(args)
+    chunks = model.get_model_chunks() or [model]
+    for chunk, start in zip(chunks, model._start_poss):
+        for offset, function in enumerate(chunk.run_function):
+            prefix = names[start + offset]
+            if prefix is None:
+                continue
+            layer = function.args[0] if isinstance(function, functools.partial) else function
+            own = {key: full_state[prefix + key] for key in layer.state_dict() if prefix + key in full_state}
+            layer.set_state_dict(slice_full_state(layer, own, mp_rank, mp_degree))
+
+
 # The split axis of each tensor-parallel layer's parameters (Paddle's param.split_axis): weights are [in, out]
 def _split_axes():
     axes = {ColumnParallelLinear: {"weight": 1, "bias": 0}, RowParallelLinear: {"weight": 0},
@@ -225,6 +351,18 @@ def parse_args(argv=None):
     parser.add_argument("--group-sharded", choices=GROUP_SHARDED_LEVELS, default=None,
                         help="group_sharded_parallel level over the whole world instead of fleet's strategies: "
                              "os / os_g (stage 2) or p_g_os (stage 3)")
+    parser.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree (fleet pp_degree; default 1)")
+    parser.add_argument("--vpp", type=int, default=1, help="model chunks per pipeline stage (virtual stages; default 1)")
+    parser.add_argument("--schedule", default="1F1B",
+                        help="pipeline schedule (pipeline_configs.schedule_mode: FThenB, 1F1B, VPP, ...; default 1F1B)")
+    parser.add_argument("--micro-batches", type=int, default=1,
+                        help="micro-batches per step under --pp (accumulate_steps; micro_batch_size is this rank's "
+                             "rows / micro-batches; default 1)")
+    parser.add_argument("--recompute", action="store_true", help="recompute every pipeline layer in backward")
+    parser.add_argument("--dict-inputs", action="store_true",
+                        help="the pipeline stages pass a dict (activations and int64 positions) instead of a tensor")
+    parser.add_argument("--tie-embeddings", action="store_true",
+                        help="tie the LM head to the token embedding (SharedLayerDesc on the first and last stage)")
     parser.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data and of the initial weights (default 0)")
     parser.add_argument("--batch", type=int, default=8, help="global batch, split over the data-parallel-like "
@@ -246,7 +384,7 @@ def parse_args(argv=None):
     parser.add_argument("--save-init", metavar="FILE", default=None,
                         help="write the full initial weights to FILE and exit (one process)")
     args = parser.parse_args(argv)
-    for name in ("dp", "mp", "sharding", "steps", "batch", "seq_len", "vocab", "width", "layers", "heads"):
+    for name in ("dp", "mp", "pp", "vpp", "micro_batches", "sharding", "steps", "batch", "seq_len", "vocab", "width", "layers", "heads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.sp and args.mp < 2:
@@ -257,15 +395,27 @@ def parse_args(argv=None):
         parser.error("--group-sharded shards over the whole world: leave --dp, --mp and --sharding at 1")
     if args.width % args.heads:
         parser.error(f"--width {args.width} must be divisible by --heads {args.heads}")
+    if uses_pipeline(args) and (args.sp or args.sharding > 1 or args.group_sharded):
+        parser.error("--pp and the pipeline flags combine with --dp and --mp only (not --sp, --sharding or "
+                     "--group-sharded)")
     return parser, args
+
+
+def uses_pipeline(args) -> bool:
+    """Whether the GPT is built as a PipelineLayer (any pipeline flag; one process runs it as a plain model)."""
+    return args.pp > 1 or args.vpp > 1 or args.recompute or args.dict_inputs or args.tie_embeddings
 
 
 def init_fleet(args):
     """fleet.init with the asked degrees (group-sharded: every rank data-parallel-like, dp_degree left to fleet)."""
     strategy = fleet.DistributedStrategy()
     if not args.group_sharded:
-        strategy.hybrid_configs = {"dp_degree": args.dp, "mp_degree": args.mp, "pp_degree": 1,
+        strategy.hybrid_configs = {"dp_degree": args.dp, "mp_degree": args.mp, "pp_degree": args.pp,
                                    "sharding_degree": args.sharding}
+    if args.pp > 1:
+        rows = args.batch // max(args.dp, 1)
+        strategy.pipeline_configs = {"accumulate_steps": args.micro_batches, "schedule_mode": args.schedule,
+                                     "micro_batch_size": max(rows // args.micro_batches, 1)}
     strategy.tensor_parallel_configs = {"tensor_init_seed": args.seed}
     fleet.init(is_collective=True, strategy=strategy)
     return fleet.get_hybrid_communicate_group()
@@ -311,6 +461,39 @@ def distribute(args, model, optimizer, segment_size: int = 2**20):
     return fleet.distributed_model(model), fleet.distributed_optimizer(optimizer)
 
 
+def build_pipeline(args, hcg):
+    """This rank's stages of the GPT as a PipelineLayer (its weights from --init, its mp slice)."""
+    from oarlock.distributed.fleet.meta_parallel import PipelineLayer
+    paddle.seed(args.seed)
+    model = PipelineLayer(pipeline_descs(args, hcg.get_model_parallel_world_size()), topology=hcg.topology(),
+                          loss_fn=GPTLoss(), num_virtual_pipeline_stages=args.vpp if args.vpp > 1 else None,
+                          recompute_interval=1 if args.recompute else 0,
+                          recompute_ctx={"preserve_rng_state": True} if args.recompute else None)
+    if args.init:
+        load_pipeline_state(model, paddle.load(args.init), args, hcg.get_model_parallel_rank(),
+                            hcg.get_model_parallel_world_size())
+    return model
+
+
+def batch_rows(args, step: int, rows: slice):
+    """(tokens, labels) of this rank's rows of step `step`'s global batch, numpy int64."""
+    tokens, labels = global_batch(step, args.seed, args.batch, args.seq_len, args.vocab)
+    return tokens[rows], labels[rows]
+
+
+def evaluation_loss(args, model, criterion, rows: slice) -> float:
+    """The loss of the trained model on a batch it never saw (the one of step --steps), forward only: by
+    PipelineParallel.eval_batch(compute_loss=True) under --pp, else the model's forward; averaged over ranks."""
+    if args.pp > 1:
+        loss = model.eval_batch(list(map(paddle.to_tensor, batch_rows(args, args.steps, rows))), compute_loss=True)
+    else:
+        with paddle.no_grad():
+            loss = step_loss(args, model, criterion, args.steps, rows)
+    loss = loss.detach().clone()
+    dist.all_reduce(loss, op=dist.ReduceOp.AVG)
+    return float(loss)
+
+
 def step_loss(args, model, criterion, step: int, rows: slice):
     """The mean loss of this rank's rows of step `step`'s global batch (forward only)."""
     tokens, labels = global_batch(step, args.seed, args.batch, args.seq_len, args.vocab)
@@ -340,7 +523,7 @@ def main(argv=None) -> int:
         raise ValueError(f"hybrid_gpt: --batch {args.batch} must be divisible by the {shares} data-parallel-like "
                          f"ranks (dp x sharding, or the world with --group-sharded)")
 
-    model = build_model(args, mp_rank, mp_degree)
+    model = build_pipeline(args, hcg) if uses_pipeline(args) else build_model(args, mp_rank, mp_degree)
     criterion = ParallelCrossEntropy()
     model, optimizer = distribute(args, model, build_optimizer(args, model))
 
@@ -348,23 +531,30 @@ def main(argv=None) -> int:
     rows = slice(share * per_rank, (share + 1) * per_rank)
     losses, grad_norms = [], []
     for step in range(args.steps):
-        loss = step_loss(args, model, criterion, step, rows)
-        loss.backward()
-        if world == 1:     # one process: the global norm the clip sees (the tests check that it bites)
-            grad_norms.append(math.sqrt(sum(float((p.grad * p.grad).sum()) for p in model.parameters()
-                                            if p.grad is not None)))
-        optimizer.step()
-        optimizer.clear_grad()
+        if args.pp > 1:    # PipelineParallel: micro-batches through the schedule, optimizer step included
+            loss = model.train_batch(list(map(paddle.to_tensor, batch_rows(args, step, rows))), optimizer)
+        else:
+            loss = step_loss(args, model, criterion, step, rows)
+            loss.backward()
+            if world == 1:     # one process: the global norm the clip sees (the tests check that it bites)
+                grad_norms.append(math.sqrt(sum(float((p.grad * p.grad).sum()) for p in model.parameters()
+                                                if p.grad is not None)))
+            optimizer.step()
+            optimizer.clear_grad()
         reported = loss.detach().clone()
         dist.all_reduce(reported, op=dist.ReduceOp.AVG)        # mp ranks agree; dp-like ranks hold equal shares
         losses.append(float(reported))
         if rank == 0:
             print(f"step {step + 1:3d}  loss {losses[-1]:.6f}", flush=True)
+    evaluated = evaluation_loss(args, model, criterion, rows)
     if args.json and rank == 0:
         layout = {"world": world, "dp": args.dp, "mp": args.mp, "sharding": args.sharding, "sp": args.sp,
-                  "group_sharded": args.group_sharded}
+                  "group_sharded": args.group_sharded, "pp": args.pp, "vpp": args.vpp, "schedule": args.schedule,
+                  "micro_batches": args.micro_batches, "recompute": args.recompute, "dict_inputs": args.dict_inputs,
+                  "tie_embeddings": args.tie_embeddings}
         with open(args.json, "w") as out:
-            json.dump({"losses": losses, "grad_norms": grad_norms or None, "layout": layout}, out)
+            json.dump({"losses": losses, "grad_norms": grad_norms or None, "eval_loss": evaluated,
+                       "layout": layout}, out)
     return 0
 
 

@@ -8,7 +8,9 @@ piece of the model must be counted exactly once:
   summed over the model-parallel group (`split_group`);
 - a parameter replicated over that group has the same gradient on every member: counted locally only;
 - pipeline stages and sharded optimizers hold different parameters (or different pieces of them) on each
-  rank of their group: the total is summed over each group of `shard_groups`.
+  rank of their group: the total is summed over each group of `shard_groups`;
+- a layer shared across pipeline stages (a tied embedding) has one copy per stage holding it, with the same
+  summed gradient: only the first stage's copy counts (Paddle's `param.is_firstly_shared`), all are clipped.
 
 Every rank calls the same all-reduces in the same order whatever it holds, so no rank waits alone.
 """
@@ -57,7 +59,8 @@ class HybridParallelClipGrad(ClipGradByGlobalNorm):
         chosen = [(p, g) for p, g in params_grads
                   if g is not None and (p.param_attrs is None or p.param_attrs.need_clip)]
         with oarlock.no_grad():
-            self._clip([g for _, g in chosen], [marks.is_distributed(p) for p, _ in chosen])
+            self._clip([g for _, g in chosen], [marks.is_distributed(p) for p, _ in chosen],
+                       [getattr(p, "is_firstly_shared", True) for p, _ in chosen])
         return params_grads
 
     def global_norm(self, grads, distributed) -> oarlock.Tensor:
@@ -68,10 +71,13 @@ class HybridParallelClipGrad(ClipGradByGlobalNorm):
             total = _reduced(total, group)
         return oarlock.sqrt(oarlock.reshape(total, []))
 
-    def _clip(self, grads, distributed=None):
+    def _clip(self, grads, distributed=None, counted=None):
         if distributed is None:
             distributed = [False] * len(grads)
-        norm = self.global_norm(grads, distributed)
+        if counted is None:
+            counted = [True] * len(grads)
+        kept = [i for i, c in enumerate(counted) if c]
+        norm = self.global_norm([grads[i] for i in kept], [distributed[i] for i in kept])
         if self.auto_skip_clip and float(norm) <= self.clip_norm:
             return
         if grads:

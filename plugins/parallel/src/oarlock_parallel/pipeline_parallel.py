@@ -254,8 +254,10 @@ class PipelineParallel(WrapperLayer):
                 getattr(self, self.ACTIONS[action.kind])(action, step)
                 if self.record_timeline:
                     self.timeline.append((action, start, time.perf_counter()))
-        finally:
-            self._p2p.wait_sends()
+        except BaseException:
+            self._p2p.new_step()     # sends to a stage that failed never complete: not waited for
+            raise
+        self._p2p.wait_sends()
         self.set_virtual_pipeline_rank(0 if self.num_chunks > 1 else None)
 
     # -- the actions ---------------------------------------------------------------------------------------

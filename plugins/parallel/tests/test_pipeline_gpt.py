@@ -1,0 +1,95 @@
+"""examples/hybrid_gpt.py under pipeline parallelism: the same GPT from the same full weights, expressed as a
+PipelineLayer of LayerDescs and trained 20 steps by PipelineParallel.train_batch, must give per-step losses
+equal to one process within 1e-5 relative (float32), and its eval_batch loss on an unseen batch must equal the
+one-process forward's.
+
+The reference of the untied layouts is the plain one-process GPT (test_hybrid_gpt.py checks it against PyTorch
+float64); the tied layouts (--tie-embeddings, a SharedLayerDesc embedding / LM head on the first and last stage)
+are a different model, whose reference is the one-process PipelineLayer with the same tie. Each layout is a real
+`python -m oarlock.cli launch -n N` job; the layouts together cover pp2, pp4, pp2 x dp2, pp2 x mp2, FThenB and
+1F1B, dict inputs, the tied embedding, recompute on and off. A layout is (ranks, flags, tied); other schedules
+add their layouts to LAYOUTS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("mpi4py")
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "hybrid_gpt.py"
+ENV = dict(os.environ, OARLOCK_COLLECTIVE_TIMEOUT="60", PYTHONWARNINGS="ignore")
+MODEL = ["--vocab", "64", "--width", "32", "--layers", "2", "--heads", "4", "--seq-len", "16", "--batch", "8"]
+TRAIN = ["--steps", "20", "--seed", "0", "--lr", "0.01", "--weight-decay", "0.01", "--clip-norm", "1.0"]
+RTOL = 1e-5
+
+# layout: (ranks, the example's flags, whether the embedding is tied)
+LAYOUTS = {
+    "pp2_1f1b": (2, ["--pp", "2", "--schedule", "1F1B", "--micro-batches", "4"], False),
+    "pp2_fthenb_dict_recompute_tied": (2, ["--pp", "2", "--schedule", "FThenB", "--micro-batches", "2",
+                                           "--dict-inputs", "--recompute", "--tie-embeddings"], True),
+    "pp4_1f1b": (4, ["--pp", "4", "--schedule", "1F1B", "--micro-batches", "4"], False),
+    "pp2_dp2_fthenb_dict": (4, ["--pp", "2", "--dp", "2", "--schedule", "FThenB", "--micro-batches", "2",
+                                "--dict-inputs"], False),
+    "pp2_mp2_1f1b_tied_recompute": (4, ["--pp", "2", "--mp", "2", "--schedule", "1F1B", "--micro-batches", "2",
+                                        "--tie-embeddings", "--recompute"], True),
+}
+
+
+def _run(command, cwd: Path, timeout: int = 300):
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=ENV, cwd=cwd)
+    assert done.returncode == 0, f"{' '.join(map(str, command))} failed ({done.returncode}):\n" \
+                                 f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def _train(ranks: int, flags: list, init: Path, out: Path) -> dict:
+    arguments = [str(EXAMPLE), *MODEL, *TRAIN, *flags, "--init", str(init), "--json", str(out)]
+    launcher = [sys.executable, "-m", "oarlock.cli", "launch", "-n", str(ranks)] if ranks > 1 else [sys.executable]
+    _run(launcher + arguments, out.parent)
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("pipeline_gpt")
+
+
+@pytest.fixture(scope="module")
+def init(workdir) -> Path:
+    path = workdir / "init.pdparams"
+    _run([sys.executable, str(EXAMPLE), *MODEL, "--seed", "0", "--save-init", str(path)], workdir)
+    return path
+
+
+@pytest.fixture(scope="module")
+def references(init, workdir) -> dict:
+    """{tied: the one-process run}: the plain GPT, and the one-process PipelineLayer with the tied embedding."""
+    return {False: _train(1, [], init, workdir / "reference.json"),
+            True: _train(1, ["--tie-embeddings"], init, workdir / "reference_tied.json")}
+
+
+def test_tied_reference_is_another_model_that_learns(references):
+    plain, tied = references[False]["losses"], references[True]["losses"]
+    assert tied[-1] < 0.7 * tied[0], tied
+    assert abs(tied[0] - plain[0]) > 1e-3, "the tied head must change the model"
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_equal_losses(layout, references, init, workdir):
+    ranks, flags, tied = LAYOUTS[layout]
+    got = _train(ranks, flags, init, workdir / f"{layout}.json")
+    want = references[tied]
+    assert got["layout"]["world"] == ranks and got["layout"]["pp"] == int(flags[flags.index("--pp") + 1])
+    np.testing.assert_allclose(got["losses"], want["losses"], rtol=RTOL, atol=0,
+                               err_msg=f"{layout}: per-step losses differ from one process")
+    np.testing.assert_allclose(got["eval_loss"], want["eval_loss"], rtol=RTOL, atol=0,
+                               err_msg=f"{layout}: eval_batch's loss differs from the one-process forward")
+
