@@ -52,6 +52,7 @@ from oarlock_parallel.pipeline_data import MicroBatchError, micro_batches
 from oarlock_parallel.pipeline_layers import PipelineLayer
 from oarlock_parallel.pipeline_p2p import PipelineP2P
 from oarlock_parallel.pipeline_struct import flatten
+from oarlock_parallel.pipeline_swap import ActivationSwap
 from oarlock_parallel.wrapper import WrapperLayer
 
 __all__ = ["PipelineParallel", "PipelineParallelWithInterleave"]
@@ -62,12 +63,13 @@ _LOSS_DTYPES = ("float32", "float16", "bfloat16", "float64")
 class _Step:
     """What one train_batch / eval_batch keeps between actions."""
 
-    def __init__(self, micro, compute_loss: bool, training: bool, deferred_w: set):
+    def __init__(self, micro, compute_loss: bool, training: bool, deferred_w: set, swapped=()):
         self.micro, self.compute_loss, self.training = micro, compute_loss, training
         self.deferred_w = deferred_w      # (micro_batch, chunk) whose weight gradients wait for a "W"
         self.saved: dict = {}             # (micro_batch, chunk) -> (input, output or loss) for "B"
         self.pending_w: dict = {}         # (micro_batch, chunk) -> (roots, grads) for "W"
         self.outputs: list = []           # eval without loss: the last chunk's outputs
+        self.swap = ActivationSwap(swapped)   # (micro_batch, chunk) whose activations "O" offloads
 
 
 class PipelineParallel(WrapperLayer):
@@ -75,7 +77,8 @@ class PipelineParallel(WrapperLayer):
     PipelineParallel(layers, hcg, strategy): `strategy` is the fleet.DistributedStrategy (pipeline_configs:
     micro_batch_size, accumulate_steps, schedule_mode)."""
 
-    ACTIONS = {"F": "_forward_action", "B": "_backward_action", "W": "_weight_action"}
+    ACTIONS = {"F": "_forward_action", "B": "_backward_action", "W": "_weight_action", "O": "_offload_action",
+               "L": "_load_action"}
 
     def __init__(self, layers, hcg, strategy):
         super().__init__()
@@ -165,7 +168,8 @@ class PipelineParallel(WrapperLayer):
         actions = self._schedule(what)
         deferred = set() if self._layers._recompute_interval > 0 else \
             {(a.micro_batch, a.chunk) for a in actions if a.kind == "W"}
-        self._run(actions, _Step(self._micro(data, what), True, True, deferred))
+        swapped = {(a.micro_batch, a.chunk) for a in actions if a.kind == "O"}
+        self._run(actions, _Step(self._micro(data, what), True, True, deferred, swapped))
         self._layers.allreduce_shared_weight_gradients()
         loss = self._broadcast_final_loss(return_micro_batch_loss)
         self._optimizer_step()
@@ -274,7 +278,8 @@ class PipelineParallel(WrapperLayer):
             self.set_virtual_pipeline_rank(c)
         x = step.micro[m][0] if v == 0 else self._p2p.recv_forward(v, m)
         try:
-            out = self._layers(x, chunk_id=c if self.num_chunks > 1 else None)
+            with step.swap.recording((m, c)):
+                out = self._layers(x, chunk_id=c if self.num_chunks > 1 else None)
         except Exception as error:      # noqa: BLE001 - re-raised naming the stage and what it was given
             got = "its micro-batch" if v == 0 else f"what stage {(v - 1) % self.num_stages} sent: " \
                                                    f"{self._p2p.input_description(v)}"
@@ -339,6 +344,14 @@ class PipelineParallel(WrapperLayer):
             got = [t.grad for t in inputs]
         if v > 0:
             self._p2p.send_backward([g if g is not None else oarlock.zeros_like(t) for g, t in zip(got, inputs)], v)
+
+    def _offload_action(self, action, step: _Step) -> None:
+        """"O": this micro-batch's saved activations to the host pool (pipeline_swap, schedule 1F1BOffload)."""
+        step.swap.offload((action.micro_batch, action.chunk))
+
+    def _load_action(self, action, step: _Step) -> None:
+        """"L": them back to the device, before the backward that reads them."""
+        step.swap.load((action.micro_batch, action.chunk))
 
     def _weight_action(self, action, step: _Step) -> None:
         roots, grads = step.pending_w.pop((action.micro_batch, action.chunk), ([], None))
