@@ -40,6 +40,11 @@ LAYOUTS = {
                                 "--dict-inputs"], False),
     "pp2_mp2_1f1b_tied_recompute": (4, ["--pp", "2", "--mp", "2", "--schedule", "1F1B", "--micro-batches", "2",
                                         "--tie-embeddings", "--recompute"], True),
+    # SCHED's schedules: interleaved 1F1B (2 chunks per stage, one layer each) and 1F1B with activation swap
+    "pp2_vpp2_dict": (2, ["--pp", "2", "--vpp", "2", "--schedule", "VPP", "--micro-batches", "4", "--dict-inputs"],
+                      False),
+    "pp2_1f1boffload_tied": (2, ["--pp", "2", "--schedule", "1F1BOffload", "--micro-batches", "4",
+                                 "--tie-embeddings"], True),
 }
 
 
