@@ -352,7 +352,8 @@ def parse_args(argv=None):
                         help="group_sharded_parallel level over the whole world instead of fleet's strategies: "
                              "os / os_g (stage 2) or p_g_os (stage 3)")
     parser.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree (fleet pp_degree; default 1)")
-    parser.add_argument("--vpp", type=int, default=1, help="model chunks per pipeline stage (virtual stages; default 1)")
+    parser.add_argument("--vpp", type=int, default=1,
+                        help="model chunks per pipeline stage (virtual stages; default 1)")
     parser.add_argument("--schedule", default="1F1B",
                         help="pipeline schedule (pipeline_configs.schedule_mode: FThenB, 1F1B, VPP, ...; default 1F1B)")
     parser.add_argument("--micro-batches", type=int, default=1,
@@ -384,7 +385,8 @@ def parse_args(argv=None):
     parser.add_argument("--save-init", metavar="FILE", default=None,
                         help="write the full initial weights to FILE and exit (one process)")
     args = parser.parse_args(argv)
-    for name in ("dp", "mp", "pp", "vpp", "micro_batches", "sharding", "steps", "batch", "seq_len", "vocab", "width", "layers", "heads"):
+    for name in ("dp", "mp", "pp", "vpp", "micro_batches", "sharding", "steps", "batch", "seq_len", "vocab", "width",
+                 "layers", "heads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.sp and args.mp < 2:

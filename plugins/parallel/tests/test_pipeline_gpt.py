@@ -6,9 +6,10 @@ one-process forward's.
 The reference of the untied layouts is the plain one-process GPT (test_hybrid_gpt.py checks it against PyTorch
 float64); the tied layouts (--tie-embeddings, a SharedLayerDesc embedding / LM head on the first and last stage)
 are a different model, whose reference is the one-process PipelineLayer with the same tie. Each layout is a real
-`python -m oarlock.cli launch -n N` job; the layouts together cover pp2, pp4, pp2 x dp2, pp2 x mp2, FThenB and
-1F1B, dict inputs, the tied embedding, recompute on and off. A layout is (ranks, flags, tied); other schedules
-add their layouts to LAYOUTS.
+`python -m oarlock.cli launch -n N` job; to keep the launches few (each costs seconds of start-up), each layout
+combines several features, and together they cover pp2, pp4, pp2 x dp2, pp2 x mp2, FThenB and 1F1B, dict inputs,
+the tied embedding, recompute on and off. A layout is (ranks, flags, tied); other schedules add their layouts to
+LAYOUTS.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ RTOL = 1e-5
 
 # layout: (ranks, the example's flags, whether the embedding is tied)
 LAYOUTS = {
-    "pp2_1f1b": (2, ["--pp", "2", "--schedule", "1F1B", "--micro-batches", "4"], False),
     "pp2_fthenb_dict_recompute_tied": (2, ["--pp", "2", "--schedule", "FThenB", "--micro-batches", "2",
                                            "--dict-inputs", "--recompute", "--tie-embeddings"], True),
     "pp4_1f1b": (4, ["--pp", "4", "--schedule", "1F1B", "--micro-batches", "4"], False),

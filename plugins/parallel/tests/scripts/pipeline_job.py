@@ -114,7 +114,8 @@ def l1(out, y):
 
 
 DESCS = [LayerDesc(Encode), LayerDesc(Mix), LayerDesc(ToTuple), LayerDesc(Head)]
-TIED = [SharedLayerDesc("w", Tied), LayerDesc(nn.Linear, 8, 8), LayerDesc(nn.Tanh), SharedLayerDesc("w", Tied, tied_out)]
+TIED = [SharedLayerDesc("w", Tied), LayerDesc(nn.Linear, 8, 8), LayerDesc(nn.Tanh),
+        SharedLayerDesc("w", Tied, tied_out)]
 
 
 def batch(step: int, rows: int = BATCH):
@@ -207,6 +208,20 @@ def tuple_between_stages(failures):
     model, optimizer = pipeline(DESCS, seg=[0, 3, 4])
     close(failures, "losses", [float(v) for v in train(model, optimizer)], want)
     compare_weights(failures, "tuple", model, reference)
+
+
+@check
+def split_backward_with_weight_actions(failures):
+    """A schedule that splits backward ("B": input gradients, then "W": weight gradients, deferred) gives the
+    losses and weights of one process: the executor runs what a zero-bubble style schedule asks."""
+    from oarlock_parallel.pipeline_schedules import Action
+    orders = {0: ["F0", "F1", "B0", "B1", "W1", "W0"], 1: ["F0", "B0", "W0", "F1", "B1", "W1"]}
+    reference, want = single(DESCS)
+    model, optimizer = pipeline(DESCS)
+    actions = [Action(a[0], int(a[1])) for a in orders[CTX["hcg"].get_stage_id()]]
+    model._schedule = lambda what: (model._check_actions(actions, what), actions)[1]
+    close(failures, "losses", [float(v) for v in train(model, optimizer)], want)
+    compare_weights(failures, "B/W split", model, reference)
 
 
 @check
