@@ -87,10 +87,11 @@ def _active(what: str):
 def distributed_model(model):
     """The model wrapped once, as Paddle does by its parallel mode: by the `wrap_model` of the active
     strategy (degree above 1) with the lowest `model_priority` (pipeline, tensor, sep, sharding, data);
-    with one process, or every degree 1, the model itself. Data parallel alone wraps in
-    oarlock.DataParallel over the data-parallel group; tensor parallel (dp x mp included) in
-    TensorParallel, which broadcasts the replicated parameters and the inputs; strategies not
-    implemented yet raise NotImplementedError naming themselves."""
+    with one process, or every degree 1, the model itself. Pipeline parallel (pp_degree > 1, with dp / mp
+    inside) wraps a PipelineLayer in PipelineParallel (PipelineParallelWithInterleave with virtual
+    stages); data parallel alone in oarlock.DataParallel over the data-parallel group; tensor parallel
+    (dp x mp included) in TensorParallel, which broadcasts the replicated parameters and the inputs;
+    strategies not implemented yet raise NotImplementedError naming themselves."""
     hcg, active = _active("distributed_model")
     if dist.get_world_size() <= 1 or not active:
         return model

@@ -252,10 +252,12 @@ class HybridCommunicateGroup:
         return self._topo.get_rank_from_stage(self.global_rank, pipe=stage_id, **kwargs)
 
     def get_p2p_groups(self):
-        """(send_next, send_prev, recv_next, recv_prev) of the pipeline: the pipeline part of issue 17
-        builds them; until then this raises."""
-        raise NotImplementedError("HybridCommunicateGroup.get_p2p_groups(): the 'pipeline' parallel strategy "
-                                  "is not implemented yet in oarlock-parallel")
+        """Paddle's (send_next, send_prev, recv_next, recv_prev) groups do not exist here: oarlock's
+        PipelineParallel gives each boundary between (virtual) stages its own two-rank group
+        (oarlock_parallel.pipeline_p2p), so this raises."""
+        raise NotImplementedError("HybridCommunicateGroup.get_p2p_groups(): oarlock's pipeline parallelism has no "
+                                  "send/recv group pairs; PipelineParallel makes one two-rank group per boundary "
+                                  "between stages (oarlock_parallel.pipeline_p2p.PipelineP2P)")
 
     def get_check_parallel_group(self, sharding: bool = False):
         if sharding:
