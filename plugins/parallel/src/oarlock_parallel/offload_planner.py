@@ -97,9 +97,11 @@ class MemoryPlanner:
     budget: bytes per rank (an int or a string like "200MB"); optimizer: its states may go to the host pool
     when activations alone do not meet the budget; parameters: every parameter whose gradient the step
     computes (restored after each profiling step; default: the layers' own, so pass the whole model's when
-    the step reaches others); rounds: plan-measure-tighten rounds in fit()."""
+    the step reaches others); rounds: plan-measure-tighten rounds in fit(); distributed: every rank of the job
+    runs fit() together (a step with collectives, a pipeline's stages): the ranks then agree on each round's
+    outcome (over budget, or no plan) so that they run the same profiling steps and all fail together."""
 
-    def __init__(self, layers, budget, optimizer=None, parameters=None, rounds: int = 3):
+    def __init__(self, layers, budget, optimizer=None, parameters=None, rounds: int = 3, distributed=False):
         layers = list(layers)
         if not layers or not all(isinstance(layer, oarlock.nn.Layer) for layer in layers):
             raise TypeError(f"MemoryPlanner(): layers must be a non-empty list of nn.Layer; got "
@@ -110,10 +112,12 @@ class MemoryPlanner:
         self.parameters = list(parameters) if parameters is not None else \
             [p for layer in layers for p in layer.parameters()]
         self.rounds = rounds
+        self.distributed = distributed
         self.policies = ["keep"] * len(layers)
         self.states_on_host = False
         self.profile = None
         self.measured_peak = None
+        self.fitted = False        # fit() succeeded
         self._originals = {}      # id(layer) -> the forward this planner replaced
         self._offloads = [ActivationOffload() for _ in layers]
         self._host_states = None
@@ -313,17 +317,33 @@ class MemoryPlanner:
         profile = self.measure_profiles(step)
         required = profile["keep"]["peak"] - self.budget
         for _ in range(self.rounds):
-            if required <= 0:
-                self.apply(["keep"] * len(self.layers), False)
-            else:
-                policies, on_host, _, _ = self.plan(required)
-                self.apply(policies, on_host)
+            error = None
+            try:
+                if required <= 0:
+                    self.apply(["keep"] * len(self.layers), False)
+                else:
+                    policies, on_host, _, _ = self.plan(required)
+                    self.apply(policies, on_host)
+            except ValueError as exc:
+                error = exc
+            if self._anywhere(error is not None):
+                raise error or ValueError("MemoryPlanner: another rank cannot meet its budget (see its error)")
             self.measured_peak = self._measure(step, "plan")["peak"]
-            if self.measured_peak <= self.budget:
+            if not self._anywhere(self.measured_peak > self.budget):
+                self.fitted = True
                 return self.policies
-            required += (self.measured_peak - self.budget) * 1.05 + 1
+            required = max(required, 0) + max(self.measured_peak - self.budget, 0) * 1.05 + 1
         raise ValueError(f"MemoryPlanner: after {self.rounds} rounds the measured peak is {self.measured_peak} "
                          f"bytes, over the budget of {self.budget}; raise the budget or allow more rounds")
+
+    def _anywhere(self, flag: bool) -> bool:
+        """flag on this rank, or (distributed) on any rank of the job."""
+        if not self.distributed:
+            return flag
+        import oarlock.distributed as dist
+        value = oarlock.to_tensor([1.0 if flag else 0.0])
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value.item() > 0)
 
     def report(self) -> dict:
         """What fit() measured and chose: per-layer policies, peaks, predicted added seconds, bandwidth."""

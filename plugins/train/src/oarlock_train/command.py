@@ -137,6 +137,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--sp", action="store_true",
         help="sequence parallel inside the --mp ranks (needs --mp 2 or more and --seq-len divisible by it): "
              "norms and residuals on 1/M of the sequence each")
+    add("--pp", type=positive_int, default=1, metavar="P",
+        help="pipeline-parallel degree: the GPT as a PipelineLayer (embedding, blocks, head) cut into P stages "
+             "over P ranks, trained by PipelineParallel.train_batch; combines with --dp only (default 1)")
+    add("--vpp", type=positive_int, default=1, metavar="V",
+        help="model chunks (virtual pipeline stages) per --pp stage, for the interleaved schedule (default 1)")
+    add("--schedule", default=None, metavar="MODE",
+        help="pipeline schedule (pipeline_configs.schedule_mode): FThenB, 1F1B, VPP (interleaved 1F1B, needs "
+             "--vpp 2 or more) or 1F1BOffload (1F1B with in-flight activations swapped to host memory); default "
+             "1F1B, or VPP with --vpp")
+    add("--micro-batches", type=positive_int, default=None, metavar="M",
+        help="micro-batches per step with --pp (accumulate_steps); must divide each data rank's rows (default "
+             "2 x --pp when it does, else one row each)")
+    add("--recompute", action="store_true",
+        help="recompute every transformer block's activations in backward instead of keeping them "
+             "(fleet.utils.recompute; with --pp, PipelineLayer's recompute_interval=1); same losses, less memory")
+    add("--memory-budget", default=None, metavar="BYTES",
+        help="device memory per rank, e.g. 200MB or 1.5GiB: before the first step the memory planner "
+             "(fleet.utils.offload.MemoryPlanner) profiles a step and puts each block under keep, recompute or "
+             "offload to host memory (and the optimizer states on host if needed) at the least added time, so "
+             "the step's peak stays under it; same losses; not with --recompute")
     add("--corpus-file", default=None, help=argparse.SUPPRESS)  # set by --nproc for the ranks it starts
     add("--device", default="cpu",
         help="device passed to oarlock.set_device(): cpu, or gpu, gpu:N or another plugin device when one is "
@@ -187,9 +207,19 @@ def _run(args) -> int:
     cfg = TrainConfig(steps=args.steps, seed=args.seed, batch_size=args.batch_size, seq_len=args.seq_len,
                       lr=args.lr, warmup=warmup, dropout=args.dropout, document_mask=not args.no_document_mask)
     try:
-        layout = layout_of(args.nproc, args.dp, args.mp, args.sharding, args.sp, args.batch_size, args.seq_len)
+        layout = layout_of(args.nproc, args.dp, args.mp, args.sharding, args.sp, args.batch_size, args.seq_len,
+                           args.pp, args.vpp, args.micro_batches, args.schedule)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if args.memory_budget is not None:
+        from oarlock.distributed.fleet.utils.offload import parse_bytes
+        if args.recompute:
+            raise UsageError("argument --memory-budget: not with --recompute (the planner puts blocks under "
+                             "recompute where that is the cheapest way to meet the budget)")
+        try:
+            parse_bytes(args.memory_budget, "argument --memory-budget")
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     launched = getattr(args, "launched", False)
     if layout.nproc > 1 and not launched:
         return _launch(args, cfg, layout)
@@ -289,11 +319,18 @@ def _start(args, cfg, corpus, layout=None):
     state = _saved_state(args, cfg) if args.resume else None
     if layout is None:
         trainer = Trainer(cfg, corpus)
+    elif layout.pp > 1:
+        from oarlock_train.pipeline_trainer import PipelineTrainer
+        trainer = PipelineTrainer(cfg, corpus, layout, recompute=args.recompute)
     else:
         from oarlock_train.parallel import ParallelTrainer
         trainer = ParallelTrainer(cfg, corpus, layout)
+    trainer.recompute = args.recompute
+    if args.memory_budget is not None:
+        from oarlock.distributed.fleet.utils.offload import parse_bytes
+        trainer.memory_budget = parse_bytes(args.memory_budget, "argument --memory-budget")
     where = f"{layout.nproc} ranks ({layout.describe()})" if layout else f"device {oarlock.get_device()}"
-    print(f"model: {trainer.model.num_parameters():,} parameters; {cfg.steps} steps of {cfg.batch_size} x "
+    print(f"model: {trainer.parameter_count():,} parameters; {cfg.steps} steps of {cfg.batch_size} x "
           f"{cfg.seq_len} bytes, AdamW lr {cfg.lr:g} (warmup {cfg.warmup}, cosine), "
           f"{'causal-document' if cfg.document_mask else 'plain causal'} attention, {where}",
           flush=True)
@@ -332,7 +369,18 @@ def _train(args, trainer, log=None) -> bool:
         while trainer.step < last:
             if log is not None:
                 log.step_started()
+            planned = getattr(trainer.memory_planner, "fitted", False)
+            try:
+                trainer.plan_memory()
+            except ValueError as exc:   # the budget cannot be met: every rank fails here (the planner agrees)
+                raise UsageError(f"argument --memory-budget: {exc}") from None
             loss = trainer.train_step()
+            if not planned and trainer.memory_budget and getattr(trainer.memory_planner, "fitted", False):
+                report = trainer.memory_planner.report()
+                bar.message(f"memory plan (budget {report['budget']:,} bytes; peak without it "
+                            f"{report['unconstrained_peak']:,}, with it {report['measured_peak']:,}): blocks "
+                            f"{', '.join(report['policies'])}"
+                            + ("; optimizer states on host" if report["optimizer_states_on_host"] else ""))
             if log is not None:
                 log.step_finished(loss)
             bar.update(trainer.step, loss, trainer.tokens_per_step)

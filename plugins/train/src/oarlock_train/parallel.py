@@ -33,13 +33,18 @@ from oarlock_train.trainer import Trainer
 
 @dataclass(frozen=True)
 class Layout:
-    """How a run is split: nproc = dp * mp * sharding ranks; sp: sequence parallel inside the mp group."""
+    """How a run is split: nproc = dp * mp * sharding * pp ranks; sp: sequence parallel inside the mp group;
+    pp pipeline stages of vpp model chunks each, running `micro_batches` micro-batches under `schedule`."""
 
     nproc: int = 1
     dp: int = 1
     mp: int = 1
     sharding: int = 1
     sp: bool = False
+    pp: int = 1
+    vpp: int = 1
+    micro_batches: int = 1
+    schedule: str = "1F1B"
 
     @property
     def data_ranks(self) -> int:
@@ -47,28 +52,51 @@ class Layout:
 
     def describe(self) -> str:
         parts = [f"dp {self.dp}"] + ([f"sharding {self.sharding} (stage 1)"] if self.sharding > 1 else [])
-        return " x ".join(parts + [f"mp {self.mp}" + (" + sequence parallel" if self.sp else "")])
+        parts.append(f"mp {self.mp}" + (" + sequence parallel" if self.sp else ""))
+        if self.pp > 1:
+            parts.append(f"pp {self.pp}" + (f" x vpp {self.vpp}" if self.vpp > 1 else "") +
+                         f" ({self.schedule}, {self.micro_batches} micro-batches)")
+        return " x ".join(parts)
 
 
 def layout_of(nproc: int, dp: int | None, mp: int, sharding: int, sp: bool, batch_size: int,
-              seq_len: int) -> Layout:
+              seq_len: int, pp: int = 1, vpp: int = 1, micro_batches: int | None = None,
+              schedule: str | None = None) -> Layout:
     """The Layout the options ask for; ValueError naming the option when they do not fit together."""
-    if dp is None:   # what mp and sharding leave
-        if nproc % (mp * sharding):
+    if dp is None:   # what mp, sharding and pp leave
+        if nproc % (mp * sharding * pp):
             raise ValueError(f"argument --nproc: {nproc} ranks cannot be split into --mp {mp} x --sharding "
-                             f"{sharding} groups; --nproc must be a multiple of mp x sharding")
-        dp = nproc // (mp * sharding)
-    if dp * mp * sharding != nproc:
-        raise ValueError(f"argument --nproc: --dp {dp} x --mp {mp} x --sharding {sharding} = "
-                         f"{dp * mp * sharding} ranks, but --nproc is {nproc}; their product must equal --nproc")
+                             f"{sharding} x --pp {pp} groups; --nproc must be a multiple of mp x sharding x pp")
+        dp = nproc // (mp * sharding * pp)
+    if dp * mp * sharding * pp != nproc:
+        raise ValueError(f"argument --nproc: --dp {dp} x --mp {mp} x --sharding {sharding} x --pp {pp} = "
+                         f"{dp * mp * sharding * pp} ranks, but --nproc is {nproc}; their product must equal --nproc")
     if sp and mp == 1:
         raise ValueError("argument --sp: sequence parallel splits the sequence over the tensor-parallel ranks; "
                          "it needs --mp 2 or more")
-    layout = Layout(nproc, dp, mp, sharding, sp)
-    if batch_size % layout.data_ranks:
+    if pp == 1 and (vpp > 1 or micro_batches is not None or schedule is not None):
+        given = "--vpp" if vpp > 1 else "--micro-batches" if micro_batches is not None else "--schedule"
+        raise ValueError(f"argument {given}: pipeline options need --pp 2 or more")
+    if pp > 1 and (mp > 1 or sharding > 1):
+        raise ValueError("argument --pp: the pipeline GPT of oarlock train combines with --dp only; --mp and "
+                         "--sharding are not supported together with --pp")
+    if batch_size % (dp * sharding):
         raise ValueError(f"argument --batch-size: {batch_size} rows cannot be shared equally by the "
-                         f"{layout.data_ranks} data ranks (--dp {dp} x --sharding {sharding}); use a multiple "
-                         f"of {layout.data_ranks}")
+                         f"{dp * sharding} data ranks (--dp {dp} x --sharding {sharding}); use a multiple "
+                         f"of {dp * sharding}")
+    rows = batch_size // (dp * sharding)
+    if pp > 1:
+        micro_batches = micro_batches or (2 * pp if rows % (2 * pp) == 0 else rows)
+        if rows % micro_batches:
+            raise ValueError(f"argument --micro-batches: each data rank's {rows} rows of a batch cannot be cut into "
+                             f"{micro_batches} equal micro-batches; use a divisor of {rows}")
+        schedule = schedule or ("VPP" if vpp > 1 else "1F1B")
+        from oarlock_parallel.pipeline_schedules import build_schedule
+        try:    # the schedule's own refusals (e.g. VPP's micro-batch count), before any rank starts
+            build_schedule(schedule, pp, micro_batches, 0, vpp)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"argument --schedule: {exc}") from None
+    layout = Layout(nproc, dp, mp, sharding, sp, pp, vpp, micro_batches or 1, schedule or "1F1B")
     problems = check_layout(GPTConfig(max_seq_len=seq_len), mp, sp)
     if problems:
         raise ValueError("argument --mp: " + "; ".join(problems))
@@ -100,8 +128,12 @@ class ParallelTrainer(Trainer):
         from oarlock.distributed import fleet
 
         strategy = fleet.DistributedStrategy()
-        strategy.hybrid_configs = {"dp_degree": layout.dp, "mp_degree": layout.mp, "pp_degree": 1,
+        strategy.hybrid_configs = {"dp_degree": layout.dp, "mp_degree": layout.mp, "pp_degree": layout.pp,
                                    "sharding_degree": layout.sharding}
+        if layout.pp > 1:
+            rows = cfg.batch_size // layout.data_ranks
+            strategy.pipeline_configs = {"accumulate_steps": layout.micro_batches, "schedule_mode": layout.schedule,
+                                         "micro_batch_size": rows // layout.micro_batches}
         strategy.tensor_parallel_configs = {"tensor_init_seed": cfg.seed}
         fleet.init(is_collective=True, strategy=strategy)
         hcg = fleet.get_hybrid_communicate_group()

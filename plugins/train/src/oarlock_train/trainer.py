@@ -77,6 +77,10 @@ class Trainer:
         self.history = History()
         self.measure_grad_norm = False  # set by --log-dir: train_step then fills grad_norm
         self.grad_norm: float | None = None
+        # set by --recompute / --memory-budget (bytes): applied by plan_memory() before the first step
+        self.recompute = False
+        self.memory_budget: int | None = None
+        self.memory_planner = None
 
     # -- hooks of the parallel trainer ------------------------------------------------------------------------
     def _local_model(self, full: GPT):
@@ -120,6 +124,47 @@ class Trainer:
         """A model.GPT with the trained weights (on the main process; what generates the sample)."""
         return self.model
 
+    def _eval_model(self):
+        """The model.GPT (or tensor-parallel GPT) evaluate() runs on this process's validation share."""
+        return self.model
+
+    def parameter_count(self) -> int:
+        return self.model.num_parameters()
+
+    def _planned_layers(self) -> list:
+        """The layers --recompute / --memory-budget put under recompute or offload: the transformer blocks."""
+        return list(self.model.blocks)
+
+    def _forward_backward(self):
+        """One forward and backward of a batch, no optimizer step: the memory planner's profiling step."""
+        index = self._batch_share(oarlock.randint(0, len(self.corpus.train), [self.cfg.batch_size]))
+        with self._dropout_stream():
+            self.model.loss(oarlock.index_select(self.train_rows, index, axis=0), self.cfg.document_mask,
+                            forward=self.wrapped).backward()
+
+    def plan_memory(self):
+        """--recompute: every block under recompute; --memory-budget: fleet.utils.offload.MemoryPlanner chooses
+        keep / recompute / offload per block (and optimizer states on host) from a profiled step. The profiling
+        restores the random state and the gradients, so the losses are those of a run without a budget. The
+        optimizer creates its states at its first step: until they exist (the first step of a fresh run) every
+        block is offloaded, and the plan is made at the next step, when the profile sees them."""
+        if not (self.recompute or self.memory_budget) or getattr(self.memory_planner, "fitted", False):
+            return
+        from oarlock.distributed.fleet.utils.offload import MemoryPlanner
+        layers = self._planned_layers()
+        if self.memory_planner is None:
+            self.memory_planner = MemoryPlanner(layers, self.memory_budget or 2**62, optimizer=self.optimizer,
+                                                parameters=self.model.parameters(),
+                                                distributed=hasattr(self, "layout"))   # a rank of a --nproc run
+        if not self.memory_budget:
+            self.memory_planner.apply(["recompute"] * len(layers))
+        elif not any(isinstance(v, oarlock.Tensor) for v in self.optimizer.state_dict().values()):
+            self.memory_planner.apply(["offload"] * len(layers))
+            return
+        else:
+            self.memory_planner.fit(self._forward_backward)
+        self.memory_planner.fitted = True
+
     # ----------------------------------------------------------------------------------------------------------
     @property
     def tokens_per_step(self) -> int:
@@ -127,6 +172,7 @@ class Trainer:
 
     def train_step(self) -> float:
         """One optimisation step on a batch of rows drawn uniformly (with replacement) from the train split."""
+        self.plan_memory()
         index = self._batch_share(oarlock.randint(0, len(self.corpus.train), [self.cfg.batch_size]))
         with self._dropout_stream():
             loss = self.model.loss(oarlock.index_select(self.train_rows, index, axis=0), self.cfg.document_mask,
@@ -146,17 +192,18 @@ class Trainer:
 
     def evaluate(self) -> float:
         """Mean loss per byte over the whole validation split (dropout off, no graph)."""
-        self.model.eval()
+        model = self._eval_model()
+        model.eval()
         total, count = 0.0, 0
         rows_of = self._valid_share()
         try:
             with oarlock.no_grad():
                 for start in range(rows_of.start, rows_of.stop, EVAL_BATCH):
                     rows = self.valid_rows[start:min(start + EVAL_BATCH, rows_of.stop)]
-                    total += float(self.model.loss(rows, self.cfg.document_mask).item()) * rows.shape[0]
+                    total += float(model.loss(rows, self.cfg.document_mask).item()) * rows.shape[0]
                     count += rows.shape[0]
         finally:
-            self.model.train()
+            model.train()
         total, count = self._sum_over_data(total, count)
         value = total / count
         self.history.valid.append((self.step, value))
