@@ -4,8 +4,9 @@ what fleet.distributed_model returns when pp_degree > 1.
 `train_batch(data, optimizer, ...)` cuts the batch into accumulate_steps micro-batches (pipeline_data), runs this
 rank's action list of pipeline_schedules.build_schedule(schedule_mode, ...) and then: sums the gradients of
 layers shared across stages, broadcasts the loss from the last stage to every stage, steps the optimizer,
-clears the gradients and steps the LR scheduler. The loss is the sum over micro-batches of loss / accumulate_steps
-(the mean of the micro-batch losses), Paddle's convention.
+clears the gradients and steps the LR scheduler (`forward_backward_pipeline` is the same without the optimizer;
+its static_scheduler=True returns the schedule as Paddle's string). The loss is the sum over micro-batches of
+loss / accumulate_steps (the mean of the micro-batch losses), Paddle's convention.
 
 The schedule: Paddle's dygraph ignores `strategy.pipeline_configs['schedule_mode']` (always 1F1B, or interleaved
 1F1B with virtual stages); oarlock honours it: any mode of pipeline_schedules.SCHEDULE_MODES. With virtual stages
@@ -163,17 +164,40 @@ class PipelineParallel(WrapperLayer):
         if not oarlock.is_grad_enabled():
             raise RuntimeError(f"{what}: gradients are disabled (oarlock.no_grad); train_batch needs them")
         self._check_loss_fn(loss_fn_idx, what)
-        self.optimizer, self.lr_scheduler, self.scaler = optimizer, lr_scheduler, scaler
-        self._layers.train()
+        self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
+        loss = self._forward_backward(data, scaler, return_micro_batch_loss, self._schedule(what), what)
+        self._optimizer_step()
+        return loss
+
+    def forward_backward_pipeline(self, data, scaler=None, static_scheduler=False, return_micro_batch_loss=False):
+        """Paddle's forward_backward_pipeline: train_batch without the optimizer step (the schedule's forwards
+        and backwards of every micro-batch, the shared-weight gradient sum, the loss broadcast); the gradients
+        stay in the parameters. With static_scheduler=True nothing runs: the schedule of this rank comes back
+        as Paddle's string ("f0;f1;b0;...", "f0_vp1;" with virtual stages)."""
+        what = f"{type(self).__name__}.forward_backward_pipeline()"
         actions = self._schedule(what)
+        if static_scheduler:
+            return "".join(f"{a.kind.lower()}{a.micro_batch}" + (f"_vp{a.chunk}" if self.num_chunks > 1 else "") + ";"
+                           for a in actions)
+        if not oarlock.is_grad_enabled():
+            raise RuntimeError(f"{what}: gradients are disabled (oarlock.no_grad); training needs them")
+        if not hasattr(self, "loss_fn_idx"):
+            self._check_loss_fn(0, what)
+        return self._forward_backward(data, scaler, return_micro_batch_loss, actions, what)
+
+    def _forward_backward(self, data, scaler, return_micro_batch_loss, actions, what):
+        self.scaler = scaler
+        self._layers.train()
         deferred = set() if self._layers._recompute_interval > 0 else \
             {(a.micro_batch, a.chunk) for a in actions if a.kind == "W"}
         swapped = {(a.micro_batch, a.chunk) for a in actions if a.kind == "O"}
         self._run(actions, _Step(self._micro(data, what), True, True, deferred, swapped))
         self._layers.allreduce_shared_weight_gradients()
-        loss = self._broadcast_final_loss(return_micro_batch_loss)
-        self._optimizer_step()
-        return loss
+        return self._broadcast_final_loss(return_micro_batch_loss)
+
+    def get_static_scheduler(self):
+        """This rank's schedule as Paddle's string (forward_backward_pipeline(None, static_scheduler=True))."""
+        return self.forward_backward_pipeline(data=None, static_scheduler=True)
 
     def eval_batch(self, data, compute_loss=False, loss_fn_idx=0, return_host_tensor=False):
         """The forward of every micro-batch (no gradients). With compute_loss: the loss on every stage, as
@@ -235,8 +259,8 @@ class PipelineParallel(WrapperLayer):
             key = (a.kind, a.micro_batch, a.chunk)
             if key in seen or not (0 <= a.micro_batch < self.accumulate_steps and 0 <= a.chunk < self.num_chunks):
                 raise ValueError(f"{where}: {a!r} is repeated or out of range")
-            if a.kind in ("B", "W") and ("F", a.micro_batch, a.chunk) not in seen or \
-                    a.kind == "W" and ("B", a.micro_batch, a.chunk) not in seen:
+            needs = {"B": "F", "W": "B", "O": "F", "L": "O"}.get(a.kind)
+            if needs is not None and (needs, a.micro_batch, a.chunk) not in seen:
                 raise ValueError(f"{where}: {a!r} comes before what it needs")
             if a.kind in ("F", "B") and last.get((a.kind, a.chunk), -1) > a.micro_batch:
                 raise ValueError(f"{where}: the {a.kind} actions of chunk {a.chunk} must go in increasing "

@@ -225,6 +225,28 @@ def split_backward_with_weight_actions(failures):
 
 
 @check
+def forward_backward_pipeline_leaves_the_step(failures):
+    """forward_backward_pipeline (Paddle's train_batch without the optimizer) returns the loss and leaves in each
+    parameter the one-process gradient of the whole batch, the weights unchanged; get_static_scheduler gives
+    Paddle's 1F1B string for the stage."""
+    x, y = batch(0)
+    reference = PipelineLayer(DESCS, num_stages=1)
+    loss = mse(reference(x), y)
+    loss.backward()
+    model, _ = pipeline(DESCS)
+    before = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    close(failures, "loss", float(model.forward_backward_pipeline([x, y])), float(loss))
+    for index, built in own_layers(model._layers).items():
+        for (name, got), (_, want) in zip(built.named_parameters(), reference.run_function[index].named_parameters()):
+            close(failures, f"layer {index} {name} gradient", got.grad, want.grad)
+    for key, value in model.state_dict().items():
+        close(failures, f"{key} unchanged", value, before[key])
+    want_schedule = {0: "f0;f1;b0;b1;", 1: "f0;b0;f1;b1;"}[CTX["hcg"].get_stage_id()]
+    if model.get_static_scheduler() != want_schedule:
+        failures.append(f"static schedule {model.get_static_scheduler()!r}, want {want_schedule!r}")
+
+
+@check
 def micro_batch_losses_and_several_loss_fns(failures):
     """return_micro_batch_loss gives [accumulate_steps] losses (each micro-batch's loss / acc, Paddle's
     convention); with loss_fn=[mse, l1] train_batch returns both and backward starts from loss_fn_idx."""
