@@ -16,6 +16,8 @@ machine load; the figures are comparable within the run only. Per step and sched
 - bubble: idle / span per rank, the span from the earliest start of the run to the latest end over the ranks
   (the ranks share the machine's monotonic clock), idle = span - (own run time - time blocked in the
   pipeline's receives and in waiting for its sends);
+- copies / busy: the seconds in the swap's "O" and "L" actions over the busy seconds, all ranks and steps
+  (1F1BOffload's whole extra work: a load-independent view of its cost, where step times are noisy);
 - step time: the whole train_batch (split, schedule, shared-weight sums, loss broadcast, optimizer), the
   slowest rank's; the table gives the median over the measured steps.
 
@@ -112,7 +114,9 @@ def run_rank(args) -> None:
             start = time.perf_counter()
             loss = run["model"].train_batch(data, run["optimizer"])
             elapsed = time.perf_counter() - start
-            figures = comm.allgather((*run["probe"].record(), elapsed))
+            probe = run["probe"]
+            copies = probe.seconds.get("O", 0.0) + probe.seconds.get("L", 0.0)
+            figures = comm.allgather((*probe.record(), elapsed, copies))
             run["losses"].append(float(loss))
             if step >= args.warmup:
                 run["steps"].append(figures)
@@ -132,6 +136,9 @@ def summarize(result: dict) -> dict:
         table[mode] = {"peak_bytes": [max(step[r][3] for step in steps) for r in range(STAGES)],
                        "bubble": [statistics.mean(b[r] for b in bubbles) for r in range(STAGES)],
                        "step_s": statistics.median(max(f[4] for f in step) for step in steps),
+                       # the swap's copies as a share of the rank's busy time (run time - blocked), summed
+                       "copy_share": sum(f[5] for step in steps for f in step) /
+                       sum(f[1] - f[0] - f[2] for step in steps for f in step),
                        "losses": run["losses"]}
     return table
 
@@ -158,13 +165,13 @@ def drive(args) -> int:
     spread = max(abs(a - b) / abs(b) for run in table.values() for a, b in zip(run["losses"], reference))
     mib = 2 ** 20
     print("\n| schedule | peak activations per stage (MiB) | bubble per stage | bubble | step (s) | "
-          "simulated bubble | simulated peak (micro-batches) |")
-    print("|---|---|---|---|---|---|---|")
+          "copies / busy | simulated bubble | simulated peak (micro-batches) |")
+    print("|---|---|---|---|---|---|---|---|")
     for mode in args.schedules:
         row, model = table[mode], sim[mode]
         print(f"| {mode} | {' / '.join(f'{p / mib:.1f}' for p in row['peak_bytes'])} | "
               f"{' / '.join(f'{b:.2f}' for b in row['bubble'])} | {statistics.mean(row['bubble']):.2f} | "
-              f"{row['step_s']:.2f} | {model.bubble_fraction:.2f} | "
+              f"{row['step_s']:.2f} | {row['copy_share']:.1%} | {model.bubble_fraction:.2f} | "
               f"{' / '.join(f'{p:g}' for p in model.peak_resident)} |")
     print(f"\nlosses of the four schedules agree within {spread:.1e} (relative) over "
           f"{len(reference)} steps")

@@ -2,11 +2,12 @@
 
 `ScheduleProbe(model)` instruments one PipelineParallel (this instance only): each schedule run (the actions of
 train_batch, without the optimizer step) records its start and end on the machine's monotonic clock (shared
-by the ranks of one machine), the seconds blocked in the pipeline's receives and in waiting for its sends, and
-the device memory peak above the run's start (oarlock.device.max_memory_allocated, reset at the start: the
-activations held for backward plus the actions' transient buffers; on the cpu, numpy's allocations, with the
-host pool counted apart). `bubble(runs)` turns the records of every rank for one step into per-rank bubble
-fractions: idle / span, the span from the earliest start to the latest end, idle = span - (run time - blocked).
+by the ranks of one machine), the seconds blocked in the pipeline's receives and in waiting for its sends,
+the seconds of each kind of action, and the device memory peak above the run's start
+(oarlock.device.max_memory_allocated, reset at the start: the activations held for backward plus the actions'
+transient buffers; on the cpu, numpy's allocations, with the host pool counted apart). `bubble(runs)` turns
+the records of every rank for one step into per-rank bubble fractions: idle / span, the span from the
+earliest start to the latest end, idle = span - (run time - blocked).
 """
 
 from __future__ import annotations
@@ -19,18 +20,23 @@ __all__ = ["ScheduleProbe", "bubble"]
 
 
 class ScheduleProbe:
-    """Instruments `model` (a PipelineParallel); after each run: start, end, blocked, peak_bytes."""
+    """Instruments `model` (a PipelineParallel); after each run: start, end, blocked, peak_bytes, and
+    `seconds` per action kind (blocking receives included)."""
 
     def __init__(self, model):
         self.start = self.end = self.blocked = 0.0
         self.peak_bytes = 0
+        self.seconds: dict = {}
         p2p = model._p2p
         for name in ("recv_forward", "recv_backward", "wait_sends"):
-            setattr(p2p, name, self._timed(getattr(p2p, name)))
+            setattr(p2p, name, self._timed(getattr(p2p, name), "blocked"))
+        for kind, name in model.ACTIONS.items():
+            setattr(model, name, self._timed(getattr(model, name), kind))
         run = model._run
 
         def measured_run(actions, step):
             self.blocked = 0.0
+            self.seconds = {}
             oarlock.device.reset_max_memory_allocated()
             memory_start = oarlock.device.memory_allocated()
             self.start = time.monotonic()
@@ -44,13 +50,17 @@ class ScheduleProbe:
         """(start, end, blocked, peak_bytes) of the last run."""
         return self.start, self.end, self.blocked, self.peak_bytes
 
-    def _timed(self, method):
+    def _timed(self, method, what: str):
         def timed(*args, **kwargs):
             start = time.perf_counter()
             try:
                 return method(*args, **kwargs)
             finally:
-                self.blocked += time.perf_counter() - start
+                elapsed = time.perf_counter() - start
+                if what == "blocked":
+                    self.blocked += elapsed
+                else:
+                    self.seconds[what] = self.seconds.get(what, 0.0) + elapsed
         return timed
 
 
