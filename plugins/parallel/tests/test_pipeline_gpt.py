@@ -43,8 +43,8 @@ LAYOUTS = {
     # SCHED's schedules: interleaved 1F1B (2 chunks per stage, one layer each) and 1F1B with activation swap
     "pp2_vpp2_dict": (2, ["--pp", "2", "--vpp", "2", "--schedule", "VPP", "--micro-batches", "4", "--dict-inputs"],
                       False),
-    "pp2_1f1boffload_tied": (2, ["--pp", "2", "--schedule", "1F1BOffload", "--micro-batches", "4",
-                                 "--tie-embeddings"], True),
+    "pp3_1f1boffload_tied": (3, ["--pp", "3", "--schedule", "1F1BOffload", "--micro-batches", "4",
+                                 "--tie-embeddings"], True),      # stage 0 swaps (1F1B holds 3 there)
 }
 
 

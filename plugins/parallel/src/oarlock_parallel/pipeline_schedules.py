@@ -26,7 +26,8 @@ Modes (`SCHEDULE_MODES`):
   action before its backward ("L": a GPU's copy stream overlaps the load with that action; on the CPU the
   copies run inline and cost a memcpy). Same forwards/backwards in the same order, so the same bubble as 1F1B
   and the same losses, but a rank holds at most 2 micro-batches' activations on the device where 1F1B holds
-  num_stages - stage (stage 0: num_stages). Zero-bubble schedules (ZB-H1) cut the bubble but keep 1F1B's
+  num_stages - stage (stage 0: num_stages); the last two stages, which 1F1B already keeps at 2 or less, copy
+  nothing. Zero-bubble schedules (ZB-H1) cut the bubble but keep 1F1B's
   memory; swapping cuts memory at 1F1B's bubble, paying host memory and copy bandwidth instead. The swap
   itself (saved-tensor hooks per micro-batch, the O and L methods of the executor) is pipeline_swap.py.
 """
@@ -100,8 +101,16 @@ def with_activation_offload(actions: list[Action], min_gap: int = 2) -> list[Act
     memory: "O" right after its forward, "L" (load back) before the compute action that precedes its backward,
     so a copy stream can overlap the load with that action. A micro-batch is offloaded when at least `min_gap`
     forwards/backwards of other micro-batches run between its F and its B; with one, the load would be issued
-    right after the offload. With 1F1B and min_gap 2 every rank holds at most 2 micro-batches on the device
-    (pipeline_simulator's peak_resident) instead of num_stages - stage."""
+    right after the offload. A rank that never holds more than 2 micro-batches is left as it is (the swap could
+    not lower its peak: one micro-batch runs while the next one's activations come back). With 1F1B every rank
+    then holds at most 2 micro-batches on the device (pipeline_simulator's peak_resident) instead of
+    num_stages - stage."""
+    in_flight = peak = 0
+    for action in actions:
+        in_flight += (action.kind == "F") - (action.kind == "B")
+        peak = max(peak, in_flight)
+    if peak <= 2:
+        return list(actions)
     position = {(a.kind, a.micro_batch, a.chunk): i for i, a in enumerate(actions)}
     offload_after, load_before = set(), {}
     for i, action in enumerate(actions):
