@@ -106,7 +106,11 @@ class PipelineP2P:
         """Wait for every send still in flight (at the end of a step)."""
         pending, self._pending = self._pending, []
         for task, _ in pending:
-            task.wait()
+            try:
+                task.wait()
+            except dist.CollectiveTimeoutError as error:
+                raise dist.CollectiveTimeoutError(f"{_WHAT}: {self._where(self.stage)} waited too long for the next "
+                                                  f"or previous stage to take what it sent: {error}") from error
 
     # -- forward -----------------------------------------------------------------------------------------------
     def send_forward(self, value, virtual_stage: int, micro_batch: int) -> None:

@@ -36,9 +36,9 @@ broadcast over the model-parallel group, everything over the sharding and data-p
 shared layers from their first stage; tensor-parallel layers run inside the stages; the data-parallel gradient
 average is HybridParallelOptimizer's (fleet.distributed_optimizer), which train_batch requires as Paddle does.
 
-Bad input raises on every rank of the pipeline: the micro-batch checks are agreed over the pipe group before any
-transfer. A stage that cannot take what the previous one sent raises naming itself and what arrived; the ranks
-waiting on it are released by the watchdog (OARLOCK_COLLECTIVE_TIMEOUT) with an error naming their stage.
+Bad input raises on every rank: the micro-batch checks are agreed over the job before any transfer. A stage that
+cannot take what the previous one sent raises naming itself and what arrived; the ranks waiting on it are
+released by the watchdog (OARLOCK_COLLECTIVE_TIMEOUT) with an error naming their stage.
 """
 
 from __future__ import annotations
@@ -225,19 +225,22 @@ class PipelineParallel(WrapperLayer):
                              f"loss_fn={fns!r} (give PipelineLayer(loss_fn=...))")
 
     def _micro(self, data, what: str, labels: bool = True) -> list:
-        """The micro-batches, the checks agreed over the pipe group: every rank raises the first stage's error."""
+        """The micro-batches, the checks agreed over the whole job (the data-parallel replicas too, whose gradient
+        average would otherwise wait for a pipeline that stopped): every rank raises the first failing rank's
+        error."""
         error = None
         try:
             micro = micro_batches(data, what, self.micro_batch_size, self.accumulate_steps,
                                   self.stage_id == 0, self.stage_id == self.num_stages - 1 and labels)
         except MicroBatchError as exc:
             error, micro = str(exc), None
-        if self.num_stages > 1:
+        if dist.get_world_size() > 1:
             seen: list = []
-            dist.all_gather_object(seen, error, group=self.pp_group)
+            dist.all_gather_object(seen, error)
             if error is None and any(e is not None for e in seen):
-                stage = next(i for i, e in enumerate(seen) if e is not None)
-                error = f"pipeline stage {stage} refused its data: {seen[stage]}"
+                rank = next(i for i, e in enumerate(seen) if e is not None)
+                stage = self._hcg.topology().get_coord(rank)._asdict().get("pipe", 0)
+                error = f"pipeline stage {stage} (rank {rank}) refused its data: {seen[rank]}"
         if error is not None:
             raise MicroBatchError(error)
         return micro
