@@ -16,13 +16,11 @@ import pytest
 from oarlock_parallel.pipeline_schedules import SCHEDULE_MODES, Action, build_schedule, virtual_stage
 from oarlock_parallel.pipeline_simulator import ScheduleError, simulate, simulate_mode
 
-pp = pytest.importorskip("paddle.distributed.fleet.meta_parallel.pipeline_parallel",
-                         reason="Paddle 3.2 is the oracle for the 1F1B and interleaved orders")
-
-
 def paddle_schedule(num_stages, num_micro_batches, stage, chunks=1):
     """Paddle's own loop order for one rank, as Actions: an executor object built without __init__ (no ranks,
     no model), holding just what the static_scheduler path reads."""
+    pp = pytest.importorskip("paddle.distributed.fleet.meta_parallel.pipeline_parallel",
+                             reason="Paddle 3.2 is the oracle for the 1F1B and interleaved orders")
     cls = pp.PipelineParallel if chunks == 1 else pp.PipelineParallelWithInterleave
     self = object.__new__(cls)
     config = types.SimpleNamespace(forward_backward_overlap_scheduler=False)
