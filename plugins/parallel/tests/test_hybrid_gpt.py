@@ -79,9 +79,10 @@ def reference(init, workdir) -> dict:
     return _train(1, [], init, workdir / "reference.json")
 
 
-def _torch_training(init: Path) -> list:
+def _torch_training(init: Path, tied: bool = False) -> list:
     """The example's GPT, AdamW and ClipGradByGlobalNorm in PyTorch float64 from the same full weights:
-    the per-step losses on the same global batches (the oracle of the one-process reference)."""
+    the per-step losses on the same global batches (the oracle of the one-process reference). `tied`: the
+    LM head is the token embedding's transpose (--tie-embeddings; head.weight unused)."""
     torch = pytest.importorskip("torch")
     sys.path.insert(0, str(EXAMPLE.parent))
     try:
@@ -111,10 +112,11 @@ def _torch_training(init: Path) -> list:
             hidden = torch.nn.functional.gelu(linear(norm(x, f"blocks.{i}.ln2"), f"blocks.{i}.mlp.fc1"),
                                               approximate="tanh")
             x = x + linear(hidden, f"blocks.{i}.mlp.fc2")
-        logits = linear(norm(x, "ln_f"), "head", bias=False)
+        x = norm(x, "ln_f")
+        logits = x @ weights["embed.weight"].T if tied else linear(x, "head", bias=False)
         return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), labels.reshape(-1))
 
-    params = list(weights.values())
+    params = [w for k, w in weights.items() if not (tied and k == "head.weight")]
     optimizer = torch.optim.AdamW(params, lr=0.01, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     losses = []
     for step in range(20):

@@ -5,7 +5,8 @@ one-process forward's.
 
 The reference of the untied layouts is the plain one-process GPT (test_hybrid_gpt.py checks it against PyTorch
 float64); the tied layouts (--tie-embeddings, a SharedLayerDesc embedding / LM head on the first and last stage)
-are a different model, whose reference is the one-process PipelineLayer with the same tie. Each layout is a real
+are a different model, whose reference is the one-process PipelineLayer with the same tie (itself checked against
+the PyTorch float64 oracle of test_hybrid_gpt.py with the head tied). Each layout is a real
 `python -m oarlock.cli launch -n N` job; to keep the launches few (each costs seconds of start-up), each layout
 combines several features, and together they cover pp2, pp4, pp2 x dp2, pp2 x mp2, FThenB and 1F1B, dict inputs,
 the tied embedding, recompute on and off. A layout is (ranks, flags, tied); other schedules add their layouts to
@@ -79,6 +80,11 @@ def references(init, workdir) -> dict:
     """{tied: the one-process run}: the plain GPT, and the one-process PipelineLayer with the tied embedding."""
     return {False: _train(1, [], init, workdir / "reference.json"),
             True: _train(1, ["--tie-embeddings"], init, workdir / "reference_tied.json")}
+
+
+def test_tied_reference_matches_torch_float64(references, init):
+    from test_hybrid_gpt import _torch_training      # the untied GPT's PyTorch oracle, with the head tied
+    np.testing.assert_allclose(references[True]["losses"], _torch_training(init, tied=True), rtol=RTOL)
 
 
 def test_tied_reference_is_another_model_that_learns(references):
