@@ -26,10 +26,10 @@ Modes (`SCHEDULE_MODES`):
   action before its backward ("L": a GPU's copy stream overlaps the load with that action; on the CPU the
   copies run inline and cost a memcpy). Same forwards/backwards in the same order, so the same bubble as 1F1B
   and the same losses, but a rank holds at most 2 micro-batches' activations on the device where 1F1B holds
-  num_stages - stage (stage 0: num_stages); the last two stages, which 1F1B already keeps at 2 or less, copy
-  nothing. Zero-bubble schedules (ZB-H1) cut the bubble but keep 1F1B's
-  memory; swapping cuts memory at 1F1B's bubble, paying host memory and copy bandwidth instead. The swap
-  itself (saved-tensor hooks per micro-batch, the O and L methods of the executor) is pipeline_swap.py.
+  min(num_stages - stage, m) (stage 0: num_stages); ranks where 1F1B holds 2 or fewer (the last two stages)
+  copy nothing. Zero-bubble schedules (ZB-H1) cut the bubble but keep 1F1B's memory; swapping cuts memory at
+  1F1B's bubble, paying host memory and copy bandwidth instead. The swap itself (saved-tensor hooks per
+  micro-batch, the O and L methods of the executor) is pipeline_swap.py.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ __all__ = ["Action", "build_schedule", "SCHEDULE_MODES", "virtual_stage", "with_
 
 
 class Action(NamedTuple):
-    """One step of a rank's schedule: kind "F" / "B" / "W" of micro-batch `micro_batch` on local chunk `chunk`."""
+    """One step of a rank's schedule: kind "F" / "B" / "W" (or the swap's "O" / "L") of micro-batch
+    `micro_batch` on local chunk `chunk`."""
 
     kind: str
     micro_batch: int
