@@ -1,6 +1,9 @@
-"""`oarlock train --nproc N --dp D --mp M --sharding S --sp`: real MPI jobs started by the command itself
-(through `oarlock launch`), whose per-step losses (trainer.json) must equal one process's with the same seed,
-checkpoints that resume across layouts, and the usage errors, which come before any rank starts.
+"""`oarlock train --nproc N --dp D --mp M --sharding S --sp --pp P --vpp V --schedule S`: real MPI jobs started
+by the command itself (through `oarlock launch`), whose per-step losses (trainer.json) must equal one process's
+with the same seed, checkpoints that resume across layouts, and the usage errors, which come before any rank
+starts; and
+--recompute / --memory-budget in one process (the memory planner: same losses, its measured peak under the
+budget).
 
 Each job is a few steps of the full-width model on 4 x 32-byte batches; every job runs once per module
 (fixtures) and is checked by several tests.
@@ -9,6 +12,7 @@ Each job is a few steps of the full-width model on 4 x 32-byte batches; every jo
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import sys
@@ -96,6 +100,10 @@ def runs(tmp_path_factory):
     # one process for 2 steps, resumed by 2 ranks with mp 2 and sequence parallel
     one_process(root / "one_then_sp", "--stop-after", "2")
     out["one_then_sp"], _, _ = launched(root / "one_then_sp", "--nproc", "2", "--mp", "2", "--sp", "--resume")
+    # the pipeline GPT: pp 2 x vpp 2 under the interleaved schedule with recompute (the engine's other schedules
+    # and layouts are covered by oarlock-parallel's test_pipeline_gpt.py)
+    out["pp2_vpp2"], out["pp2_stdout"], _ = launched(root / "pp2", "--nproc", "2", "--pp", "2", "--vpp", "2",
+                                                     "--schedule", "VPP", "--recompute")
     return out
 
 
@@ -197,3 +205,55 @@ def test_help_tells_the_new_options():
     for option in ("--nproc N", "--dp D", "--mp M", "--sharding S", "--sp", "oarlock launch"):
         assert option in text, option
     assert "--corpus-file" not in text  # the ranks' own option
+
+
+def test_pipeline_losses_equal_one_process(runs):
+    assert_same_losses(runs["pp2_vpp2"], runs["one"])
+    assert "2 ranks (dp 1 x mp 1 x pp 2 x vpp 2 (VPP, 4 micro-batches))" in runs["pp2_stdout"]
+
+
+def test_memory_budget_keeps_the_losses_and_meets_the_budget(runs, tmp_path):
+    """In a fresh process: the device statistics count the whole process, so this one's leftovers would count."""
+    import subprocess
+    budget = 18_000_000
+    done = subprocess.run([sys.executable, "-m", "oarlock_train", *SMALL, "--out", str(tmp_path),
+                           "--memory-budget", "18MB"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_same_losses(history(tmp_path), runs["one"])
+    line = next(x for x in (done.stdout + done.stderr).splitlines() if x.startswith("memory plan"))
+    without, with_plan = (int(v.replace(",", "")) for v in re.search(r"peak without it ([\d,]+), with it ([\d,]+)",
+                                                                       line).groups())
+    assert with_plan <= budget < without, line
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--nproc", "4", "--pp", "2", "--mp", "2"], "argument --pp: the pipeline GPT of oarlock train combines with "
+                                                 "--dp only"),
+    (["--vpp", "2"], "argument --vpp: pipeline options need --pp 2 or more"),
+    (["--nproc", "2", "--pp", "2", "--micro-batches", "3"], "argument --micro-batches: each data rank's 4 rows"),
+    (["--nproc", "2", "--pp", "2", "--schedule", "ZB"], "argument --schedule:"),
+    (["--nproc", "3", "--pp", "2"], "3 ranks cannot be split into --mp 1 x --sharding 1 x --pp 2 groups"),
+    (["--memory-budget", "lots"], "argument --memory-budget: expected a positive number of bytes"),
+    (["--memory-budget", "1GB", "--recompute"], "argument --memory-budget: not with --recompute"),
+    (["--nproc", "2", "--pp", "2", "--schedule", "1F1BOffload", "--memory-budget", "1GB"],
+     "argument --memory-budget: not with --schedule 1F1BOffload"),
+])
+def test_pipeline_and_memory_usage_errors_come_before_any_rank_starts(argv, message, tmp_path, capsys, monkeypatch):
+    from oarlock_train import parallel
+    monkeypatch.setattr(parallel, "launch", lambda *a: pytest.fail("a rank was started"))
+    assert command.main([*SMALL, "--out", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("oarlock train: error: argument --") and message in err, err
+
+
+def test_an_unreachable_budget_is_a_usage_error(tmp_path, capsys):
+    assert command.main([*SMALL, "--steps", "2", "--out", str(tmp_path), "--memory-budget", "1MB"]) == 2
+    assert "argument --memory-budget: MemoryPlanner: the budget of 1000000 bytes cannot be met" in \
+        capsys.readouterr().err
+
+
+def test_help_tells_the_pipeline_and_memory_options():
+    text = command.build_parser().format_help()
+    for option in ("--pp P", "--vpp V", "--schedule MODE", "--micro-batches M", "--recompute", "--memory-budget BYTES",
+                   "1F1BOffload", "MemoryPlanner"):
+        assert option in text, option

@@ -216,6 +216,9 @@ def _run(args) -> int:
         if args.recompute:
             raise UsageError("argument --memory-budget: not with --recompute (the planner puts blocks under "
                              "recompute where that is the cheapest way to meet the budget)")
+        if layout.schedule == "1F1BOffload":
+            raise UsageError("argument --memory-budget: not with --schedule 1F1BOffload (that schedule moves the "
+                             "activations to host memory itself; one saved-tensor hook pair is active at a time)")
         try:
             parse_bytes(args.memory_budget, "argument --memory-budget")
         except ValueError as exc:
