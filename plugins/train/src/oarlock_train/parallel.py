@@ -63,13 +63,14 @@ def layout_of(nproc: int, dp: int | None, mp: int, sharding: int, sp: bool, batc
               seq_len: int, pp: int = 1, vpp: int = 1, micro_batches: int | None = None,
               schedule: str | None = None) -> Layout:
     """The Layout the options ask for; ValueError naming the option when they do not fit together."""
+    pipe, times_pp = (f" x --pp {pp}", " x pp") if pp > 1 else ("", "")
     if dp is None:   # what mp, sharding and pp leave
         if nproc % (mp * sharding * pp):
             raise ValueError(f"argument --nproc: {nproc} ranks cannot be split into --mp {mp} x --sharding "
-                             f"{sharding} x --pp {pp} groups; --nproc must be a multiple of mp x sharding x pp")
+                             f"{sharding}{pipe} groups; --nproc must be a multiple of mp x sharding{times_pp}")
         dp = nproc // (mp * sharding * pp)
     if dp * mp * sharding * pp != nproc:
-        raise ValueError(f"argument --nproc: --dp {dp} x --mp {mp} x --sharding {sharding} x --pp {pp} = "
+        raise ValueError(f"argument --nproc: --dp {dp} x --mp {mp} x --sharding {sharding}{pipe} = "
                          f"{dp * mp * sharding * pp} ranks, but --nproc is {nproc}; their product must equal --nproc")
     if sp and mp == 1:
         raise ValueError("argument --sp: sequence parallel splits the sequence over the tensor-parallel ranks; "
