@@ -147,7 +147,18 @@ class MemoryPlanner:
             def recomputed(*args, **kwargs):
                 if not oarlock.is_grad_enabled():
                     return original(*args, **kwargs)
-                return recompute(original, *args, **kwargs)
+                # a tuple argument (a pipeline stage's (hidden, mask)) may mix tensors that take gradients
+                # and others: its members go to recompute one by one, and the call is rebuilt inside
+                flat, lengths = [], []
+                for a in args:
+                    lengths.append(len(a) if type(a) is tuple else None)
+                    flat.extend(a if type(a) is tuple else (a,))
+
+                def run(*values):
+                    it = iter(values)
+                    return original(*[next(it) if n is None else tuple(next(it) for _ in range(n))
+                                      for n in lengths], **kwargs)
+                return recompute(run, *flat)
             layer.forward = recomputed
         else:
             def offloaded(*args, **kwargs):

@@ -16,11 +16,17 @@ positions as Paddle does) keeps those inputs in the device's host pool between f
 (offload.to_host) instead of device memory; backward reloads them. Paddle moves the caller's tensor itself to
 the CPU (its buffer is shared into the argument); here the caller's tensor is left as it is and the block
 keeps a host copy, so its device memory is freed when the caller drops it. A tuple at an offloaded position
-is refused, as in Paddle."""
+is refused, as in Paddle.
+
+`recompute_hybrid(ctx, function, *args, **kwargs)` is Paddle's hybrid-parallel form: ctx["mp_group"] (required),
+ctx["offload"] (keep every input in the host pool) and ctx["partition"] (each rank of the model-parallel group
+keeps only its 1/mp of every flattened input, gathered again in backward; the element count must divide by the
+group size). Keyword arguments are passed through as constants, as in Paddle."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 import random
@@ -34,8 +40,8 @@ from oarlock.plugin_api import AUTOCAST, set_autocast
 from oarlock_parallel.offload import to_host
 from oarlock_parallel.rng import get_rng_state_tracker
 
-__all__ = ["recompute", "recompute_sequential", "check_recompute_necessary", "switch_rng_state_tracker",
-           "detach_variable", "custom_state_manager", "CustomStatesManager"]
+__all__ = ["recompute", "recompute_sequential", "recompute_hybrid", "check_recompute_necessary",
+           "switch_rng_state_tracker", "detach_variable", "custom_state_manager", "CustomStatesManager"]
 
 logger = logging.getLogger(__name__)
 
@@ -266,6 +272,68 @@ def recompute(function, *args, **kwargs):
     get_custom = custom_state_manager.custom_get_state_func or (lambda x=None: None)
     set_custom = custom_state_manager.custom_set_state_func or (lambda x=None: None)
     return _RecomputeFunction.apply(plan, preserve, get_custom, set_custom, *plan.tensors)
+
+
+class _Partitioned:
+    """recompute_hybrid's stash of one input: this rank's 1/mp of the flattened values (in the host pool with
+    offload); restore() gathers the parts over the group into the input's shape."""
+
+    def __init__(self, t, group, offload):
+        self.shape, self.stop_gradient, self.group = t.shape, t.stop_gradient, group
+        flat = t.detach().reshape([-1])
+        n, k = flat.shape[0], group.nranks
+        if k > 1:
+            if n == 0 or n % k:
+                raise ValueError(f"recompute_hybrid(): an input of shape {t.shape} ({n} elements) cannot be "
+                                 f"partitioned over the {k} ranks of mp_group; its element count must be a "
+                                 f"non-zero multiple of {k}")
+            flat = flat[group.rank * (n // k):(group.rank + 1) * (n // k)].clone()
+        self.part = to_host(flat) if offload else flat
+
+    def restore(self):
+        part = self.part if isinstance(self.part, oarlock.Tensor) else self.part.to_device()
+        if self.group.nranks > 1:
+            import oarlock.distributed as dist
+            pieces: list = []
+            dist.all_gather(pieces, part, group=self.group)
+            part = oarlock.concat(pieces)
+        out = part.reshape(self.shape)
+        out.stop_gradient = self.stop_gradient
+        return out
+
+
+class _HybridPlan(_Plan):
+    """recompute_hybrid's plan: every input stashed (partitioned and/or offloaded) when the ctx asks."""
+
+    def __init__(self, function, args, group, offload, partition):
+        super().__init__(function, args, {})
+        self.group, self.host, self.partition = group, offload, partition
+        if offload or partition:
+            self.offload = frozenset(range(len(self.tensors)))
+
+    def stash(self, t):
+        if self.partition:
+            return _Partitioned(t, self.group, self.host)
+        return to_host(t)
+
+
+def recompute_hybrid(ctx, function, *args, **kwargs):
+    """Paddle's recompute_hybrid (module docstring): recompute `function(*args, **kwargs)` with the inputs kept
+    as ctx says ({"mp_group": Group, "offload": bool = False, "partition": bool = False})."""
+    if not isinstance(ctx, dict) or ctx.get("mp_group") is None:
+        raise ValueError(f"recompute_hybrid(): ctx must be a dict holding 'mp_group' (the model-parallel Group the "
+                         f"inputs are partitioned over) and optionally 'offload' and 'partition'; got {ctx!r}")
+    if not callable(function):
+        raise TypeError(f"recompute_hybrid(): argument 'function' must be callable; got {type(function).__name__}")
+    call = functools.partial(function, **kwargs) if kwargs else function
+    if not oarlock.is_grad_enabled():
+        return call(*args)
+    check_recompute_necessary(args)
+    plan = _HybridPlan(call, args, ctx["mp_group"], bool(ctx.get("offload", False)),
+                       bool(ctx.get("partition", False)))
+    get_custom = custom_state_manager.custom_get_state_func or (lambda x=None: None)
+    set_custom = custom_state_manager.custom_set_state_func or (lambda x=None: None)
+    return _RecomputeFunction.apply(plan, True, get_custom, set_custom, *plan.tensors)
 
 
 def recompute_sequential(ctx, functions, *args, **kwargs):

@@ -21,7 +21,7 @@ def register(api) -> None:
     api.namespace(MODULE, doc=recompute.__doc__)
     for name in recompute.__all__:
         api.export(MODULE, name, getattr(recompute, name))
-    for name in ("recompute_sequential", "custom_state_manager"):
+    for name in ("recompute_sequential", "recompute_hybrid", "custom_state_manager"):
         api.export(PACKAGE, name, getattr(recompute, name))
     api.export(UTILS, "recompute", recompute.recompute)
     from oarlock_parallel import offload, offload_planner

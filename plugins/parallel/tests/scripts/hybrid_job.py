@@ -295,6 +295,35 @@ def bad_input(failures):
         expect_error(failures, name, kind, [name, detail], call)
 
 
+@check
+def recompute_hybrid_partition(failures):
+    """fleet.recompute.recompute_hybrid with partition and offload over the model-parallel group: each rank keeps
+    1/mp of the input in the host pool and backward gathers it; gradients equal the plain run's (a dropout inside
+    draws the same mask again). An input whose size does not divide by mp fails on every rank."""
+    from oarlock.distributed.fleet.recompute import recompute_hybrid
+    group = CTX["hcg"].get_model_parallel_group()
+    ctx = {"mp_group": group, "offload": True, "partition": True}
+    values = np.random.default_rng(5).standard_normal((4, 6)).astype("float32")
+    grads = []
+    for hybrid in (False, True):
+        oarlock.seed(9)
+        layer = nn.Sequential(nn.Linear(6, 8), nn.Dropout(0.3), nn.Linear(8, 6))
+        x = oarlock.to_tensor(values, stop_gradient=False)
+        h = x * 2.0
+        host = oarlock.device.host_memory_allocated()
+        y = recompute_hybrid(ctx, layer, h) if hybrid else layer(h)
+        if hybrid and oarlock.device.host_memory_allocated() - host != values.nbytes // group.nranks:
+            failures.append(f"host pool grew by {oarlock.device.host_memory_allocated() - host} bytes, want "
+                            f"{values.nbytes // group.nranks} (1/{group.nranks} of the input)")
+        (y * y).sum().backward()
+        grads.append([x.grad.numpy()] + [p.grad.numpy() for p in layer.parameters()])
+    for i, (got, want) in enumerate(zip(grads[1], grads[0])):
+        close(failures, f"gradient {i}", got, want)
+    odd = oarlock.to_tensor(np.ones((1, 3), "float32"), stop_gradient=False)
+    expect_error(failures, "recompute_hybrid()", ValueError, ["cannot be partitioned", "multiple of 2"],
+                 lambda: recompute_hybrid(ctx, lambda t: t * 2.0, odd))
+
+
 def main(mode, out):
     CTX["hcg"] = hcg = init_fleet(MODES[mode])
     CTX["ref"] = reference_run(5)
