@@ -48,10 +48,10 @@ def exact_blocks(monkeypatch):
     calls = []
     inner = kernel._forward_rows
 
-    def spy(ctx, item, flat, ones, span, exact=False):
+    def spy(ctx, item, flat, span, exact=False):
         if exact:
             calls.append(item)
-        return inner(ctx, item, flat, ones, span, exact)
+        return inner(ctx, item, flat, span, exact)
     monkeypatch.setattr(kernel, "_forward_rows", spy)
     return calls
 

@@ -20,7 +20,8 @@ Algorithm. Batch and key heads are flattened into one axis f = b * Hk + h ("head
 key/value group are folded into the rows: head f's query rows are [Sq * G, D] with row s * G + g, so grouped heads
 never repeat K/V. The working layouts are made per head on the workers: Q (pre-multiplied by scale * log2(e):
 scores are in base 2) with one extra column (kept 0), K^T and V^T with one extra row of ones
-(the score matmuls read K^T; their rows padded off power-of-two strides), K and V. They and the other O(S) working
+(the score matmuls read K^T; their rows padded off power-of-two strides), K, and V (in the forward with an extra
+column of ones, so that the weights-by-values matmul also sums the weights' rows). They and the other O(S) working
 arrays are reused across calls (_scratch), as fresh multi-MiB arrays pay a page fault per page every call.
 Before the loops, for every key block (BLOCK_K columns) and every mask vector the min and max over the block's
 columns (and over batch and mask heads) are computed; with them each (query block, key block) tile is classified
@@ -511,13 +512,14 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     # K^T's row of ones, kept 0 (see _forward_rows): the row's reference m, while not 0, is subtracted by a pass.
     q = _scratch.take(xp, (nf, sq * g, d + 1), ct)
     kt = _take_t(xp, nf, d + 1, sk, ct)
-    v = _scratch.take(xp, (nf, sk, dv), ct)
+    v = _scratch.take(xp, (nf, sk, dv + 1), ct)   # V with a last column of ones: P [V | 1] also sums P's rows
 
     def prepare(f):
         _rows_into(q[f], query, f, hk, g, scale * LOG2E)
         q[f, :, d] = 0
         _keys_t_into(xp, kt[f], key, f, hk)
         _rows_into(v[f], value, f, hk, 1)
+        v[f, :, dv] = 1
     _per_head(xp, nf, prepare)
     # blocks write their rows straight into the results; rows no block covers saw no key
     out = xp.zeros((b, sq, hq, dv), dtype=query.dtype)
@@ -529,10 +531,9 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
 
     def blocks(_worker, items):
         flat = _scratch.take(xp, (heads * bq * g * span,), ct)
-        ones = xp.ones((span, 1), dtype=ct)
         with _quiet(xp):
             for item in items:
-                _forward_rows(ctx, item, flat, ones, span)
+                _forward_rows(ctx, item, flat, span)
         _scratch.give(flat)
     # (head group, query block) items, head-group major (the workers share one group's K and V in the caches),
     # the blocks with the most tiles first
@@ -544,12 +545,14 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     return out, lse, so
 
 
-def _forward_rows(ctx, item, flat, ones, span, exact=False):
+def _forward_rows(ctx, item, flat, span, exact=False):
     """One query block of one head group: online softmax (base 2) over its runs of non-skipped key tiles; writes
     its out and lse rows.
 
-    Each row keeps a reference m (0 at first), the sum `total` of 2^(s - m) and acc = sum 2^(s - m) v. m enters
-    the score matmul through Q's last column, so a run's scores arrive as s - m. Two kinds of step:
+    Each row keeps a reference m (0 at first), the sum `total` of 2^(s - m) and acc = sum 2^(s - m) v, side by
+    side in accx = [acc | total]: one matmul of the weights by [V | 1] gives a run's weighted values and its row
+    sums (pvx), and one addition updates both. m enters the score matmul through Q's last column, so a run's
+    scores arrive as s - m. Two kinds of step:
     - fast (no max and no subtraction pass over the scores): exp2 straight away. Overflow (a score more than
       ~128 above m, or a sum past the float range) shows up as a non-finite total, or as a total above
       float max / (2 max|v|), with which acc could overflow; the run is then redone with the exact step. When
@@ -572,14 +575,15 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
     # (one score ~88 nats above the reference gives a total just under the float32 range), so past this bound
     # the run is redone exactly too.
     # (dropout 1 zeroes every weight: acc stays 0)
-    vmax = float(xp.abs(vf).max()) / (1.0 - dropout) if vf.size and dropout < 1.0 else 0.0
+    vmax = float(xp.abs(vf[..., :dv]).max()) / (1.0 - dropout) if vf.size and dropout < 1.0 else 0.0
     fast_limit = float(xp.finfo(ct).max) / 2 / max(vmax, 1.0)
     m = xp.zeros((nf, n, 1), dtype=ct)
     moved = False   # m is 0 until a row is re-centred; from then on the scores are shifted by a separate pass
     mcol[...] = 0   # Q's extra column stays 0: the scores' rounding is then exactly the backward's (see there)
-    total, total_new, rsum = (xp.zeros((nf, n, 1), dtype=ct) for _ in range(3))
-    acc = xp.zeros((nf, n, dv), dtype=ct)
-    pv = xp.empty((nf, n, dv), dtype=ct)
+    accx = xp.zeros((nf, n, dv + 1), dtype=ct)
+    acc, total = accx[..., :dv], accx[..., dv:]
+    pvx = xp.empty((nf, n, dv + 1), dtype=ct)
+    total_new = xp.empty((nf, n, 1), dtype=ct)
 
     def scores(c0, c1, partials):
         s = _view(flat, (nf, n, c1 - c0))
@@ -589,28 +593,28 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
         _mask_cols(xp, mask, s, f0, f1, r0, r1, c0, partials, g)
         return s
 
-    def accumulate(s, c0, c1):
+    def weigh(s, c0, c1):
+        """pvx = [s V | rowsum(s)], the sums of the undropped weights (lse is that of the undropped scores)."""
         if dropout > 0:
+            sums = s.sum(axis=-1, keepdims=True)
             s *= _keep_scale(xp, seed, offset, dropout, g, sq, sk, f0, f1, r0, r1, c0, c1, ct)
-        xp.matmul(s, vf[:, c0:c1], out=pv)
-        acc.__iadd__(pv)
+            xp.matmul(s, vf[:, c0:c1], out=pvx)
+            pvx[..., dv:] = sums
+        else:
+            xp.matmul(s, vf[:, c0:c1], out=pvx)
 
     for c0, c1, partials in runs[i]:
-        w = c1 - c0
         s = scores(c0, c1, partials)
         if not exact:
             exp2(s, out=s)
-            xp.matmul(s, ones[:w], out=rsum)
-            xp.add(total, rsum, out=total_new)
+            weigh(s, c0, c1)
+            xp.add(total, pvx[..., dv:], out=total_new)
             top = float(total_new.max())
             if top <= fast_limit:   # also False for inf and nan
-                total, total_new = total_new, total
-                accumulate(s, c0, c1)
+                accx += pvx
                 if top > _RENORM:
                     shift = xp.where(total > _RENORM, xp.floor(xp.log2(total)), xp.zeros((), ct))
-                    factor = xp.exp2(-shift)
-                    total *= factor
-                    acc *= factor
+                    accx *= xp.exp2(-shift)
                     m += shift
                     moved = True
                 continue
@@ -619,16 +623,13 @@ def _forward_rows(ctx, item, flat, ones, span, exact=False):
         shift = xp.where(total > 0, xp.maximum(mx, 0), xp.where(xp.isfinite(mx), mx, xp.zeros((), ct)))
         s -= shift
         exp2(s, out=s)
-        alpha = xp.exp2(xp.minimum(-shift, 0))  # <= 1; multiplies zeros where the row had seen nothing
-        xp.matmul(s, ones[:w], out=rsum)
-        total *= alpha
-        total += rsum
-        acc *= alpha
-        accumulate(s, c0, c1)
+        weigh(s, c0, c1)
+        accx *= xp.exp2(xp.minimum(-shift, 0))  # <= 1; multiplies zeros where the row had seen nothing
+        accx += pvx
         m += shift
         moved = True
     if not exact and float(total.min()) < _TINY:
-        return _forward_rows(ctx, item, flat, ones, span, exact=True)
+        return _forward_rows(ctx, item, flat, span, exact=True)
     empty = total == 0
     safe = xp.where(empty, xp.ones((), ct), total)
     acc /= safe
