@@ -1,9 +1,8 @@
 """`oarlock train --nproc N --dp D --mp M --sharding S --sp --pp P --vpp V --schedule S`: real MPI jobs started
 by the command itself (through `oarlock launch`), whose per-step losses (trainer.json) must equal one process's
 with the same seed, checkpoints that resume across layouts, and the usage errors, which come before any rank
-starts; and
---recompute / --memory-budget in one process (the memory planner: same losses, its measured peak under the
-budget).
+starts; and --memory-budget in one process and on a pipeline's ranks (the memory planner: same losses, the
+plan's measured peak under the budget).
 
 Each job is a few steps of the full-width model on 4 x 32-byte batches; every job runs once per module
 (fixtures) and is checked by several tests.
@@ -100,10 +99,11 @@ def runs(tmp_path_factory):
     # one process for 2 steps, resumed by 2 ranks with mp 2 and sequence parallel
     one_process(root / "one_then_sp", "--stop-after", "2")
     out["one_then_sp"], _, _ = launched(root / "one_then_sp", "--nproc", "2", "--mp", "2", "--sp", "--resume")
-    # the pipeline GPT: pp 2 x vpp 2 under the interleaved schedule with recompute (the engine's other schedules
-    # and layouts are covered by oarlock-parallel's test_pipeline_gpt.py)
-    out["pp2_vpp2"], out["pp2_stdout"], _ = launched(root / "pp2", "--nproc", "2", "--pp", "2", "--vpp", "2",
-                                                     "--schedule", "VPP", "--recompute")
+    # the pipeline GPT: pp 2 x vpp 2 under the interleaved schedule with a memory budget per rank (the engine's
+    # other schedules and layouts, and PipelineLayer's recompute, are covered by oarlock-parallel's
+    # test_pipeline_gpt.py)
+    out["pp2_vpp2"], out["pp2_stdout"], out["pp2_stderr"] = launched(
+        root / "pp2", "--nproc", "2", "--pp", "2", "--vpp", "2", "--schedule", "VPP", "--memory-budget", "12MB")
     return out
 
 
@@ -207,9 +207,17 @@ def test_help_tells_the_new_options():
     assert "--corpus-file" not in text  # the ranks' own option
 
 
+def _plan_peaks(text):
+    """(peak without the plan, peak with it) from the command's "memory plan" line."""
+    line = next(x for x in text.splitlines() if "memory plan" in x)
+    return tuple(int(v.replace(",", "")) for v in re.search(r"peak without it ([\d,]+), with it ([\d,]+)",
+                                                             line).groups())
+
+
 def test_pipeline_losses_equal_one_process(runs):
     assert_same_losses(runs["pp2_vpp2"], runs["one"])
     assert "2 ranks (dp 1 x mp 1 x pp 2 x vpp 2 (VPP, 4 micro-batches))" in runs["pp2_stdout"]
+    assert _plan_peaks(runs["pp2_stdout"] + runs["pp2_stderr"])[1] <= 12_000_000   # rank 0's measured plan
 
 
 def test_memory_budget_keeps_the_losses_and_meets_the_budget(runs, tmp_path):
@@ -220,10 +228,8 @@ def test_memory_budget_keeps_the_losses_and_meets_the_budget(runs, tmp_path):
                            "--memory-budget", "18MB"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert_same_losses(history(tmp_path), runs["one"])
-    line = next(x for x in (done.stdout + done.stderr).splitlines() if x.startswith("memory plan"))
-    without, with_plan = (int(v.replace(",", "")) for v in re.search(r"peak without it ([\d,]+), with it ([\d,]+)",
-                                                                       line).groups())
-    assert with_plan <= budget < without, line
+    without, with_plan = _plan_peaks(done.stdout + done.stderr)
+    assert with_plan <= budget < without
 
 
 @pytest.mark.parametrize("argv, message", [
