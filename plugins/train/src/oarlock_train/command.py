@@ -175,7 +175,25 @@ def _fail(message: str) -> int:
 
 
 class UsageError(Exception):
-    """A bad option value found after parsing (the message names the option)."""
+    """A bad option value found after parsing (the message names the option). `every_rank`: raised on every
+    rank of a --nproc run at the same point (the ranks agreed on it), so they can all report it before any
+    rank's exit stops the job."""
+
+    def __init__(self, message: str, every_rank: bool = False):
+        super().__init__(message)
+        self.every_rank = every_rank
+
+
+def _agreed(error: str | None) -> str | None:
+    """In a rank of a --nproc run: this rank's error, or another rank's, when any rank has one (all ranks get
+    the same answer, so they fail together); alone: the error itself."""
+    import oarlock.distributed as dist
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return error
+    errors: list = []
+    dist.all_gather_object(errors, error)
+    first = next((e for e in errors if e is not None), None)
+    return error or (None if first is None else f"another rank failed: {first}")
 
 
 def run(args) -> int:
@@ -190,7 +208,12 @@ def run(args) -> int:
             raise UsageError(f"argument --device: {exc}") from None
         return _run(args)
     except UsageError as exc:
-        return _fail(str(exc))
+        status = _fail(str(exc))
+        if exc.every_rank and getattr(args, "launched", False):
+            import oarlock.distributed as dist
+            sys.stderr.flush()
+            dist.barrier()     # every rank failed here: each has printed its error before any exits
+        return status
     finally:
         oarlock.set_device(previous)  # an in-process caller (a test, a notebook) keeps its device
 
@@ -338,10 +361,14 @@ def _start(args, cfg, corpus, layout=None):
           f"{'causal-document' if cfg.document_mask else 'plain causal'} attention, {where}",
           flush=True)
     if state is not None:
+        error = None
         try:
             checkpoint.load(trainer, args.out, state)
         except pickle.UnpicklingError as exc:  # a damaged or planted optimizer.pdopt: refused, nothing run
-            raise UsageError(f"--resume: cannot use the checkpoint in {args.out!r}: {exc}") from None
+            error = f"--resume: cannot use the checkpoint in {args.out!r}: {exc}"
+        error = _agreed(error) if layout is not None else error
+        if error is not None:
+            raise UsageError(error, every_rank=layout is not None)
         print(f"resumed from {os.path.join(args.out, checkpoint.STATE_FILE)} at step {trainer.step}", flush=True)
     return trainer
 
@@ -376,7 +403,8 @@ def _train(args, trainer, log=None) -> bool:
             try:
                 trainer.plan_memory()
             except ValueError as exc:   # the budget cannot be met: every rank fails here (the planner agrees)
-                raise UsageError(f"argument --memory-budget: {exc}") from None
+                raise UsageError(f"argument --memory-budget: {exc}",
+                                 every_rank=hasattr(trainer, "layout")) from None   # a rank of a --nproc run
             loss = trainer.train_step()
             if not planned and trainer.memory_budget and getattr(trainer.memory_planner, "fitted", False):
                 report = trainer.memory_planner.report()
