@@ -463,6 +463,16 @@ def distribute(args, model, optimizer, segment_size: int = 2**20):
     return fleet.distributed_model(model), fleet.distributed_optimizer(optimizer)
 
 
+def recompute_context(args, hcg):
+    """PipelineLayer's recompute_ctx for --recompute: with tensor parallelism Paddle's usual form, the mp group
+    (its segments then go through recompute_hybrid), else the plain recompute's options."""
+    if not args.recompute:
+        return None
+    if hcg.get_model_parallel_world_size() > 1:
+        return {"mp_group": hcg.get_model_parallel_group(), "offload": False, "partition": False}
+    return {"preserve_rng_state": True}
+
+
 def build_pipeline(args, hcg):
     """This rank's stages of the GPT as a PipelineLayer (its weights from --init, its mp slice)."""
     from oarlock.distributed.fleet.meta_parallel import PipelineLayer
@@ -470,7 +480,7 @@ def build_pipeline(args, hcg):
     model = PipelineLayer(pipeline_descs(args, hcg.get_model_parallel_world_size()), topology=hcg.topology(),
                           loss_fn=GPTLoss(), num_virtual_pipeline_stages=args.vpp if args.vpp > 1 else None,
                           recompute_interval=1 if args.recompute else 0,
-                          recompute_ctx={"preserve_rng_state": True} if args.recompute else None)
+                          recompute_ctx=recompute_context(args, hcg))
     if args.init:
         load_pipeline_state(model, paddle.load(args.init), args, hcg.get_model_parallel_rank(),
                             hcg.get_model_parallel_world_size())

@@ -26,7 +26,7 @@ import oarlock.distributed as dist
 import oarlock.nn as nn
 from oarlock_parallel.pipeline_segment import segment
 from oarlock_parallel.pipeline_struct import flatten, unflatten
-from oarlock_parallel.recompute import recompute
+from oarlock_parallel.recompute import recompute, recompute_hybrid
 
 __all__ = ["LayerDesc", "SharedLayerDesc", "LocalSharedLayerDesc", "PipelineLayer"]
 
@@ -119,8 +119,9 @@ class PipelineLayer(nn.Layer):
     """This rank's part of the layers of `layers` (descriptions or built layers), see the module docstring.
 
     loss_fn: a callable (output, label) -> loss, or a list of them (PipelineParallel's loss_fn_idx picks the one
-    backward starts from); recompute_ctx: a dict (its "preserve_rng_state", default True), required when
-    recompute_interval > 0; num_virtual_pipeline_stages: model chunks per stage (interleaved schedules; unlike
+    backward starts from); recompute_ctx: a dict, required when recompute_interval > 0: with an "mp_group"
+    the segments run through recompute_hybrid (its "offload" and "partition" honoured), else through recompute
+    (its "preserve_rng_state", default True); num_virtual_pipeline_stages: model chunks per stage (interleaved schedules; unlike
     Paddle, every seg_method is accepted, not only 'layer:'). use_cudagraph is accepted and does nothing;
     use_dualpipev is not implemented."""
 
@@ -279,18 +280,19 @@ class PipelineLayer(nn.Layer):
         n = len(functions)
         if self._recompute_interval == 0:
             return self.forward_function(0, n, functions)(input)
-        preserve = self.recompute_ctx.get("preserve_rng_state", True)
         for start in range(0, n, self._recompute_interval):
             end = min(start + self._recompute_interval, n)
             run = self.forward_function(start, end, functions)
-            input = self._recomputed(run, input, preserve) if self._need_recompute(functions[start:end], input) \
-                else run(input)
+            input = self._recomputed(run, input, self.recompute_ctx) \
+                if self._need_recompute(functions[start:end], input) else run(input)
         return input
 
     @staticmethod
-    def _recomputed(run, value, preserve):
-        """run(value) under recompute. recompute() tracks top-level tensors only, so the tensors of a tuple /
-        list / dict input that need gradients are passed to it one by one (the others stay constants of the
+    def _recomputed(run, value, ctx):
+        """run(value) under recompute: recompute_hybrid(ctx, ...) when ctx names an "mp_group" (as Paddle's
+        PipelineLayer does: its "offload" and "partition" are honoured), else recompute(..., preserve_rng_state=
+        ctx.get("preserve_rng_state", True)). Both track top-level tensors only, so the tensors of a tuple /
+        list / dict input that need gradients are passed one by one (the others stay constants of the
         run), and the floating-point tensors of the output come back through it (the others, integer ids or
         masks, carry no gradient and are taken as the run gave them)."""
         tensors, spec = flatten(value, "PipelineLayer.forward()")
@@ -307,7 +309,11 @@ class PipelineLayer(nn.Layer):
             floats = [t for t in out if t.dtype.is_floating_point]
             return floats[0] if len(floats) == 1 else tuple(floats)
 
-        result = recompute(flat, *[tensors[i] for i in tracked], preserve_rng_state=preserve)
+        inputs = [tensors[i] for i in tracked]
+        if ctx.get("mp_group") is not None:
+            result = recompute_hybrid(ctx, flat, *inputs)
+        else:
+            result = recompute(flat, *inputs, preserve_rng_state=ctx.get("preserve_rng_state", True))
         floats = iter([result] if isinstance(result, oarlock.Tensor) else result)
         constants = made["constants"]
         return unflatten(made["spec"], [constants[i] if i in constants else next(floats)
