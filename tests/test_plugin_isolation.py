@@ -4,9 +4,9 @@ of a bare venv; every module of its packages imports there, and oarlock's plugin
 points with no failure. This catches an undeclared plugin or third-party dependency, a module-level import
 of an extra's package, and a file missing from a wheel.
 
-The wheels are built and the third-party wheels fetched once per session (about 15-25 s), then each
-distribution takes a few seconds. A distribution whose dependencies cannot be fetched here is skipped,
-with pip's reason. OARLOCK_SKIP_ISOLATION=1 skips the whole module."""
+The wheels are built and the third-party wheels fetched once per session (about 15-25 s), then the distributions are
+checked together, one per core, a few seconds each. A distribution whose dependencies cannot be fetched here is
+skipped, with pip's reason. OARLOCK_SKIP_ISOLATION=1 skips the whole module."""
 
 import importlib.util
 import os
@@ -51,9 +51,15 @@ def checker(tmp_path_factory):
     return iso
 
 
+@pytest.fixture(scope="module")
+def results(checker):
+    """Every distribution's check, run together (one worker per core) the first time a test asks."""
+    return checker.check_all(DISTRIBUTIONS)
+
+
 @pytest.mark.parametrize("name", DISTRIBUTIONS)
-def test_installs_and_imports_alone(checker, name):
-    result = checker.check(name)
+def test_installs_and_imports_alone(checker, results, name):
+    result = results[name]
     if result.status == "skipped":
         pytest.skip(f"{name}: {result.reason}")
     assert result.status == "ok", f"{name} alone, with its declared dependencies:\n{result.reason}"

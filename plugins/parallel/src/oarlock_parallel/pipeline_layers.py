@@ -119,10 +119,10 @@ class PipelineLayer(nn.Layer):
     """This rank's part of the layers of `layers` (descriptions or built layers), see the module docstring.
 
     loss_fn: a callable (output, label) -> loss, or a list of them (PipelineParallel's loss_fn_idx picks the one
-    backward starts from); recompute_ctx: a dict, required when recompute_interval > 0: with an "mp_group"
-    the segments run through recompute_hybrid (its "offload" and "partition" honoured), else through recompute
-    (its "preserve_rng_state", default True); num_virtual_pipeline_stages: model chunks per stage (interleaved schedules; unlike
-    Paddle, every seg_method is accepted, not only 'layer:'). use_cudagraph is accepted and does nothing;
+    backward starts from); recompute_ctx: a dict, required when recompute_interval > 0: with an "mp_group" the
+    segments run through recompute_hybrid (its "offload" and "partition" honoured), else through recompute (its
+    "preserve_rng_state", default True); num_virtual_pipeline_stages: model chunks per stage (interleaved schedules;
+    unlike Paddle, every seg_method is accepted, not only 'layer:'). use_cudagraph is accepted and does nothing;
     use_dualpipev is not implemented."""
 
     def __init__(self, layers, num_stages=None, topology=None, loss_fn=None, seg_method="uniform",
