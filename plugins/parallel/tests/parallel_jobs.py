@@ -78,3 +78,36 @@ def assert_check_passed(report: dict, check: str) -> None:
     """A check of the report failed on no rank (the failures of every rank are the message)."""
     failures = report["failures"][check]
     assert not failures, "\n".join(failures)
+
+
+# -- examples/hybrid_gpt.py, the GPT of the hybrid- and pipeline-parallel equal-loss tests ------------------
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "hybrid_gpt.py"
+EXAMPLE_ENV = dict(os.environ, OARLOCK_COLLECTIVE_TIMEOUT="60", PYTHONWARNINGS="ignore")
+# the tiny GPT of issues 17 and 19: vocab 64, width 32, 2 layers, 4 heads, seq 16, global batch 8; 20 steps
+GPT_MODEL = ["--vocab", "64", "--width", "32", "--layers", "2", "--heads", "4", "--seq-len", "16", "--batch", "8"]
+GPT_TRAIN = ["--steps", "20", "--seed", "0", "--lr", "0.01", "--weight-decay", "0.01", "--clip-norm", "1.0"]
+
+
+def run_example(command: list, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    """The finished command (a run of the example); the calling test fails with its output when it failed."""
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=EXAMPLE_ENV, cwd=cwd)
+    assert done.returncode == 0, f"{' '.join(map(str, command))} failed ({done.returncode}):\n" \
+                                 f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def save_gpt_init(workdir: Path) -> Path:
+    """The example GPT's full initial weights (seed 0), written to workdir/init.pdparams."""
+    path = workdir / "init.pdparams"
+    run_example([sys.executable, str(EXAMPLE), *GPT_MODEL, "--seed", "0", "--save-init", str(path)], workdir)
+    return path
+
+
+def train_gpt(ranks: int, flags: list, init: Path, out: Path) -> dict:
+    """The JSON report (per-step losses, ...) of the example GPT trained from `init` with `flags` on `ranks`
+    ranks (1: one plain process)."""
+    arguments = [str(EXAMPLE), *GPT_MODEL, *GPT_TRAIN, *flags, "--init", str(init), "--json", str(out)]
+    launcher = [sys.executable, "-m", "oarlock.cli", "launch", "-n", str(ranks)] if ranks > 1 else [sys.executable]
+    run_example(launcher + arguments, out.parent)
+    return json.loads(out.read_text())

@@ -11,25 +11,18 @@ catches each rank's error and gathers them through raw mpi4py), and --help must 
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from parallel_jobs import job_report, launch_command
+from parallel_jobs import EXAMPLE, EXAMPLE_ENV, job_report, launch_command, run_example, save_gpt_init, train_gpt
 
 import oarlock
 
 pytest.importorskip("mpi4py")
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "hybrid_gpt.py"
-ENV = dict(os.environ, OARLOCK_COLLECTIVE_TIMEOUT="60", PYTHONWARNINGS="ignore")
-# the tiny GPT of the issue: vocab 64, width 32, 2 layers, 4 heads, seq 16, global batch 8
-MODEL = ["--vocab", "64", "--width", "32", "--layers", "2", "--heads", "4", "--seq-len", "16", "--batch", "8"]
-TRAIN = ["--steps", "20", "--seed", "0", "--lr", "0.01", "--weight-decay", "0.01", "--clip-norm", "1.0"]
 RTOL = 1e-5
 
 # config: (ranks, the example's layout flags)
@@ -48,20 +41,6 @@ LAYOUTS = {
 }
 
 
-def _run(command, cwd: Path, timeout: int = 300):
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=ENV, cwd=cwd)
-    assert done.returncode == 0, f"{' '.join(map(str, command))} failed ({done.returncode}):\n" \
-                                 f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done
-
-
-def _train(ranks: int, flags: list, init: Path, out: Path) -> dict:
-    arguments = [str(EXAMPLE), *MODEL, *TRAIN, *flags, "--init", str(init), "--json", str(out)]
-    launcher = [sys.executable, "-m", "oarlock.cli", "launch", "-n", str(ranks)] if ranks > 1 else [sys.executable]
-    _run(launcher + arguments, out.parent)
-    return json.loads(out.read_text())
-
-
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("hybrid_gpt")
@@ -69,14 +48,12 @@ def workdir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def init(workdir) -> Path:
-    path = workdir / "init.pdparams"
-    _run([sys.executable, str(EXAMPLE), *MODEL, "--seed", "0", "--save-init", str(path)], workdir)
-    return path
+    return save_gpt_init(workdir)
 
 
 @pytest.fixture(scope="module")
 def reference(init, workdir) -> dict:
-    return _train(1, [], init, workdir / "reference.json")
+    return train_gpt(1, [], init, workdir / "reference.json")
 
 
 def _torch_training(init: Path, tied: bool = False) -> list:
@@ -148,14 +125,14 @@ def test_reference_learns_and_clipping_bites(reference):
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_equal_losses(layout, reference, init, workdir):
     ranks, flags = LAYOUTS[layout]
-    got = _train(ranks, flags, init, workdir / f"{layout}.json")
+    got = train_gpt(ranks, flags, init, workdir / f"{layout}.json")
     assert got["layout"]["world"] == ranks
     np.testing.assert_allclose(got["losses"], reference["losses"], rtol=RTOL, atol=0,
                                err_msg=f"{layout}: per-step losses differ from one process")
 
 
 def test_help_tells_the_flags(tmp_path):
-    text = _run([sys.executable, str(EXAMPLE), "--help"], tmp_path).stdout
+    text = run_example([sys.executable, str(EXAMPLE), "--help"], tmp_path).stdout
     for flag in ("--dp", "--mp", "--sharding", "--sp", "--group-sharded", "--steps", "--seed", "--json",
                  "--init", "--save-init", "oarlock launch -n 4 examples/hybrid_gpt.py --dp 2 --mp 2"):
         assert flag in text, flag
@@ -172,6 +149,6 @@ def test_vocab_not_divisible_by_mp_fails_on_every_rank(tmp_path):
 def test_bad_flags_are_refused(tmp_path):
     for flags, message in ((["--sp"], "--sp needs --mp > 1"),
                            (["--group-sharded", "os", "--dp", "2"], "leave --dp, --mp and --sharding at 1")):
-        done = subprocess.run([sys.executable, str(EXAMPLE), *flags], capture_output=True, text=True, env=ENV,
+        done = subprocess.run([sys.executable, str(EXAMPLE), *flags], capture_output=True, text=True, env=EXAMPLE_ENV,
                               cwd=tmp_path, timeout=120)
         assert done.returncode == 2 and message in done.stderr, done.stderr

@@ -15,21 +15,14 @@ LAYOUTS.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from parallel_jobs import save_gpt_init, train_gpt
 
 pytest.importorskip("mpi4py")
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "hybrid_gpt.py"
-ENV = dict(os.environ, OARLOCK_COLLECTIVE_TIMEOUT="60", PYTHONWARNINGS="ignore")
-MODEL = ["--vocab", "64", "--width", "32", "--layers", "2", "--heads", "4", "--seq-len", "16", "--batch", "8"]
-TRAIN = ["--steps", "20", "--seed", "0", "--lr", "0.01", "--weight-decay", "0.01", "--clip-norm", "1.0"]
 RTOL = 1e-5
 
 # layout: (ranks, the example's flags, whether the embedding is tied)
@@ -49,20 +42,6 @@ LAYOUTS = {
 }
 
 
-def _run(command, cwd: Path, timeout: int = 300):
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=ENV, cwd=cwd)
-    assert done.returncode == 0, f"{' '.join(map(str, command))} failed ({done.returncode}):\n" \
-                                 f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done
-
-
-def _train(ranks: int, flags: list, init: Path, out: Path) -> dict:
-    arguments = [str(EXAMPLE), *MODEL, *TRAIN, *flags, "--init", str(init), "--json", str(out)]
-    launcher = [sys.executable, "-m", "oarlock.cli", "launch", "-n", str(ranks)] if ranks > 1 else [sys.executable]
-    _run(launcher + arguments, out.parent)
-    return json.loads(out.read_text())
-
-
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("pipeline_gpt")
@@ -70,16 +49,14 @@ def workdir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def init(workdir) -> Path:
-    path = workdir / "init.pdparams"
-    _run([sys.executable, str(EXAMPLE), *MODEL, "--seed", "0", "--save-init", str(path)], workdir)
-    return path
+    return save_gpt_init(workdir)
 
 
 @pytest.fixture(scope="module")
 def references(init, workdir) -> dict:
     """{tied: the one-process run}: the plain GPT, and the one-process PipelineLayer with the tied embedding."""
-    return {False: _train(1, [], init, workdir / "reference.json"),
-            True: _train(1, ["--tie-embeddings"], init, workdir / "reference_tied.json")}
+    return {False: train_gpt(1, [], init, workdir / "reference.json"),
+            True: train_gpt(1, ["--tie-embeddings"], init, workdir / "reference_tied.json")}
 
 
 def test_tied_reference_matches_torch_float64(references, init):
@@ -96,7 +73,7 @@ def test_tied_reference_is_another_model_that_learns(references):
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_equal_losses(layout, references, init, workdir):
     ranks, flags, tied = LAYOUTS[layout]
-    got = _train(ranks, flags, init, workdir / f"{layout}.json")
+    got = train_gpt(ranks, flags, init, workdir / f"{layout}.json")
     want = references[tied]
     assert got["layout"]["world"] == ranks and got["layout"]["pp"] == int(flags[flags.index("--pp") + 1])
     np.testing.assert_allclose(got["losses"], want["losses"], rtol=RTOL, atol=0,
