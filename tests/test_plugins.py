@@ -198,6 +198,20 @@ class _Accelerator(Backend):
         self.type, self.parent = name, parent
 
 
+def test_a_private_registry_leaves_the_process_places_alone():
+    """Places are interned process-wide: a Registry made apart from the process's (a test's, a tool's) with its
+    own "cpu" backend must not redirect the process's CPU tensors to it (it did: every later CPU op of the
+    process then ran on that backend, whose xp is None, until something re-parsed "cpu")."""
+    import oarlock
+    oarlock.ones([1])                      # the process's registry exists
+    before = oarlock.CPUPlace().backend
+    registry = Registry()
+    registry.add_backend(_Accelerator("cpu", None), "cpu")
+    assert registry.parse_place("cpu") is oarlock.CPUPlace()
+    assert oarlock.CPUPlace().backend is before and oarlock.device.default_place().backend.xp is np
+    assert oarlock.to_tensor(np.ones(2, "float32")).tolist() == [1.0, 1.0]
+
+
 def test_kernel_lookup_falls_back_from_device_to_parent_to_generic():
     registry = Registry()
     registry.add_backend(_Accelerator("gpu", None), "cuda")

@@ -138,8 +138,22 @@ class Registry:
         self.backends[backend.type] = backend
         self.devices_of[plugin].append(backend.type)
         self.generation += 1   # plugin_api.xp_function's cache reads the backends
+        if self._binds(backend.type):
+            for place in list(Place._interned.values()):
+                if place.type == backend.type:
+                    place.backend = backend
+
+    def _binds(self, device_type: str) -> bool:
+        """Places are interned process-wide, so the places of a device type the process's registry provides are
+        bound by that registry only (set_default_registry binds them all): a private Registry (a test's, a tool's)
+        with its own "cpu" backend must not redirect every CPU tensor of the process to it."""
+        return _default is None or self is _default or device_type not in _default.backends
+
+    def bind_places(self) -> None:
+        """Point every interned place of a device type this registry has at its backend."""
         for place in list(Place._interned.values()):
-            if place.type == backend.type:
+            backend = self.backends.get(place.type)
+            if backend is not None:
                 place.backend = backend
 
     def parent_chain(self, device_type: str) -> list[str]:
@@ -178,7 +192,8 @@ class Registry:
                                  f"{reason}. Usable device types: {working}")
             raise ValueError(f"{what}: {device!r} asks for device index {place.index} but only "
                              f"{count} {place.type} device(s) exist")
-        place.backend = backend
+        if self._binds(place.type):
+            place.backend = backend
         return place
 
     # -- operators and kernels --------------------------------------------------------
@@ -482,3 +497,4 @@ def set_registry_pending(pending: bool) -> None:
 def set_default_registry(registry: Registry) -> None:
     global _default
     _default = registry
+    registry.bind_places()
