@@ -121,8 +121,12 @@ def _train(steps, budget=None, policy=None):
 
 
 def test_planner_meets_half_the_peak_with_identical_losses():
+    # what the process already holds (arrays cached by earlier tests, e.g. flashmask's scratch) is no part of this
+    # GPT's peak: the budget is half of the peak above it
+    gc.collect()
+    held = oarlock.device.memory_allocated()
     losses, peak, _ = _train(3)
-    budget = peak // 2
+    budget = held + (peak - held) // 2
     planned, planned_peak, planner = _train(3, budget=budget)
     assert planned == losses                      # bit for bit: recompute and offload are exact
     assert planned_peak <= budget < peak
