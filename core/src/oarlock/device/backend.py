@@ -96,16 +96,20 @@ class Backend:
     def reset_max_memory_allocated(self, index: int = 0) -> None:
         pass
 
+    # the HostMemoryCounter of the device's host pool (what its `pin_memory` hands out), None without one
+    host_pool = None
+
     def host_memory_allocated(self, index: int = 0) -> int:
         """Bytes of host memory in use from this device's host pool (`pin_memory`'s copies; a GPU's pinned
         memory); 0 for a device without one."""
-        return 0
+        return 0 if self.host_pool is None else self.host_pool.current
 
     def max_host_memory_allocated(self, index: int = 0) -> int:
-        return 0
+        return 0 if self.host_pool is None else self.host_pool.peak
 
     def reset_max_host_memory_allocated(self, index: int = 0) -> None:
-        pass
+        if self.host_pool is not None:
+            self.host_pool.reset_peak()
 
     def memory_reserved(self, index: int = 0) -> int:
         """Bytes held by the device's allocator (in use or cached); without a cache, the bytes allocated."""

@@ -15,7 +15,8 @@ import numpy as np
 
 from oarlock.device import Backend
 from oarlock_cpu import fastmath
-from oarlock_cpu import host_pool
+from oarlock_cpu.host_pool import COUNTER as HOST_POOL
+from oarlock_cpu.host_pool import copy_to_host
 
 try:
     from oarlock_cpu import _memstat
@@ -37,6 +38,7 @@ class CPUBackend(Backend):
     array_types = (np.ndarray,)
     dlpack_device_type = 1  # kDLCPU
     array_functions = fastmath.FUNCTIONS   # vectorised float32 exp and exp2 for kernels generic over xp
+    host_pool = HOST_POOL                  # pin_memory's blocks (host_memory_allocated)
 
     def __init__(self, seed: int = 0):
         self._seed = seed
@@ -64,7 +66,7 @@ class CPUBackend(Backend):
     def pin_memory(self, host):
         """A copy of `host` in the host pool (host_pool.py): the cpu's stand-in for pinned memory, counted by
         host_memory_allocated and not by memory_allocated."""
-        return host_pool.copy_to_host(host)
+        return copy_to_host(host)
 
     # -- random -----------------------------------------------------------------------------
     def generator(self, index: int = 0):
@@ -95,15 +97,6 @@ class CPUBackend(Backend):
 
     def reset_max_memory_allocated(self, index: int = 0) -> None:
         _memstat_module().reset_peak()
-
-    def host_memory_allocated(self, index: int = 0) -> int:
-        return host_pool.COUNTER.current
-
-    def max_host_memory_allocated(self, index: int = 0) -> int:
-        return host_pool.COUNTER.peak
-
-    def reset_max_host_memory_allocated(self, index: int = 0) -> None:
-        host_pool.COUNTER.reset_peak()
 
 
 def _missing_memstat_message() -> str:

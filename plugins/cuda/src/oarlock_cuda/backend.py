@@ -72,7 +72,8 @@ class GPUBackend(Backend):
         self._generators: dict[int, CounterGenerator] = {}
         self._bound: dict = {}      # (kernel, device index) -> the kernel run with that device current
         self._lock = threading.RLock()
-        self._pinned = HostMemoryCounter()   # pin_memory's arrays (host_memory_allocated)
+        # pin_memory's pinned arrays (host_memory_allocated): one pool for every device, as CuPy's pinned pool
+        self.host_pool = HostMemoryCounter()
         if pinned_host_copies is None:
             pinned_host_copies = os.environ.get("OARLOCK_CUDA_PINNED_HOST_COPIES", "") not in ("", "0")
         self.pinned_host_copies = pinned_host_copies
@@ -181,7 +182,7 @@ class GPUBackend(Backend):
         host = np.asarray(host)
         out = cupyx.empty_pinned(host.shape, host.dtype)
         np.copyto(out, host)
-        self._pinned.track(out, out.nbytes)
+        self.host_pool.track(out, out.nbytes)
         return out
 
     # -- random -------------------------------------------------------------------------------------------
@@ -220,16 +221,6 @@ class GPUBackend(Backend):
 
     def reset_max_memory_allocated(self, index: int = 0) -> None:
         self._on(index, self._stats().reset_max_used)
-
-    # pinned host memory handed out by pin_memory (one host pool for every device, as CuPy's pinned pool)
-    def host_memory_allocated(self, index: int = 0) -> int:
-        return self._pinned.current
-
-    def max_host_memory_allocated(self, index: int = 0) -> int:
-        return self._pinned.peak
-
-    def reset_max_host_memory_allocated(self, index: int = 0) -> None:
-        self._pinned.reset_peak()
 
     def memory_reserved(self, index: int = 0) -> int:
         return self._on(index, self._stats().total)
