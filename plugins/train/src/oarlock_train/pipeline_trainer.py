@@ -47,20 +47,15 @@ class PipelineTrainer(ParallelTrainer):
     def _global_grad_norm(self):
         return None     # the pipeline's optimizer reduces over the stages inside train_batch
 
-    def _data(self, index):
-        rows = oarlock.index_select(self.train_rows, self._batch_share(index), axis=0)
-        return pipeline_model.rows_to_data(rows, self.cfg.document_mask)
+    def _data(self):
+        return pipeline_model.rows_to_data(self._batch_rows(), self.cfg.document_mask)
 
     def train_step(self) -> float:
         self.plan_memory()
-        index = oarlock.randint(0, len(self.corpus.train), [self.cfg.batch_size])
+        data = self._data()
         with self._dropout_stream():
-            loss = self.wrapped.train_batch(self._data(index), self.optimizer)
-        self.scheduler.step()
-        self.step += 1
-        value = self._sum_over_data(float(loss.item()))[0] / self.data_ranks
-        self.history.train.append(value)
-        return value
+            loss = self.wrapped.train_batch(data, self.optimizer)
+        return self._finish_step(loss)
 
     # -- --memory-budget ------------------------------------------------------------------------------------------
     def _planned_layers(self) -> list:
@@ -71,9 +66,9 @@ class PipelineTrainer(ParallelTrainer):
         if not hasattr(self.wrapped, "forward_backward_pipeline"):
             raise RuntimeError("oarlock train --memory-budget with --pp profiles with "
                                "PipelineParallel.forward_backward_pipeline, which this oarlock-parallel lacks")
-        index = oarlock.randint(0, len(self.corpus.train), [self.cfg.batch_size])
+        data = self._data()
         with self._dropout_stream():
-            self.wrapped.forward_backward_pipeline(self._data(index))
+            self.wrapped.forward_backward_pipeline(data)
 
     def plan_memory(self):
         if self.memory_budget:      # --recompute is the PipelineLayer's own (recompute_interval)

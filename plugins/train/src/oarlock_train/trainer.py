@@ -135,12 +135,16 @@ class Trainer:
         """The layers --recompute / --memory-budget put under recompute or offload: the transformer blocks."""
         return list(self.model.blocks)
 
+    def _batch_rows(self):
+        """This rank's share of a batch of rows drawn uniformly (with replacement) from the train split."""
+        index = self._batch_share(oarlock.randint(0, len(self.corpus.train), [self.cfg.batch_size]))
+        return oarlock.index_select(self.train_rows, index, axis=0)
+
     def _forward_backward(self):
         """One forward and backward of a batch, no optimizer step: the memory planner's profiling step."""
-        index = self._batch_share(oarlock.randint(0, len(self.corpus.train), [self.cfg.batch_size]))
+        rows = self._batch_rows()
         with self._dropout_stream():
-            self.model.loss(oarlock.index_select(self.train_rows, index, axis=0), self.cfg.document_mask,
-                            forward=self.wrapped).backward()
+            self.model.loss(rows, self.cfg.document_mask, forward=self.wrapped).backward()
 
     def plan_memory(self):
         """--recompute: every block under recompute; --memory-budget: fleet.utils.offload.MemoryPlanner chooses
@@ -173,16 +177,19 @@ class Trainer:
     def train_step(self) -> float:
         """One optimisation step on a batch of rows drawn uniformly (with replacement) from the train split."""
         self.plan_memory()
-        index = self._batch_share(oarlock.randint(0, len(self.corpus.train), [self.cfg.batch_size]))
+        rows = self._batch_rows()
         with self._dropout_stream():
-            loss = self.model.loss(oarlock.index_select(self.train_rows, index, axis=0), self.cfg.document_mask,
-                                   forward=self.wrapped)
+            loss = self.model.loss(rows, self.cfg.document_mask, forward=self.wrapped)
             loss.backward()
         if self.measure_grad_norm:
             # the norm the global-norm clip computes inside step(): one more pass over the gradients
             self.grad_norm = self._global_grad_norm()
         self.optimizer.step()
         self.optimizer.clear_grad()
+        return self._finish_step(loss)
+
+    def _finish_step(self, loss) -> float:
+        """After the optimizer step: the schedule's step, the step count, and the batch's loss recorded."""
         self.scheduler.step()
         self.step += 1
         # every data rank's loss is the mean over an equal share of the batch: their mean is the batch's
