@@ -43,7 +43,6 @@ released by the watchdog (OARLOCK_COLLECTIVE_TIMEOUT) with an error naming their
 
 from __future__ import annotations
 
-import time
 
 import oarlock
 import oarlock.distributed as dist
@@ -115,8 +114,6 @@ class PipelineParallel(WrapperLayer):
         self.use_data_parallel = hcg.get_data_parallel_world_size() > 1
         self.use_model_parallel = hcg.get_model_parallel_world_size() > 1
         self.total_loss = None
-        self.record_timeline = False     # when True, each step's actions are timed into self.timeline
-        self.timeline: list = []
         self._prepare_for_model()
         self._p2p = PipelineP2P(hcg, self.num_chunks)
 
@@ -278,13 +275,9 @@ class PipelineParallel(WrapperLayer):
     def _run(self, actions, step: _Step) -> None:
         self._p2p.new_step()
         self.total_loss = None
-        self.timeline = []
         try:
-            for action in actions:
-                start = time.perf_counter() if self.record_timeline else 0.0
+            for action in actions:   # timed from outside by pipeline_probe.ScheduleProbe, when measured
                 getattr(self, self.ACTIONS[action.kind])(action, step)
-                if self.record_timeline:
-                    self.timeline.append((action, start, time.perf_counter()))
         except BaseException:
             self._p2p.new_step()     # sends to a stage that failed never complete: not waited for
             raise
