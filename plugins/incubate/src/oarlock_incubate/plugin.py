@@ -1,7 +1,8 @@
 """Entry point of oarlock-incubate: exports oarlock.incubate.nn.functional and oarlock.incubate.nn names, and
 paddle.nn.quant's quantization functions into oarlock.nn.quant.
 
-Nothing heavy is imported here; the families load when the api hook runs."""
+Nothing heavy is imported here; the families load when the api and ops hooks run. The ops hook defines the
+internal ops behind moe_gate_dispatch and moe_combine (so a device plugin can register kernels for them)."""
 
 from oarlock import hookimpl
 
@@ -14,11 +15,13 @@ LAYER_MODULE = "oarlock.incubate.nn.layer.fused_linear"   # Paddle's module path
 
 @hookimpl
 def oarlock_register_api(api):
-    from oarlock_incubate import fused_linear, offload, quant, rms_norm, rotary, swiglu
+    from oarlock_incubate import (fused_act, fused_linear, fused_norm, fused_rope_partial, moe_aux, moe_combine,
+                                  moe_dispatch, offload, quant, rms_norm, rotary, swiglu)
     api.namespace("oarlock.incubate", doc="Paddle's paddle.incubate: fused operations and layers.")
     api.namespace(LAYERS, doc="Fused layers (paddle.incubate.nn).")
     api.namespace(FUNCTIONAL, doc="Fused functions (paddle.incubate.nn.functional).")
-    for module in (rotary, swiglu, fused_linear, rms_norm):
+    for module in (rotary, swiglu, fused_linear, rms_norm, fused_norm, fused_rope_partial, fused_act, moe_dispatch,
+                   moe_combine, moe_aux):
         for name in module.FUNCTIONS:
             api.export(FUNCTIONAL, name, getattr(module, name))
     api.namespace(QUANT, doc=quant.__doc__)
@@ -29,3 +32,10 @@ def oarlock_register_api(api):
     for name in fused_linear.LAYERS:
         api.export(LAYERS, name, getattr(fused_linear, name))
         api.export(LAYER_MODULE, name, getattr(fused_linear, name))
+
+
+@hookimpl
+def oarlock_register_ops(ops):
+    from oarlock_incubate import moe_combine, moe_dispatch
+    moe_dispatch.register(ops)
+    moe_combine.register(ops)
