@@ -50,12 +50,24 @@ alone prints, plots and writes the checkpoint, which holds the full weights and 
 any layout (or one process) resumes it. With --log-dir, train/grad_norm is left out under --mp or
 --sharding.
 
+--moe-experts E makes every block's MLP a mixture of E experts (Paddle's MoELayer from
+oarlock.incubate.distributed.models.moe): a gate routes each token to --moe-top-k of them: GShardGate for
+k=2, SwitchGate for k=1 (both with a load-balancing aux loss; in training each expert takes at most 1.2 x
+the tokens of the batch, the rest are dropped), the plain top-k NaiveGate (no aux loss) for k > 2. Each
+expert is an MLP of the dense one's shape (--moe-expert-hidden sets its hidden width). The objective is
+the cross entropy plus --moe-aux-weight x the gates' aux losses summed over the blocks; the logged loss is
+the cross entropy alone, and the aux loss is logged beside it (progress line, train/aux_loss in --log-dir).
+--ep N splits the experts over N ranks (expert parallel: hybrid_configs ep_degree; tokens travel to their
+experts' ranks by all-to-all), which take different shares of every batch as data-parallel ranks do;
+--nproc defaults to --ep x --dp. The MoE GPT combines with --dp and --ep, not with --mp, --sharding or --pp.
+
 --log-dir DIR also writes TensorBoard event files to DIR (view them with
 `tensorboard --logdir DIR`): train/loss, train/lr, train/tokens_per_s and
-train/grad_norm (before clipping) at every step, val/loss at every evaluation,
+train/grad_norm (before clipping) at every step (and train/aux_loss with experts), val/loss at every evaluation,
 memory/allocated_mib and memory/max_allocated_mib, and the options as text."""
 
 DEFAULT_STEPS = 500
+DEFAULT_AUX_WEIGHT = 0.01   # moe_model.DEFAULT_AUX_WEIGHT (not imported: `oarlock --help` stays light)
 DEFAULT_OUT = "oarlock-train-out"
 
 
@@ -75,6 +87,7 @@ def _typed(kind, accepts, check):
 positive_int = _typed(int, "a positive integer", lambda v: v >= 1)
 nonnegative_int = _typed(int, "an integer >= 0", lambda v: v >= 0)
 positive_float = _typed(float, "a positive number", lambda v: v > 0)
+nonnegative_float = _typed(float, "a number >= 0", lambda v: v >= 0 and math.isfinite(v))
 dropout_rate = _typed(float, "a number in [0, 1)", lambda v: 0 <= v < 1)
 seq_length = _typed(int, "an integer from 2 to 4096", lambda v: 2 <= v <= 4096)
 
@@ -119,12 +132,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--resume", action="store_true",
         help="continue from the checkpoint in --out (model, optimizer, scheduler, step, random state); the "
              "options that shape the run (--steps, --seed, --batch-size, --seq-len, --lr, --warmup, --dropout, "
-             "--no-document-mask) "
-             "must equal the checkpoint's, and the losses then equal an uninterrupted run's; the layout "
-             "(--nproc, --dp, --mp, --sharding, --sp) may differ, the checkpoint holds the full model")
-    add("--nproc", type=positive_int, default=1, metavar="N",
+             "--no-document-mask, "
+             "--moe-*) must equal the checkpoint's, and the losses then equal an uninterrupted run's; the layout "
+             "(--nproc, --dp, --mp, --sharding, --sp, --ep) may differ, the checkpoint holds the full model")
+    add("--nproc", type=positive_int, default=None, metavar="N",
         help="ranks to train on, started on this machine by `oarlock launch -n N` (MPI); must equal --dp x --mp x "
-             "--sharding (default 1: this process)")
+             "--sharding x --pp x --ep (default --ep x --dp, i.e. 1: this process)")
     add("--dp", type=positive_int, default=None, metavar="D",
         help="data-parallel degree: replicas that average their gradients, each on its share of every batch "
              "(default: --nproc / (--mp x --sharding))")
@@ -157,6 +170,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "(fleet.utils.offload.MemoryPlanner) profiles a step and puts each block under keep, recompute or "
              "offload to host memory (and the optimizer states on host if needed) at the least added time, so "
              "the step's peak stays under it; same losses; not with --recompute")
+    add("--moe-experts", type=nonnegative_int, default=0, metavar="E",
+        help="make every block's MLP a mixture of E experts (MoELayer); 0 is the dense GPT (default 0)")
+    add("--moe-top-k", type=positive_int, default=None, metavar="K",
+        help="experts each token is routed to, at most --moe-experts: 2 is GShardGate, 1 SwitchGate, more the "
+             "plain top-k gate without aux loss (default 2; needs --moe-experts)")
+    add("--moe-aux-weight", type=nonnegative_float, default=None, metavar="W",
+        help="weight of the gates' load-balancing aux loss in the objective (default "
+             f"{DEFAULT_AUX_WEIGHT:g}; needs --moe-experts)")
+    add("--moe-expert-hidden", type=positive_int, default=None, metavar="H",
+        help="hidden width of each expert's MLP (default: the dense MLP's, 4 x 128; needs --moe-experts)")
+    add("--ep", type=positive_int, default=1, metavar="N",
+        help="expert-parallel degree: the --moe-experts experts split over N ranks (it must divide them), which "
+             "also take different shares of every batch (default 1)")
     add("--corpus-file", default=None, help=argparse.SUPPRESS)  # set by --nproc for the ranks it starts
     add("--device", default="cpu",
         help="device passed to oarlock.set_device(): cpu, or gpu, gpu:N or another plugin device when one is "
@@ -227,11 +253,14 @@ def _run(args) -> int:
         raise UsageError(f"argument --warmup: expected fewer steps than --steps ({args.steps}), got {warmup}")
     if "\0" in args.prompt:
         raise UsageError("argument --prompt: expected text without NUL bytes (NUL separates documents)")
+    moe = _moe_options(args)
     cfg = TrainConfig(steps=args.steps, seed=args.seed, batch_size=args.batch_size, seq_len=args.seq_len,
-                      lr=args.lr, warmup=warmup, dropout=args.dropout, document_mask=not args.no_document_mask)
+                      lr=args.lr, warmup=warmup, dropout=args.dropout, document_mask=not args.no_document_mask,
+                      **moe)
+    nproc = args.nproc if args.nproc is not None else args.ep * (args.dp or 1)
     try:
-        layout = layout_of(args.nproc, args.dp, args.mp, args.sharding, args.sp, args.batch_size, args.seq_len,
-                           args.pp, args.vpp, args.micro_batches, args.schedule)
+        layout = layout_of(nproc, args.dp, args.mp, args.sharding, args.sp, args.batch_size, args.seq_len,
+                           args.pp, args.vpp, args.micro_batches, args.schedule, ep=args.ep)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.memory_budget is not None:
@@ -255,6 +284,29 @@ def _run(args) -> int:
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):  # errors still reach stderr
             return _train_here(args, cfg, layout)
     return _train_here(args, cfg, layout if launched else None)
+
+
+def _moe_options(args) -> dict:
+    """The TrainConfig fields of --moe-*; UsageError when they do not fit together or with the layout."""
+    from oarlock_train.moe_model import check_moe
+
+    if not args.moe_experts:   # the dense GPT: no --moe-* option or --ep has a meaning
+        problems = [f"argument {option}: got {value}, but the model has no experts; it needs --moe-experts E"
+                    for option, value in (("--moe-top-k", args.moe_top_k), ("--moe-aux-weight", args.moe_aux_weight),
+                                          ("--moe-expert-hidden", args.moe_expert_hidden),
+                                          ("--ep", args.ep if args.ep > 1 else None)) if value is not None]
+    else:
+        problems = check_moe(args.moe_experts, args.moe_top_k, args.ep)
+        problems += [f"argument {option}: the MoE GPT (--moe-experts) combines with --dp and --ep only, got "
+                     f"{option} {value}" for option, value in (("--mp", args.mp), ("--sharding", args.sharding),
+                                                               ("--pp", args.pp)) if value > 1]
+    if problems:
+        raise UsageError("; ".join(problems))
+    if not args.moe_experts:
+        return {}
+    return {"moe_experts": args.moe_experts, "moe_top_k": 2 if args.moe_top_k is None else args.moe_top_k,
+            "moe_aux_weight": DEFAULT_AUX_WEIGHT if args.moe_aux_weight is None else args.moe_aux_weight,
+            "moe_expert_hidden": args.moe_expert_hidden}
 
 
 def _train_here(args, cfg, layout) -> int:
@@ -356,7 +408,10 @@ def _start(args, cfg, corpus, layout=None):
         from oarlock.distributed.fleet.utils.offload import parse_bytes
         trainer.memory_budget = parse_bytes(args.memory_budget, "argument --memory-budget")
     where = f"{layout.nproc} ranks ({layout.describe()})" if layout else f"device {oarlock.get_device()}"
-    print(f"model: {trainer.parameter_count():,} parameters; {cfg.steps} steps of {cfg.batch_size} x "
+    moe = "" if not cfg.moe_experts else (
+        f" ({trainer.model.active_parameters():,} active per token: {cfg.moe_experts} experts per block, top "
+        f"{cfg.moe_top_k}, {cfg.moe.gate_type} gate, aux loss weight {cfg.moe_aux_weight:g})")
+    print(f"model: {trainer.parameter_count():,} parameters{moe}; {cfg.steps} steps of {cfg.batch_size} x "
           f"{cfg.seq_len} bytes, AdamW lr {cfg.lr:g} (warmup {cfg.warmup}, cosine), "
           f"{'causal-document' if cfg.document_mask else 'plain causal'} attention, {where}",
           flush=True)
@@ -412,9 +467,12 @@ def _train(args, trainer, log=None) -> bool:
                             f"{report['unconstrained_peak']:,}, with it {report['measured_peak']:,}): blocks "
                             f"{', '.join(report['policies'])}"
                             + ("; optimizer states on host" if report["optimizer_states_on_host"] else ""))
+            aux = trainer.history.aux[-1] if len(trainer.history.aux) == len(trainer.history.train) else None
             if log is not None:
                 log.step_finished(loss)
-            bar.update(trainer.step, loss, trainer.tokens_per_step)
+                if aux is not None:
+                    log.writer.add_scalar("train/aux_loss", aux, trainer.step)
+            bar.update(trainer.step, loss, trainer.tokens_per_step, "" if aux is None else f" | aux {aux:.4f}")
             if trainer.step % args.eval_every == 0 or trainer.step == last:
                 valid = trainer.evaluate()
                 if log is not None:

@@ -131,9 +131,9 @@ class MLP(nn.Layer):
     """Linear 4x -> SiLU -> Linear. SiLU rather than exact GELU: on numpy the erf of exact GELU made the
     activation about 3x slower (the share of a whole training step it took was measurable)."""
 
-    def __init__(self, cfg: GPTConfig, out_std: float):
+    def __init__(self, cfg: GPTConfig, out_std: float, hidden: int | None = None):
         super().__init__()
-        hidden = cfg.mlp_ratio * cfg.width
+        hidden = hidden or cfg.mlp_ratio * cfg.width   # a mixture-of-experts expert may be narrower
         self.fc = _linear(cfg.width, hidden, 0.02)
         self.proj = _linear(hidden, cfg.width, out_std)
 
@@ -169,15 +169,17 @@ class GPT(nn.Layer):
 
     startend_row_indices: None for plain causal attention, or an int32 FlashMask mask [B, 1, T, 1]
     (causal encoding, as `document_mask_of` returns) applied on top of the causal mask in every layer.
+    make_block(cfg) -> Block builds each block (default Block(cfg); moe_model's GPT passes blocks whose MLP
+    is a mixture of experts).
     """
 
-    def __init__(self, cfg: GPTConfig | None = None):
+    def __init__(self, cfg: GPTConfig | None = None, make_block=Block):
         super().__init__()
         self.cfg = cfg = cfg or GPTConfig()
         self.embed = nn.Embedding(cfg.vocab_size, cfg.width,
                                   weight_attr=nn.ParamAttr(initializer=nn.initializer.Normal(0.0, 0.02)))
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.LayerList([Block(cfg) for _ in range(cfg.layers)])
+        self.blocks = nn.LayerList([make_block(cfg) for _ in range(cfg.layers)])
         self.norm = nn.RMSNorm(cfg.width)
         self.head = _linear(cfg.width, cfg.vocab_size, 0.02, bias=False)
         cos, sin = rotary_tables(cfg.max_seq_len, cfg.width // cfg.heads, cfg.rope_base)

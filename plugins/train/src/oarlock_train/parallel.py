@@ -27,14 +27,16 @@ import numpy as np
 
 import oarlock
 from oarlock_train.model import GPT, GPTConfig
+from oarlock_train.moe_model import MoEGPT, build_model, is_expert
 from oarlock_train.parallel_model import ParallelGPT, check_layout, shard, split_of, unshard
 from oarlock_train.trainer import Trainer
 
 
 @dataclass(frozen=True)
 class Layout:
-    """How a run is split: nproc = dp * mp * sharding * pp ranks; sp: sequence parallel inside the mp group;
-    pp pipeline stages of vpp model chunks each, running `micro_batches` micro-batches under `schedule`."""
+    """How a run is split: nproc = dp * ep * mp * sharding * pp ranks; sp: sequence parallel inside the mp
+    group; pp pipeline stages of vpp model chunks each, running `micro_batches` micro-batches under
+    `schedule`; ep: expert parallel (the MoE GPT's experts split over ep ranks, which take different rows)."""
 
     nproc: int = 1
     dp: int = 1
@@ -45,13 +47,15 @@ class Layout:
     vpp: int = 1
     micro_batches: int = 1
     schedule: str = "1F1B"
+    ep: int = 1
 
     @property
     def data_ranks(self) -> int:
-        return self.dp * self.sharding
+        return self.dp * self.ep * self.sharding
 
     def describe(self) -> str:
         parts = [f"dp {self.dp}"] + ([f"sharding {self.sharding} (stage 1)"] if self.sharding > 1 else [])
+        parts += [f"ep {self.ep}"] if self.ep > 1 else []
         parts.append(f"mp {self.mp}" + (" + sequence parallel" if self.sp else ""))
         if self.pp > 1:
             parts.append(f"pp {self.pp}" + (f" x vpp {self.vpp}" if self.vpp > 1 else "") +
@@ -61,17 +65,19 @@ class Layout:
 
 def layout_of(nproc: int, dp: int | None, mp: int, sharding: int, sp: bool, batch_size: int,
               seq_len: int, pp: int = 1, vpp: int = 1, micro_batches: int | None = None,
-              schedule: str | None = None) -> Layout:
+              schedule: str | None = None, ep: int = 1) -> Layout:
     """The Layout the options ask for; ValueError naming the option when they do not fit together."""
     pipe, times_pp = (f" x --pp {pp}", " x pp") if pp > 1 else ("", "")
-    if dp is None:   # what mp, sharding and pp leave
-        if nproc % (mp * sharding * pp):
+    pipe, times_pp = (pipe + f" x --ep {ep}", times_pp + " x ep") if ep > 1 else (pipe, times_pp)
+    if dp is None:   # what mp, sharding, pp and ep leave
+        if nproc % (mp * sharding * pp * ep):
             raise ValueError(f"argument --nproc: {nproc} ranks cannot be split into --mp {mp} x --sharding "
                              f"{sharding}{pipe} groups; --nproc must be a multiple of mp x sharding{times_pp}")
-        dp = nproc // (mp * sharding * pp)
-    if dp * mp * sharding * pp != nproc:
+        dp = nproc // (mp * sharding * pp * ep)
+    if dp * mp * sharding * pp * ep != nproc:
         raise ValueError(f"argument --nproc: --dp {dp} x --mp {mp} x --sharding {sharding}{pipe} = "
-                         f"{dp * mp * sharding * pp} ranks, but --nproc is {nproc}; their product must equal --nproc")
+                         f"{dp * mp * sharding * pp * ep} ranks, but --nproc is {nproc}; their product must equal "
+                         f"--nproc")
     if sp and mp == 1:
         raise ValueError("argument --sp: sequence parallel splits the sequence over the tensor-parallel ranks; "
                          "it needs --mp 2 or more")
@@ -81,11 +87,12 @@ def layout_of(nproc: int, dp: int | None, mp: int, sharding: int, sp: bool, batc
     if pp > 1 and (mp > 1 or sharding > 1):
         raise ValueError("argument --pp: the pipeline GPT of oarlock train combines with --dp only; --mp and "
                          "--sharding are not supported together with --pp")
-    if batch_size % (dp * sharding):
+    data = dp * sharding * ep
+    if batch_size % data:
+        by = f"--dp {dp} x --sharding {sharding}" + (f" x --ep {ep}" if ep > 1 else "")
         raise ValueError(f"argument --batch-size: {batch_size} rows cannot be shared equally by the "
-                         f"{dp * sharding} data ranks (--dp {dp} x --sharding {sharding}); use a multiple "
-                         f"of {dp * sharding}")
-    rows = batch_size // (dp * sharding)
+                         f"{data} data ranks ({by}); use a multiple of {data}")
+    rows = batch_size // data
     if pp > 1:
         micro_batches = micro_batches or (2 * pp if rows % (2 * pp) == 0 else rows)
         if rows % micro_batches:
@@ -97,7 +104,7 @@ def layout_of(nproc: int, dp: int | None, mp: int, sharding: int, sp: bool, batc
             build_schedule(schedule, pp, micro_batches, 0, vpp)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"argument --schedule: {exc}") from None
-    layout = Layout(nproc, dp, mp, sharding, sp, pp, vpp, micro_batches or 1, schedule or "1F1B")
+    layout = Layout(nproc, dp, mp, sharding, sp, pp, vpp, micro_batches or 1, schedule or "1F1B", ep)
     problems = check_layout(GPTConfig(max_seq_len=seq_len), mp, sp)
     if problems:
         raise ValueError("argument --mp: " + "; ".join(problems))
@@ -130,7 +137,7 @@ class ParallelTrainer(Trainer):
 
         strategy = fleet.DistributedStrategy()
         strategy.hybrid_configs = {"dp_degree": layout.dp, "mp_degree": layout.mp, "pp_degree": layout.pp,
-                                   "sharding_degree": layout.sharding}
+                                   "sharding_degree": layout.sharding, "ep_degree": layout.ep}
         if layout.pp > 1:
             rows = cfg.batch_size // layout.data_ranks
             strategy.pipeline_configs = {"accumulate_steps": layout.micro_batches, "schedule_mode": layout.schedule,
@@ -141,15 +148,24 @@ class ParallelTrainer(Trainer):
         self.layout, self.hcg, self.dist = layout, hcg, dist
         self.is_main = dist.get_rank() == 0
         self.data_ranks = layout.data_ranks
-        self.data_rank = hcg.get_data_parallel_rank() * layout.sharding + hcg.get_sharding_parallel_rank()
+        # the expert-parallel ranks hold different rows too: the MoE layers exchange their tokens
+        self.moe_group = hcg.get_expert_parallel_group() if layout.ep > 1 else None
+        ep_rank = 0 if self.moe_group is None else self.moe_group.rank
+        self.data_rank = ((hcg.get_data_parallel_rank() * layout.ep + ep_rank) * layout.sharding
+                          + hcg.get_sharding_parallel_rank())
         self.mp_rank = hcg.get_model_parallel_rank()
-        self._data_groups = [g for g in (hcg.get_data_parallel_group(), hcg.get_sharding_parallel_group())
-                             if g.nranks > 1]
+        self._data_groups = [g for g in (hcg.get_data_parallel_group(), self.moe_group,
+                                         hcg.get_sharding_parallel_group()) if g is not None and g.nranks > 1]
         super().__init__(cfg, corpus)
 
     def _local_model(self, full: GPT):
         self.full_names = list(full.state_dict())
         model = full
+        if self.moe_group is not None:   # this rank's experts, taken from the full model's
+            state = oarlock.get_rng_state()
+            model = MoEGPT(full.cfg, full.moe, moe_group=self.moe_group)
+            oarlock.set_rng_state(state)
+            model.load_full_state_dict(full.state_dict())
         if self.layout.mp > 1:
             # the slices come from the full weights: the one-process random stream stays where it is
             state = oarlock.get_rng_state()
@@ -159,11 +175,24 @@ class ParallelTrainer(Trainer):
             if list(model.state_dict()) != self.full_names:
                 raise RuntimeError("ParallelGPT must have model.GPT's parameters, in the same order")
         # the one-process optimizer keys its state by position (param_<i>); naming every parameter so keeps
-        # the keys whatever the wrappers do with the parameter list (sharding gives each rank a part)
-        for i, param in enumerate(model.parameters()):
-            param.name = f"param_{i}"
+        # the keys whatever the wrappers do with the parameter list (sharding gives each rank a part; an
+        # expert-parallel rank holds some experts: i is the position of the expert in the full model)
+        self._global = getattr(model, "global_name", lambda name: name)
+        position = {name: i for i, name in enumerate(self.full_names)}
+        for name, param in model.named_parameters():
+            param.name = f"param_{position[self._global(name)]}"
         self.param_names = {f"param_{i}": name for i, name in enumerate(self.full_names)}
+        self.local_params = {p.name for p in model.parameters()}
         return model
+
+    def _grad_clip(self):
+        if self.moe_group is None:
+            return super()._grad_clip()
+        # the norm over every rank's experts: each rank's expert norms summed over the expert-parallel group
+        from oarlock.incubate.distributed.models.moe import ClipGradForMOEByGlobalNorm
+        experts = {id(p) for name, p in self.model.named_parameters() if is_expert(name)}
+        return ClipGradForMOEByGlobalNorm(self.cfg.clip_norm, is_expert_param_func=lambda p: id(p) in experts,
+                                          moe_group=self.moe_group)
 
     def _dropout_stream(self):
         # The batch indices come from the default stream, the same on every rank; dropout must not: data
@@ -201,7 +230,7 @@ class ParallelTrainer(Trainer):
     def _global_grad_norm(self):
         # DataParallel has averaged the gradients in backward: the plain norm is the clipped one; with mp
         # or sharding the wrapped optimizer reduces them inside step(), so the norm is not measured here
-        if self.layout.mp == 1 and self.layout.sharding == 1:
+        if self.layout.mp == 1 and self.layout.sharding == 1 and self.layout.ep == 1:
             return super()._global_grad_norm()
         return None
 
@@ -217,13 +246,13 @@ class ParallelTrainer(Trainer):
         """Gathered from every rank (every rank calls it; the others get empty dicts): each key from the mp
         ranks that hold its slices, joined when split (the optimizer states of a sharded run from the ranks
         that own them)."""
-        if self.layout.mp == 1 and self.layout.sharding == 1:
+        if self.layout.mp == 1 and self.layout.sharding == 1 and self.layout.ep == 1:
             return super().full_state()   # data-parallel replicas hold the same full state
 
-        def arrays(state):
-            return {k: v.numpy() if isinstance(v, oarlock.Tensor) else v for k, v in state.items()}
+        def arrays(state, rename=lambda k: k):
+            return {rename(k): v.numpy() if isinstance(v, oarlock.Tensor) else v for k, v in state.items()}
 
-        mine = (self.mp_rank, arrays(self.model.state_dict()), arrays(self.optimizer.state_dict()))
+        mine = (self.mp_rank, arrays(self.model.state_dict(), self._global), arrays(self.optimizer.state_dict()))
         gathered: list = []
         self.dist.all_gather_object(gathered, mine)
         if not self.is_main:   # only the main rank writes or generates
@@ -249,6 +278,12 @@ class ParallelTrainer(Trainer):
         return out
 
     def load_full_state(self, model_state: dict, optimizer_state: dict) -> None:
+        if self.moe_group is not None:   # this rank's experts (named as the full model names them) only
+            model_state = {k: model_state[self._global(k)] for k in self.model.state_dict()}
+            owner = {k: re.match(r"(param_\d+)_", k) for k in optimizer_state}
+            optimizer_state = {k: v for k, v in optimizer_state.items()
+                               if owner[k] is None or owner[k].group(1) in self.local_params}
+
         def local(key, value):
             split = self._split_of(key)
             if split is None or not isinstance(value, oarlock.Tensor) or value.ndim == 0:
@@ -264,7 +299,8 @@ class ParallelTrainer(Trainer):
         if not self.is_main:
             return None
         state = oarlock.get_rng_state()   # building it must not move the training stream
-        model = GPT(GPTConfig(max_seq_len=self.cfg.seq_len, dropout=self.cfg.dropout))
+        model = build_model(GPTConfig(max_seq_len=self.cfg.seq_len, dropout=self.cfg.dropout), self.cfg.moe)
         oarlock.set_rng_state(state)
         model.set_state_dict(model_state)
         return model
+

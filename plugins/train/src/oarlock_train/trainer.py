@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import oarlock
 from oarlock_train.corpus import Corpus
 from oarlock_train.model import GPT, GPTConfig
+from oarlock_train.moe_model import DEFAULT_AUX_WEIGHT, MoEConfig, build_model
 
 
 EVAL_BATCH = 64  # rows per forward pass in evaluation: no graph is kept, so larger batches cost little memory
@@ -34,14 +35,25 @@ class TrainConfig:
     clip_norm: float = 1.0
     dropout: float = 0.0
     document_mask: bool = True  # attention stays inside each packed document (flashmask_attention)
+    moe_experts: int = 0        # > 0: every block's MLP is a mixture of this many experts (moe_model)
+    moe_top_k: int = 2          # experts per token
+    moe_aux_weight: float = DEFAULT_AUX_WEIGHT  # the gates' aux (load-balancing) loss enters the objective times this
+    moe_expert_hidden: int | None = None  # each expert's hidden width (None: the dense MLP's)
+
+    @property
+    def moe(self):
+        """The moe_model.MoEConfig of a mixture-of-experts run, None for the dense GPT."""
+        return None if not self.moe_experts else MoEConfig(self.moe_experts, self.moe_top_k, self.moe_expert_hidden)
 
 
 @dataclass
 class History:
-    """Losses so far (nats per byte): one train loss per step, validation losses as (step, loss)."""
+    """Losses so far (nats per byte): one train loss per step, validation losses as (step, loss); with
+    experts, the aux loss of each step (the gates' sum, before the weight) in `aux`."""
 
     train: list = field(default_factory=list)
     valid: list = field(default_factory=list)
+    aux: list = field(default_factory=list)
 
 
 def build_schedule(cfg: TrainConfig):
@@ -65,11 +77,12 @@ class Trainer:
         self.cfg, self.corpus = cfg, corpus
         oarlock.seed(cfg.seed)  # before the model is built: initialisation is the first use of the stream
         # model: the Layer this process holds (its loss(), its state); wrapped: what runs forward in training
-        self.model = self._local_model(GPT(GPTConfig(max_seq_len=cfg.seq_len, dropout=cfg.dropout)))
+        self.model = self._local_model(build_model(GPTConfig(max_seq_len=cfg.seq_len, dropout=cfg.dropout),
+                                                   cfg.moe))
         self.scheduler = build_schedule(cfg)
         optimizer = oarlock.optimizer.AdamW(
             learning_rate=self.scheduler, parameters=self.model.parameters(), beta1=0.9, beta2=0.95,
-            weight_decay=cfg.weight_decay, grad_clip=oarlock.nn.ClipGradByGlobalNorm(cfg.clip_norm))
+            weight_decay=cfg.weight_decay, grad_clip=self._grad_clip())
         self.wrapped, self.optimizer = self._distribute(self.model, optimizer)
         self.train_rows = oarlock.to_tensor(corpus.train)
         self.valid_rows = oarlock.to_tensor(corpus.valid)
@@ -90,6 +103,10 @@ class Trainer:
     def _distribute(self, model, optimizer):
         """(the model that runs forward in training, the optimizer that steps)."""
         return model, optimizer
+
+    def _grad_clip(self):
+        """The optimizer's gradient clip: by the global norm of every gradient."""
+        return oarlock.nn.ClipGradByGlobalNorm(self.cfg.clip_norm)
 
     def _batch_share(self, index):
         """This process's rows of the global batch `index`."""
@@ -144,7 +161,7 @@ class Trainer:
         """One forward and backward of a batch, no optimizer step: the memory planner's profiling step."""
         rows = self._batch_rows()
         with self._dropout_stream():
-            self.model.loss(rows, self.cfg.document_mask, forward=self.wrapped).backward()
+            self._objective(self.model.loss(rows, self.cfg.document_mask, forward=self.wrapped)).backward()
 
     def plan_memory(self):
         """--recompute: every block under recompute; --memory-budget: fleet.utils.offload.MemoryPlanner chooses
@@ -180,7 +197,7 @@ class Trainer:
         rows = self._batch_rows()
         with self._dropout_stream():
             loss = self.model.loss(rows, self.cfg.document_mask, forward=self.wrapped)
-            loss.backward()
+            self._objective(loss).backward()
         if self.measure_grad_norm:
             # the norm the global-norm clip computes inside step(): one more pass over the gradients
             self.grad_norm = self._global_grad_norm()
@@ -188,13 +205,29 @@ class Trainer:
         self.optimizer.clear_grad()
         return self._finish_step(loss)
 
+    def _objective(self, loss):
+        """What backward differentiates: the cross entropy `loss`, plus with experts the gates' aux loss of
+        the forward just run times --moe-aux-weight (its value kept for _finish_step in `last_aux`)."""
+        self.last_aux = None
+        aux = self.model.aux_loss() if self.cfg.moe_experts else None
+        if aux is None:
+            return loss
+        self.last_aux = aux
+        return loss + self.cfg.moe_aux_weight * aux
+
     def _finish_step(self, loss) -> float:
-        """After the optimizer step: the schedule's step, the step count, and the batch's loss recorded."""
+        """After the optimizer step: the schedule's step, the step count, and the batch's loss (and aux loss)
+        recorded."""
         self.scheduler.step()
         self.step += 1
-        # every data rank's loss is the mean over an equal share of the batch: their mean is the batch's
-        value = self._sum_over_data(float(loss.item()))[0] / self.data_ranks
+        aux = getattr(self, "last_aux", None)
+        # every data rank's loss is the mean over an equal share of the batch: their mean is the batch's (the
+        # aux loss is each rank's over its own tokens, as Paddle's gates compute it: the mean is logged)
+        values = self._sum_over_data(float(loss.item()), *([] if aux is None else [float(aux.item())]))
+        value = values[0] / self.data_ranks
         self.history.train.append(value)
+        if aux is not None:
+            self.history.aux.append(values[1] / self.data_ranks)
         return value
 
     def evaluate(self) -> float:
