@@ -59,7 +59,8 @@ the cross entropy plus --moe-aux-weight x the gates' aux losses summed over the 
 the cross entropy alone, and the aux loss is logged beside it (progress line, train/aux_loss in --log-dir).
 --ep N splits the experts over N ranks (expert parallel: hybrid_configs ep_degree; tokens travel to their
 experts' ranks by all-to-all), which take different shares of every batch as data-parallel ranks do;
---nproc defaults to --ep x --dp. The MoE GPT combines with --dp and --ep, not with --mp, --sharding or --pp.
+--nproc defaults to --ep, and --dp to what --ep leaves of --nproc. The MoE GPT combines with --dp and
+--ep, not with --mp, --sharding or --pp.
 
 --log-dir DIR also writes TensorBoard event files to DIR (view them with
 `tensorboard --logdir DIR`): train/loss, train/lr, train/tokens_per_s and
@@ -137,7 +138,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "(--nproc, --dp, --mp, --sharding, --sp, --ep) may differ, the checkpoint holds the full model")
     add("--nproc", type=positive_int, default=None, metavar="N",
         help="ranks to train on, started on this machine by `oarlock launch -n N` (MPI); must equal --dp x --mp x "
-             "--sharding x --pp x --ep (default --ep x --dp, i.e. 1: this process)")
+             "--sharding x --pp x --ep (default --ep, i.e. 1: this process)")
     add("--dp", type=positive_int, default=None, metavar="D",
         help="data-parallel degree: replicas that average their gradients, each on its share of every batch "
              "(default: --nproc / (--mp x --sharding))")
@@ -257,7 +258,7 @@ def _run(args) -> int:
     cfg = TrainConfig(steps=args.steps, seed=args.seed, batch_size=args.batch_size, seq_len=args.seq_len,
                       lr=args.lr, warmup=warmup, dropout=args.dropout, document_mask=not args.no_document_mask,
                       **moe)
-    nproc = args.nproc if args.nproc is not None else args.ep * (args.dp or 1)
+    nproc = args.nproc if args.nproc is not None else args.ep
     try:
         layout = layout_of(nproc, args.dp, args.mp, args.sharding, args.sp, args.batch_size, args.seq_len,
                            args.pp, args.vpp, args.micro_batches, args.schedule, ep=args.ep)
