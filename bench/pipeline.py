@@ -1,10 +1,12 @@
 """Pipeline schedules on a real 4-rank job: peak activation memory per stage, measured bubble and step time of
 the GPT of examples/hybrid_gpt.py (its PipelineLayer form) under FThenB, 1F1B, interleaved 1F1B (VPP, 2 chunks
-per stage) and 1F1BOffload (1F1B with the waiting micro-batches' activations swapped to the host pool).
+per stage) and 1F1BOffload (1F1B with the waiting micro-batches' activations swapped to the host pool), and
+1F1B-wait: 1F1B receiving each transfer only when its action needs it (prefetch_receives off), to show what
+posting the next receive before computing gains.
 
 The blocks are split evenly over the stages (seg_method "layer:BlockPipe": with 8 blocks, 2 per stage; the
 embedding joins stage 0, the head stage 3; VPP: one block per chunk). One job of 4 ranks (pp_degree 4) builds
-the four pipelines side by side (same seed: the same weights; each
+the pipelines side by side (same seed: the same weights; each
 its own AdamW), and runs their steps round-robin, in a rotating order, so that every schedule sees the same
 machine load; the figures are comparable within the run only. Per step and schedule, every rank measures:
 
@@ -18,11 +20,13 @@ machine load; the figures are comparable within the run only. Per step and sched
   pipeline's receives and in waiting for its sends);
 - copies / busy: the seconds in the swap's "O" and "L" actions over the busy seconds, all ranks and steps
   (1F1BOffload's whole extra work: a load-independent view of its cost, where step times are noisy);
+- receives ahead: per stage, the share of its receives that were posted during an earlier action (before the
+  action that reads them started), in the last step;
 - step time: the whole train_batch (split, schedule, shared-weight sums, loss broadcast, optimizer), the
   slowest rank's; the table gives the median over the measured steps.
 
 The simulator's figures for the same schedules (unit costs: F = 1, B = 2, copies free) are printed beside
-them. Losses of the four schedules must agree (they train the same model on the same data): the run fails
+them. Losses of the schedules must agree (they train the same model on the same data): the run fails
 otherwise.
 
     python bench/pipeline.py [--steps 5] [--width 128 --layers 8 --seq-len 64] [--schedules ...] [--json OUT]
@@ -42,14 +46,15 @@ import time
 from _mpi_driver import find_launcher, main as entry, mpi_library, run_ranks, save_json, write_result
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CHUNKS = {"FThenB": 1, "1F1B": 1, "VPP": 2, "1F1BOffload": 1}     # schedule -> model chunks per stage
+CHUNKS = {"FThenB": 1, "1F1B": 1, "VPP": 2, "1F1BOffload": 1, "1F1B-wait": 1}   # schedule -> chunks per stage
+WAIT = "-wait"    # the schedule without posting receives ahead (PipelineParallel.prefetch_receives = False)
 STAGES = 4
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--schedules", nargs="+", choices=list(CHUNKS), default=list(CHUNKS),
-                        help="schedules to compare (default: all four; 1F1B is the reference)")
+                        help="schedules to compare (default: all five; the first is the loss reference)")
     parser.add_argument("--steps", type=int, default=5, help="measured steps per schedule (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured steps first (default 1)")
     parser.add_argument("--micro-batches", type=int, default=8, help="micro-batches per step (default 8)")
@@ -96,9 +101,10 @@ def run_rank(args) -> None:
         layers = PipelineLayer(hybrid_gpt.pipeline_descs(gpt, 1), topology=hcg.topology(), loss_fn=hybrid_gpt.GPTLoss(),
                                seg_method="layer:BlockPipe", num_virtual_pipeline_stages=vpp if vpp > 1 else None)
         strategy = fleet.DistributedStrategy()
-        strategy.pipeline_configs = {"accumulate_steps": args.micro_batches, "schedule_mode": mode,
+        strategy.pipeline_configs = {"accumulate_steps": args.micro_batches, "schedule_mode": mode.removesuffix(WAIT),
                                      "micro_batch_size": args.micro_batch_size}
         model = (PipelineParallelWithInterleave if vpp > 1 else PipelineParallel)(layers, hcg, strategy)
+        model.prefetch_receives = not mode.endswith(WAIT)
         optimizer = fleet.distributed_optimizer(hybrid_gpt.build_optimizer(gpt, layers))
         runs[mode] = {"model": model, "optimizer": optimizer, "probe": ScheduleProbe(model), "steps": [], "losses": []}
     rows = slice(0, args.micro_batches * args.micro_batch_size)
@@ -116,7 +122,7 @@ def run_rank(args) -> None:
             elapsed = time.perf_counter() - start
             probe = run["probe"]
             copies = probe.seconds.get("O", 0.0) + probe.seconds.get("L", 0.0)
-            figures = comm.allgather((*probe.record(), elapsed, copies))
+            figures = comm.allgather((*probe.record(), elapsed, copies, *probe.received))
             run["losses"].append(float(loss))
             if step >= args.warmup:
                 run["steps"].append(figures)
@@ -139,13 +145,15 @@ def summarize(result: dict) -> dict:
                        # the swap's copies as a share of the rank's busy time (run time - blocked), summed
                        "copy_share": sum(f[5] for step in steps for f in step) /
                        sum(f[1] - f[0] - f[2] for step in steps for f in step),
+                       # receives posted ahead / all receives, per stage, in the last step
+                       "received_ahead": [f[6] / max(1, f[6] + f[7]) for f in steps[-1]],
                        "losses": run["losses"]}
     return table
 
 
 def simulated(micro_batches: int) -> dict:
     from oarlock_parallel.pipeline_simulator import simulate_mode
-    return {mode: simulate_mode(mode, STAGES, micro_batches, vpp) for mode, vpp in CHUNKS.items()}
+    return {mode: simulate_mode(mode.removesuffix(WAIT), STAGES, micro_batches, vpp) for mode, vpp in CHUNKS.items()}
 
 
 def drive(args) -> int:
@@ -165,15 +173,16 @@ def drive(args) -> int:
     spread = max(abs(a - b) / abs(b) for run in table.values() for a, b in zip(run["losses"], reference))
     mib = 2 ** 20
     print("\n| schedule | peak activations per stage (MiB) | bubble per stage | bubble | step (s) | "
-          "copies / busy | simulated bubble | simulated peak (micro-batches) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "copies / busy | receives ahead per stage | simulated bubble | simulated peak (micro-batches) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for mode in args.schedules:
         row, model = table[mode], sim[mode]
         print(f"| {mode} | {' / '.join(f'{p / mib:.1f}' for p in row['peak_bytes'])} | "
               f"{' / '.join(f'{b:.2f}' for b in row['bubble'])} | {statistics.mean(row['bubble']):.2f} | "
-              f"{row['step_s']:.2f} | {row['copy_share']:.1%} | {model.bubble_fraction:.2f} | "
+              f"{row['step_s']:.2f} | {row['copy_share']:.1%} | "
+              f"{' / '.join(f'{a:.2f}' for a in row['received_ahead'])} | {model.bubble_fraction:.2f} | "
               f"{' / '.join(f'{p:g}' for p in model.peak_resident)} |")
-    print(f"\nlosses of the four schedules agree within {spread:.1e} (relative) over "
+    print(f"\nlosses of the {len(args.schedules)} schedules agree within {spread:.1e} (relative) over "
           f"{len(reference)} steps")
     save_json(args.json, {"table": table, "raw": result})
     return 0 if spread < 1e-5 else 1

@@ -246,7 +246,8 @@ BENCH = Path(__file__).resolve().parents[3] / "bench" / "pipeline.py"
 @pytest.fixture(scope="module")
 def bench_run(tmp_path_factory):
     """bench/pipeline.py at a tiny size: one 4-rank job (pp4, 8 micro-batches) training the GPT's PipelineLayer
-    under FThenB, 1F1B, VPP and 1F1BOffload side by side, 1 measured step after 1."""
+    under FThenB, 1F1B, VPP, 1F1BOffload and 1F1B-wait (1F1B without receives posted ahead) side by side, 1
+    measured step after 1."""
     pytest.importorskip("mpi4py")
     out = tmp_path_factory.mktemp("bench_pipeline") / "bench.json"
     command = [sys.executable, str(BENCH), "--steps", "1", "--warmup", "1", "--width", "32", "--layers", "8",
@@ -270,7 +271,8 @@ def test_measured_peaks_follow_the_simulator(bench_run):
     on the device under 1F1BOffload (simulator); the measured peaks (bytes above the run's start) order the same
     way, and offloading cuts stage 0's below three quarters of 1F1B's (2 of 4 micro-batches, plus buffers)."""
     peak = {mode: row["peak_bytes"] for mode, row in bench_run.items()}
-    simulated = {mode: simulate_mode(mode, 4, 8, 2 if mode == "VPP" else 1).peak_resident for mode in peak}
+    simulated = {mode: simulate_mode(mode.removesuffix("-wait"), 4, 8, 2 if mode == "VPP" else 1).peak_resident
+                 for mode in peak}
     assert simulated["FThenB"][0] > simulated["VPP"][0] > simulated["1F1B"][0] > simulated["1F1BOffload"][0]
     assert peak["FThenB"][0] > peak["VPP"][0] > peak["1F1B"][0] > peak["1F1BOffload"][0]
     assert peak["1F1BOffload"][0] < 0.75 * peak["1F1B"][0]
@@ -280,3 +282,11 @@ def test_measured_peaks_follow_the_simulator(bench_run):
     # 1F1B: stage s holds 4 - s micro-batches; the peaks fall from stage 0 to stage 2 (the blocks are spread
     # evenly; stage 3 also holds the head's logits)
     assert peak["1F1B"][0] > peak["1F1B"][1] > peak["1F1B"][2]
+
+
+def test_receives_are_posted_an_action_ahead(bench_run):
+    """With prefetch on, every receive but a link's first forward one (which waits for the link's metadata) is
+    posted during an earlier action: stage 0 receives only gradients (8, all ahead), stages 1-2 8 inputs (7
+    ahead) and 8 gradients (ahead), stage 3 8 inputs (7 ahead). 1F1B-wait posts none ahead."""
+    np.testing.assert_allclose(bench_run["1F1B"]["received_ahead"], [1, 15 / 16, 15 / 16, 7 / 8])
+    assert bench_run["1F1B-wait"]["received_ahead"] == [0, 0, 0, 0]

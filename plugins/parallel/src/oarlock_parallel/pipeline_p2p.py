@@ -15,9 +15,12 @@ micro-batches send only the tensors and must have the same metadata (checked on 
 go back only for the tensors that were sent with stop_gradient=False; the receiver of a value rebuilds it
 with fresh tensors that carry the sender's stop_gradient, so its backward yields exactly those gradients.
 
-Sends are non-blocking: their tasks (and the arrays they read) are kept until `wait_sends()`. A receive waits
-under the watchdog; when it times out the error names this pipeline stage, the peer stage and what was
-expected.
+Sends are non-blocking: their tasks (and the arrays they read) are kept until `wait_sends()`. Receives can be
+posted ahead (`post_forward` / `post_backward`, which the executor calls for the next receive of its schedule
+before it computes the current action), so the transfer proceeds while this rank computes; a posted receive
+needs its link's metadata, so the first receive of a step on each link is posted when it is needed. Posted
+receives queue per link and direction in micro-batch order, the order the peer sends in. A receive waits under
+the watchdog; when it times out the error names this pipeline stage, the peer stage and what was expected.
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ class PipelineP2P:
         self._sent_meta: dict = {}       # link -> metadata this rank sent on it
         self._recv_meta: dict = {}       # link -> metadata this rank received on it
         self._pending: list = []         # (task, tensors) of sends still in flight
+        self._posted: dict = {}          # (direction, link) -> [(micro_batch, buffers, task, ahead)] posted
+        self.received_ahead = 0          # receives of this step that were posted before their action needed them
+        self.received_on_demand = 0      # and those posted only by the action that needs them
 
     # -- ranks -----------------------------------------------------------------------------------------------
     def owner(self, virtual_stage: int) -> int:
@@ -89,18 +95,64 @@ class PipelineP2P:
         self._pending.append((tasks[0], tensors))
         self._pending = [(task, held) for task, held in self._pending if not task.is_completed()]
 
-    def _recv(self, buffers: list, link: int, peer_stage: int, waiting: str, what: str) -> list:
-        """Receive `buffers` on `link` from the owner of virtual stage `peer_stage` (blocking, watchdog)."""
-        if not buffers:
-            return buffers
-        group, peer = self._links[link], self.owner(peer_stage)
-        tasks = dist.batch_isend_irecv([dist.P2POp(dist.irecv, b, peer, group) for b in buffers])
+    def _irecv(self, buffers: list, link: int, peer_stage: int):
+        """Post the receive of `buffers` on `link` from the owner of virtual stage `peer_stage`; its task."""
+        ops = [dist.P2POp(dist.irecv, b, self.owner(peer_stage), self._links[link]) for b in buffers]
+        return dist.batch_isend_irecv(ops)[0]
+
+    def _wait(self, task, peer_stage: int, waiting: str, what: str) -> None:
         try:
-            tasks[0].wait()
+            task.wait()
         except dist.CollectiveTimeoutError as error:
             raise dist.CollectiveTimeoutError(f"{_WHAT}: {waiting} waited too long for {what} from "
                                               f"{self._where(peer_stage)}: {error}") from error
+
+    def _recv(self, buffers: list, link: int, peer_stage: int, waiting: str, what: str) -> list:
+        """Receive `buffers` on `link` from the owner of virtual stage `peer_stage` (blocking, watchdog)."""
+        if buffers:
+            self._wait(self._irecv(buffers, link, peer_stage), peer_stage, waiting, what)
         return buffers
+
+    def _post(self, direction: str, link: int, peer_stage: int, micro_batch: int, specs: list, ahead: bool) -> None:
+        queue = self._posted.setdefault((direction, link), [])
+        if specs and not any(m == micro_batch for m, _, _, _ in queue):
+            buffers = [oarlock.empty(shape, dtype=dtype) for shape, dtype in specs]
+            queue.append((micro_batch, buffers, self._irecv(buffers, link, peer_stage), ahead))
+
+    def _take(self, direction: str, link: int, peer_stage: int, micro_batch: int, specs: list, waiting: str,
+              what: str) -> list:
+        """The buffers of `micro_batch`'s receive on `link` (posted now unless it was posted before), once
+        arrived."""
+        self._post(direction, link, peer_stage, micro_batch, specs, ahead=False)
+        queue = self._posted[(direction, link)]
+        if not queue:
+            return []
+        m, buffers, task, ahead = queue.pop(0)
+        if m != micro_batch:   # the executor posts in schedule order, which validate() keeps increasing per link
+            raise RuntimeError(f"{_WHAT}: {waiting} expected micro-batch {micro_batch} on its link but micro-batch "
+                               f"{m} was posted first")
+        if ahead:
+            self.received_ahead += 1
+        else:
+            self.received_on_demand += 1
+        self._wait(task, peer_stage, waiting, what)
+        return buffers
+
+    def post_forward(self, virtual_stage: int, micro_batch: int, ahead: bool = True) -> None:
+        """Post the receive of `virtual_stage`'s input for `micro_batch` (no-op until the link's metadata of this
+        step has arrived). `ahead`: posted during an earlier action (counted in received_ahead)."""
+        meta = self._recv_meta.get(virtual_stage - 1)
+        if meta is not None:
+            self._post("F", virtual_stage - 1, virtual_stage - 1, micro_batch,
+                       [(shape, dtype) for shape, dtype, _ in meta["tensors"]], ahead)
+
+    def post_backward(self, virtual_stage: int, micro_batch: int, ahead: bool = True) -> None:
+        """Post the receive of `virtual_stage`'s output gradients for `micro_batch` (no-op until this rank has
+        sent that link's forward metadata this step)."""
+        meta = self._sent_meta.get(virtual_stage)
+        if meta is not None:
+            self._post("B", virtual_stage, virtual_stage + 1, micro_batch,
+                       [(shape, dtype) for shape, dtype, stop in meta["tensors"] if not stop], ahead)
 
     def wait_sends(self) -> None:
         """Wait for every send still in flight (at the end of a step)."""
@@ -142,8 +194,8 @@ class PipelineP2P:
             payload = self._recv([oarlock.zeros([int(size)], dtype="uint8")], link, peer, waiting,
                                  f"the input metadata of micro-batch {micro_batch}")[0]
             meta = self._recv_meta[link] = json.loads(payload.numpy().tobytes().decode())
-        buffers = [oarlock.empty(shape, dtype=dtype) for shape, dtype, _ in meta["tensors"]]
-        self._recv(buffers, link, peer, waiting, f"the input of micro-batch {micro_batch}")
+        buffers = self._take("F", link, peer, micro_batch, [(shape, dtype) for shape, dtype, _ in meta["tensors"]],
+                             waiting, f"the input of micro-batch {micro_batch}")
         for buffer, (_, _, stop) in zip(buffers, meta["tensors"]):
             buffer.stop_gradient = stop
         return unflatten(meta["spec"], buffers)
@@ -166,6 +218,6 @@ class PipelineP2P:
     def recv_backward(self, virtual_stage: int, micro_batch: int) -> list:
         """The gradients of the outputs of `virtual_stage` that were sent with stop_gradient=False."""
         meta = self._sent_meta[virtual_stage]
-        buffers = [oarlock.empty(shape, dtype=dtype) for shape, dtype, stop in meta["tensors"] if not stop]
-        return self._recv(buffers, virtual_stage, virtual_stage + 1, self._where(virtual_stage),
-                          f"the output gradient of micro-batch {micro_batch}")
+        return self._take("B", virtual_stage, virtual_stage + 1, micro_batch,
+                          [(shape, dtype) for shape, dtype, stop in meta["tensors"] if not stop],
+                          self._where(virtual_stage), f"the output gradient of micro-batch {micro_batch}")

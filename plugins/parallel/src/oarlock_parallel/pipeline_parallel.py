@@ -14,10 +14,10 @@ the default "1F1B" means interleaved 1F1B ("VPP"). Actions are dispatched by kin
 ({kind: method name}); a schedule that adds a kind adds one method and one entry.
 
 - "F" (micro-batch m, local chunk c, global virtual stage v = c * num_stages + stage): the input is the
-  micro-batch (v = 0) or a blocking receive from the owner of v - 1; the chunk runs; the output goes to the owner
+  micro-batch (v = 0) or a receive from the owner of v - 1; the chunk runs; the output goes to the owner
   of v + 1 by a non-blocking send, or, on the last virtual stage, the loss is computed (every loss_fn; backward
   starts from loss_fn[loss_fn_idx]).
-- "B": the output gradient is received (blocking) from the owner of v + 1 (or backward starts from the loss),
+- "B": the output gradient is received from the owner of v + 1 (or backward starts from the loss),
   the chunk back-propagates, and the gradients of the inputs that arrived with stop_gradient=False are sent
   back (non-blocking). When the schedule also has a "W" for that micro-batch and chunk, "B" computes only the
   input gradients (autograd.grad, graph kept) and "W" then accumulates the weight gradients (a second backward
@@ -25,8 +25,10 @@ the default "1F1B" means interleaved 1F1B ("VPP"). Actions are dispatched by kin
   weights twice (recompute accumulates them inside its own backward), so "B" then does the whole backward and
   "W" nothing.
 
-Every send is non-blocking and kept alive until the end of the step, and every receive happens where the action
-needs its value, so a schedule runs without deadlock exactly when its dependency graph is acyclic
+Every send is non-blocking and kept alive until the end of the step. Before an action computes, its own receive
+and the next receive of the schedule are posted (`prefetch_receives`), so the next transfer proceeds during
+this action's compute; each receive is waited for only where the action needs its value. Posting a receive
+early never blocks, so a schedule still runs without deadlock exactly when its dependency graph is acyclic
 (pipeline_simulator checks that). Before running, each rank checks its own list: one F and one B per
 micro-batch and chunk, F before B, and the micro-batches of a chunk in increasing order (the transfers of a link
 are matched in order, pipeline_p2p).
@@ -70,6 +72,7 @@ class _Step:
         self.pending_w: dict = {}         # (micro_batch, chunk) -> (roots, grads) for "W"
         self.outputs: list = []           # eval without loss: the last chunk's outputs
         self.swap = ActivationSwap(swapped)   # (micro_batch, chunk) whose activations "O" offloads
+        self.ahead = None                 # the next receive of the schedule after the running action
 
 
 class PipelineParallel(WrapperLayer):
@@ -79,6 +82,9 @@ class PipelineParallel(WrapperLayer):
 
     ACTIONS = {"F": "_forward_action", "B": "_backward_action", "W": "_weight_action", "O": "_offload_action",
                "L": "_load_action"}
+    # Post each action's receive and the schedule's next one before computing, so transfers overlap compute
+    # (pipeline_p2p). False waits for each transfer when it is needed (bench/pipeline.py compares the two).
+    prefetch_receives = True
 
     def __init__(self, layers, hcg, strategy):
         super().__init__()
@@ -275,14 +281,34 @@ class PipelineParallel(WrapperLayer):
     def _run(self, actions, step: _Step) -> None:
         self._p2p.new_step()
         self.total_loss = None
+        receives = [self._receive_of(a) for a in actions]
+        upcoming, following = [None] * len(actions), None
+        for i in range(len(actions) - 1, -1, -1):   # the first receive after each action
+            upcoming[i], following = following, receives[i] or following
         try:
-            for action in actions:   # timed from outside by pipeline_probe.ScheduleProbe, when measured
-                getattr(self, self.ACTIONS[action.kind])(action, step)
+            for action, own, ahead in zip(actions, receives, upcoming):
+                step.ahead = ahead if self.prefetch_receives else None
+                if self.prefetch_receives:   # post this action's receive and the next one before computing
+                    self._post_receive(own, ahead=False)
+                    self._post_receive(ahead, ahead=True)
+                getattr(self, self.ACTIONS[action.kind])(action, step)   # timed from outside when measured
         except BaseException:
             self._p2p.new_step()     # sends to a stage that failed never complete: not waited for
             raise
         self._p2p.wait_sends()
         self.set_virtual_pipeline_rank(0 if self.num_chunks > 1 else None)
+
+    def _receive_of(self, action):
+        """("F" or "B", virtual stage, micro-batch) of the transfer `action` waits for, or None."""
+        v = self._virtual(action.chunk)
+        if (action.kind == "F" and v > 0) or (action.kind == "B" and not self._is_last_virtual(action.chunk)):
+            return action.kind, v, action.micro_batch
+        return None
+
+    def _post_receive(self, receive, ahead: bool) -> None:
+        if receive is not None:
+            kind, v, m = receive
+            (self._p2p.post_forward if kind == "F" else self._p2p.post_backward)(v, m, ahead)
 
     # -- the actions ---------------------------------------------------------------------------------------
     def _virtual(self, chunk: int) -> int:
@@ -297,6 +323,7 @@ class PipelineParallel(WrapperLayer):
         if self.num_chunks > 1:
             self.set_virtual_pipeline_rank(c)
         x = step.micro[m][0] if v == 0 else self._p2p.recv_forward(v, m)
+        self._post_receive(step.ahead, ahead=True)   # again: a link's first input brought its metadata
         try:
             with step.swap.recording((m, c)):
                 out = self._layers(x, chunk_id=c if self.num_chunks > 1 else None)

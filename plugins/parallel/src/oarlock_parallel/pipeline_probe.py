@@ -5,9 +5,10 @@ train_batch, without the optimizer step) records its start and end on the machin
 by the ranks of one machine), the seconds blocked in the pipeline's receives and in waiting for its sends,
 the seconds of each kind of action, and the device memory peak above the run's start
 (oarlock.device.max_memory_allocated, reset at the start: the activations held for backward plus the actions'
-transient buffers; on the cpu, numpy's allocations, with the host pool counted apart). `bubble(runs)` turns
-the records of every rank for one step into per-rank bubble fractions: idle / span, the span from the
-earliest start to the latest end, idle = span - (run time - blocked).
+transient buffers; on the cpu, numpy's allocations, with the host pool counted apart); `received` is the pair
+(receives posted ahead, receives posted only when needed), pipeline_p2p's counters. `bubble(runs)` turns the
+records of every rank for one step into per-rank bubble fractions: idle / span, the span from the earliest
+start to the latest end, idle = span - (run time - blocked).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class ScheduleProbe:
     def __init__(self, model):
         self.start = self.end = self.blocked = 0.0
         self.peak_bytes = 0
+        self.received = (0, 0)
         self.seconds: dict = {}
         p2p = model._p2p
         for name in ("recv_forward", "recv_backward", "wait_sends"):
@@ -43,6 +45,7 @@ class ScheduleProbe:
             run(actions, step)
             self.end = time.monotonic()
             self.peak_bytes = oarlock.device.max_memory_allocated() - memory_start
+            self.received = (p2p.received_ahead, p2p.received_on_demand)
 
         model._run = measured_run
 
