@@ -35,3 +35,5 @@ def oarlock_register_api(api):
     from oarlock_parallel import paddle_paths_api, recompute_api
     recompute_api.register(api)           # fleet.utils.recompute, fleet.recompute[.recompute]
     paddle_paths_api.register(api)        # the other module paths Paddle model code imports fleet names from
+    from oarlock_parallel import moe_api   # MoE (issue 20): incubate.distributed.models.moe, moe_utils
+    moe_api.register(api)
