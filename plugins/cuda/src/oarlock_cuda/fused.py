@@ -11,6 +11,9 @@
 | fused_rotary_embedding               | rotary_fwd (and its transpose)     | cos/sin need at most 3 leading strides  |
 | dropout                              | dropout_fwd (out, mask in one pass)| training, 0 < p < 1, no axis            |
 | adam_step_ (Adam and AdamW)          | adam_step (in place, bit-exact)    | all arrays one dtype and contiguous     |
+| moe_gate_dispatch_op (oarlock-       | moe_topk, moe_rank, moe_scatter    | float32 gate_logits (and corr_bias)     |
+| incubate's moe_gate_dispatch)        |                                    |                                         |
+| moe_combine_op (moe_combine)         | moe_combine_fwd                    | weights of x's dtype, int32 index       |
 
 Each kernel takes float32, float16 and bfloat16 arrays (the dtypes it is registered for; float64 keeps the
 generic kernel) and accumulates in float32. It returns exactly what the generic kernel of the op returns:
@@ -65,6 +68,7 @@ FAMILIES = {
     "rotary": ("rotary.cu", _names("rotary_fwd")),
     "dropout": ("dropout.cu", _names("dropout_fwd")),
     "optim": ("optim.cu", _names("adam_step")),
+    "moe": ("moe.cu", ["moe_topk", "moe_rank"] + _names("moe_scatter") + _names("moe_combine_fwd")),
 }
 
 
@@ -118,7 +122,8 @@ RUNTIME = CupyRuntime()
 
 def _run(family, template, ctype, like, grid, block, args):
     device = RUNTIME.device_of(like)
-    RUNTIME.launch(RUNTIME.function(family, f"{template}<{ctype}>", device), device, grid, block, args)
+    name = template if ctype is None else f"{template}<{ctype}>"   # None: a kernel that is not a template
+    RUNTIME.launch(RUNTIME.function(family, name, device), device, grid, block, args)
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
@@ -470,6 +475,51 @@ def _adam(xp, param, grad, moment1, moment2, moment2_max, *, lr, beta1, beta2, e
           const(lr * root_bc2 / (1.0 - beta1 ** step))))
 
 
+# -- moe_gate_dispatch_op, moe_combine_op (ops of oarlock-incubate; no import of it: kernels register by name) --
+
+def _moe_dispatch(xp, x, gate_logits, corr_bias=None, k=1, capacity=1, use_pad=True):
+    ctype = _ctype(x)
+    f32 = np.dtype(np.float32)
+    if (ctype is None or x.ndim != 2 or x.size == 0 or gate_logits.dtype != f32
+            or (corr_bias is not None and corr_bias.dtype != f32)):
+        return GENERIC("moe_gate_dispatch_op")(xp, x, gate_logits, corr_bias, k=k, capacity=capacity,
+                                               use_pad=use_pad)
+    rows, hidden = x.shape
+    experts = gate_logits.shape[1]
+    src, gate = xp.ascontiguousarray(x), xp.ascontiguousarray(gate_logits)
+    bias = gate[0] if corr_bias is None else xp.ascontiguousarray(corr_bias)   # any float32 pointer when unused
+    expert_id = xp.empty((rows, k), dtype=np.int32)
+    combine = xp.empty((rows, k), dtype=np.float32)
+    _run("moe", "moe_topk", None, src, _grid(rows), (BLOCK,),
+         (gate, bias, np.int32(corr_bias is not None), expert_id, combine, _i64(rows), np.int32(experts),
+          np.int32(k)))
+    rank = xp.empty(rows * k, dtype=np.int64)
+    counts = xp.empty(experts, dtype=np.int64)
+    offset = xp.empty(experts, dtype=np.int64)
+    _run("moe", "moe_rank", None, src, (1,), (_row_threads(min(experts, 256)),),
+         (expert_id, rank, counts, offset, _i64(rows), np.int32(experts), np.int32(k), np.int32(bool(use_pad))))
+    y = xp.zeros((experts * capacity if use_pad else rows * k, hidden), dtype=x.dtype)
+    scatter_index = xp.empty((k, rows), dtype=np.int32)
+    _run("moe", "moe_scatter", ctype, src, (max(1, min(rows * k, MAX_GRID)),), (_row_threads(min(hidden, 256)),),
+         (src, expert_id, rank, counts, offset, y, scatter_index, combine, _i64(rows), _i64(hidden), np.int32(k),
+          _i64(capacity), np.int32(bool(use_pad))))
+    return y, combine, scatter_index, offset, expert_id
+
+
+def _moe_combine(xp, x, combine_weights, scatter_index):
+    ctype = _ctype(x, combine_weights)
+    if ctype is None or x.ndim != 2 or scatter_index.dtype != np.dtype(np.int32) or scatter_index.size == 0:
+        return GENERIC("moe_combine_op")(xp, x, combine_weights, scatter_index)
+    rows, k = scatter_index.shape
+    hidden = x.shape[1]
+    src = xp.ascontiguousarray(x)
+    out = xp.empty((rows, hidden), dtype=x.dtype)
+    _run("moe", "moe_combine_fwd", ctype, src, _grid(rows * hidden), (BLOCK,),
+         (src, xp.ascontiguousarray(combine_weights), xp.ascontiguousarray(scatter_index), out, _i64(rows),
+          _i64(hidden), np.int32(k)))
+    return out
+
+
 # -- registration ---------------------------------------------------------------------------------------------------
 
 KERNELS = {
@@ -484,6 +534,8 @@ KERNELS = {
     "fused_rotary_embedding": _rotary,
     "dropout": _dropout,
     "adam_step_": _adam,
+    "moe_gate_dispatch_op": _moe_dispatch,
+    "moe_combine_op": _moe_combine,
 }
 
 

@@ -1,0 +1,99 @@
+"""The MoE kernels of kernels/moe.cu (oarlock-incubate's moe_gate_dispatch_op and moe_combine_op on "gpu"),
+compiled for the host with g++ (oarlock_cuda.emulation) and run behind the real wrappers of oarlock_cuda.fused
+on numpy arrays, against the ops' generic kernels: every output bit for bit (routing, copies) or to the
+dtype's tolerance (combine's sums), with ties, dropped slots, corr_bias, both paddings, 16-bit inputs and the
+fallbacks. nvcc compiles the family with the others in test_fused_kernels.py; the GPU run is owed (no GPU
+here)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import oarlock
+from oarlock_cuda import fused
+from oarlock_cuda.emulation import HostRuntime, gxx
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    if gxx() is None:
+        pytest.skip("g++ is not installed here (the host emulation of the CUDA kernels needs it)")
+    build = Path(os.environ.get("OARLOCK_CUDA_EMU_CACHE") or tmp_path_factory.mktemp("emu"))
+    previous = fused.RUNTIME
+    fused.RUNTIME = HostRuntime(build, fused.source, lambda family: fused.FAMILIES[family][1])
+    try:
+        yield fused.RUNTIME
+    finally:
+        fused.RUNTIME = previous
+
+
+def _generic(op):
+    if (op, None, None) not in oarlock.registry.default_registry().kernels:
+        pytest.skip(f"{op} is defined by oarlock-incubate, which is not installed")
+    return fused.GENERIC(op)
+
+
+def _np(dtype):
+    return oarlock.dtypes.convert_dtype(dtype).np
+
+
+def _gate(rng, rows, experts):
+    gate = rng.random((rows, experts)).astype(np.float32)
+    gate[1] = 0.5                      # ties: the lower expert ids win
+    gate[2, :2] = gate[2, 2]
+    return gate
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_host_dispatch_matches_generic(host, dtype):
+    rng = np.random.default_rng(0)
+    generic = _generic("moe_gate_dispatch_op")
+    for rows, experts, hidden, k, capacity in ((9, 4, 5, 2, 3), (16, 6, 40, 3, 16), (5, 3, 1, 1, 1)):
+        x = rng.standard_normal((rows, hidden)).astype(_np(dtype))
+        gate = _gate(rng, rows, experts)
+        bias = rng.normal(0, 0.1, experts).astype(np.float32)
+        for use_pad in (True, False):
+            for corr in (None, bias):
+                got = fused.KERNELS["moe_gate_dispatch_op"](np, x, gate, corr, k=k, capacity=capacity,
+                                                            use_pad=use_pad)
+                want = generic(np, x, gate, corr, k=k, capacity=capacity, use_pad=use_pad)
+                what = f"{dtype} {rows}x{experts} h{hidden} k{k} cap{capacity} pad={use_pad} bias={corr is not None}"
+                assert len(got) == len(want) == 5, what
+                for i, (g, w) in enumerate(zip(got, want)):
+                    assert g.shape == w.shape and g.dtype == w.dtype, (what, i, g.shape, w.shape, g.dtype, w.dtype)
+                    np.testing.assert_array_equal(g, w, err_msg=f"{what} output {i}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_host_combine_matches_generic(host, dtype):
+    rng = np.random.default_rng(1)
+    generic = _generic("moe_combine_op")
+    tol = 1e-6 if dtype == "float32" else 0
+    for n, rows, k, hidden in ((12, 5, 2, 7), (40, 16, 4, 33), (3, 3, 1, 1)):
+        x = rng.standard_normal((n, hidden)).astype(_np(dtype))
+        w = rng.random((rows, k)).astype(_np(dtype))
+        w[0, -1] = 0
+        index = rng.integers(0, n, (rows, k)).astype(np.int32)
+        got = fused.KERNELS["moe_combine_op"](np, x, w, index)
+        want = generic(np, x, w, index)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        # float32 sums in the same order (j ascending, no FMA); 16-bit ones sum in float32 and round once on both
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
+
+
+def test_host_fallbacks_are_the_generic_kernels(host):
+    rng = np.random.default_rng(2)
+    x64 = rng.standard_normal((6, 3))
+    gate = _gate(rng, 6, 3)
+    got = fused.KERNELS["moe_gate_dispatch_op"](np, x64, gate, None, k=2, capacity=2, use_pad=True)
+    want = _generic("moe_gate_dispatch_op")(np, x64, gate, None, k=2, capacity=2, use_pad=True)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    mixed = fused.KERNELS["moe_combine_op"](np, x64.astype(np.float32), np.ones((2, 2)), np.zeros((2, 2), np.int32))
+    np.testing.assert_allclose(mixed, 2 * x64.astype(np.float32)[[0, 0]])
