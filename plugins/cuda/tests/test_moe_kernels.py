@@ -7,6 +7,7 @@ here)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -97,3 +98,42 @@ def test_host_fallbacks_are_the_generic_kernels(host):
         np.testing.assert_array_equal(g, w)
     mixed = fused.KERNELS["moe_combine_op"](np, x64.astype(np.float32), np.ones((2, 2)), np.zeros((2, 2), np.int32))
     np.testing.assert_allclose(mixed, 2 * x64.astype(np.float32)[[0, 0]])
+
+
+# -- on a GPU (skipped without cupy and a device: the GPU run is owed) -------------------------------------------
+
+def _gpu():
+    if importlib.util.find_spec("cupy") is None:
+        pytest.skip("cupy is not installed here (pip install 'oarlock-cuda[cuda12]'); the GPU run of these kernels "
+                    "is owed")
+    import cupy
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # cupy without a driver or a device
+        pytest.skip(f"no usable GPU: {exc}")
+    if count == 0 or oarlock.device.device_count("gpu") == 0:
+        pytest.skip("no GPU device")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_dispatch_and_combine_match_cpu(dtype):
+    """moe_gate_dispatch -> moe_combine on device "gpu" (the moe.cu kernels) against the CPU, forward and the
+    gradients of x and gate_logits."""
+    _gpu()
+    import oarlock.incubate.nn.functional as IF
+    rng = np.random.default_rng(3)
+    x, gate = rng.standard_normal((64, 48)).astype(np.float32), _gate(rng, 64, 8)
+    bias = rng.normal(0, 0.1, 8).astype(np.float32)
+    results = []
+    for place in ("cpu", "gpu"):
+        ox = oarlock.to_tensor(x, place=place).astype(dtype)
+        og = oarlock.to_tensor(gate, place=place)
+        ox.stop_gradient = og.stop_gradient = False
+        y, cw, si, off, eid = IF.moe_gate_dispatch(ox, og, oarlock.to_tensor(bias, place=place), 2, 12, True)
+        out = IF.moe_combine(y * 2, cw.astype(dtype), si.transpose([1, 0]))
+        (out.astype("float32").sum() + cw.sum()).backward()
+        results.append([t.astype("float64").numpy() if t.dtype.name.startswith(("float", "bfloat")) else t.numpy()
+                        for t in (y, cw, si, off, eid, out, ox.grad, og.grad)])
+    tol = 1e-5 if dtype == "float32" else 1e-2
+    for i, (c, g) in enumerate(zip(*results)):
+        np.testing.assert_allclose(g, c, rtol=tol, atol=tol, err_msg=f"{dtype} output {i}")
