@@ -301,6 +301,10 @@ def _moe_options(args) -> dict:
         problems += [f"argument {option}: the MoE GPT (--moe-experts) combines with --dp and --ep only, got "
                      f"{option} {value}" for option, value in (("--mp", args.mp), ("--sharding", args.sharding),
                                                                ("--pp", args.pp)) if value > 1]
+        # recompute runs the forward again: the gates' random routing would draw other numbers
+        problems += [f"argument {option}: not with --moe-experts (recomputing a block would route its tokens "
+                     f"again, with other random numbers)" for option, value in
+                     (("--recompute", args.recompute), ("--memory-budget", args.memory_budget)) if value]
     if problems:
         raise UsageError("; ".join(problems))
     if not args.moe_experts:

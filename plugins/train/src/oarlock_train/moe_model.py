@@ -25,6 +25,7 @@ from oarlock_train.model import GPT, MLP, Block, GPTConfig, residual_std
 # GShardGate asserts top_k == 2 and SwitchGate top_k == 1 in Paddle; other K get the plain top-k gate
 GATE_OF_TOP_K = {1: "switch", 2: "gshard"}
 DEFAULT_AUX_WEIGHT = 0.01   # the load-balancing loss coefficient of the Switch Transformer and GShard papers
+CAPACITY = (1.2, 2.4)       # Paddle's GShardGate / SwitchGate capacity factors (training, evaluation)
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,9 @@ class MoEGPT(GPT):
         local = moe.experts // ranks
 
         def block(block_cfg):
-            return Block(block_cfg, mlp=MoELayer(block_cfg.width, build_experts(block_cfg, moe, local),
-                                                 gate={"type": moe.gate_type, "top_k": moe.top_k},
+            experts = build_experts(block_cfg, moe, local)
+            return Block(block_cfg, mlp=MoELayer(block_cfg.width, experts, gate=_gate(block_cfg.width, moe, local,
+                                                                                       moe_group),
                                                  moe_group=moe_group))
 
         super().__init__(cfg, make_block=block)
@@ -83,9 +85,18 @@ class MoEGPT(GPT):
 
     def aux_loss(self):
         """The sum over blocks of the gates' aux losses of the last forward (cleared: BaseGate.get_loss), or
-        None when the gate has none (NaiveGate)."""
+        None when the gate has none (NaiveGate).
+
+        Paddle's GShardGate scales its loss by num_expert ** 2 with num_expert the experts of ONE rank, so
+        under --ep N it would be N ** 2 times smaller; it is multiplied back by N ** 2 here, so that it is
+        GShard's loss with every expert counted (k = 2 when balanced) whatever the layout. It still comes
+        from each rank's own tokens, as Paddle computes it: with a weight > 0 an --ep run's losses differ
+        slightly from one process's."""
         losses = [loss for loss in (b.mlp.gate.get_loss() for b in self.blocks) if loss is not None]
-        return oarlock.add_n(losses) if losses else None
+        if not losses:
+            return None
+        scale = self.ep_ranks ** 2 if self.moe.gate_type == "gshard" else 1
+        return oarlock.add_n(losses) * scale if scale != 1 else oarlock.add_n(losses)
 
     def num_parameters(self) -> int:
         """The full model's count: every rank's experts."""
@@ -121,6 +132,21 @@ def is_expert(name: str) -> bool:
 
 def _renumber(name: str, offset: int) -> str:
     return _EXPERT.sub(lambda m: f"{m.group(1)}{int(m.group(2)) + offset}{m.group(3)}", name)
+
+
+def _gate(width: int, moe: MoEConfig, local: int, moe_group):
+    """The gate of one MoELayer. Paddle's capacity factors (1.2 in training, 2.4 in eval) multiply the
+    tokens of the rank the gate runs on; they are scaled by the expert-parallel ranks here, so an expert takes
+    at most 1.2 x the tokens of the whole group, whose tokens it serves -- the same capacity as one process
+    holding every expert and all those tokens (which keeps an --ep run's routing equal to one process's)."""
+    from oarlock.incubate.distributed.models.moe import GShardGate, SwitchGate
+
+    if moe.gate_type == "naive":
+        return {"type": "naive", "top_k": moe.top_k}
+    ranks = 1 if moe_group is None else moe_group.nranks
+    capacity = tuple(factor * ranks for factor in CAPACITY)
+    kind = GShardGate if moe.gate_type == "gshard" else SwitchGate
+    return kind(width, local, ranks, topk=moe.top_k, capacity=capacity, group=moe_group)
 
 
 def build_model(cfg: GPTConfig, moe: MoEConfig | None):

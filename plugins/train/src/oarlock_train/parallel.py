@@ -143,14 +143,19 @@ class ParallelTrainer(Trainer):
             strategy.pipeline_configs = {"accumulate_steps": layout.micro_batches, "schedule_mode": layout.schedule,
                                          "micro_batch_size": rows // layout.micro_batches}
         strategy.tensor_parallel_configs = {"tensor_init_seed": cfg.seed}
+        if layout.ep > 1:   # the expert axis inside the data axis: rank = dp rank x ep + ep rank (data_rank)
+            order = list(strategy.hybrid_parallel_order)
+            strategy.hybrid_parallel_order = order[:order.index("dp") + 1] + ["ep"] + order[order.index("dp") + 1:]
         fleet.init(is_collective=True, strategy=strategy)
         hcg = fleet.get_hybrid_communicate_group()
         self.layout, self.hcg, self.dist = layout, hcg, dist
         self.is_main = dist.get_rank() == 0
         self.data_ranks = layout.data_ranks
         # the expert-parallel ranks hold different rows too: the MoE layers exchange their tokens
-        self.moe_group = hcg.get_expert_parallel_group() if layout.ep > 1 else None
+        self.moe_group = hcg.get_axis_group("expert") if layout.ep > 1 else None
         ep_rank = 0 if self.moe_group is None else self.moe_group.rank
+        # the MoE GPT runs on dp x ep ranks alone (no mp, sharding or pp): its dense parameters are every rank's
+        self._dense_group = dist.new_group(list(range(dist.get_world_size()))) if layout.ep > 1 else None
         self.data_rank = ((hcg.get_data_parallel_rank() * layout.ep + ep_rank) * layout.sharding
                           + hcg.get_sharding_parallel_rank())
         self.mp_rank = hcg.get_model_parallel_rank()
@@ -185,14 +190,23 @@ class ParallelTrainer(Trainer):
         self.local_params = {p.name for p in model.parameters()}
         return model
 
+    def _is_expert_param(self, param) -> bool:
+        if not hasattr(self, "_experts"):
+            self._experts = {id(p) for name, p in self.model.named_parameters() if is_expert(name)}
+        return id(param) in self._experts
+
     def _grad_clip(self):
         if self.moe_group is None:
             return super()._grad_clip()
         # the norm over every rank's experts: each rank's expert norms summed over the expert-parallel group
         from oarlock.incubate.distributed.models.moe import ClipGradForMOEByGlobalNorm
-        experts = {id(p) for name, p in self.model.named_parameters() if is_expert(name)}
-        return ClipGradForMOEByGlobalNorm(self.cfg.clip_norm, is_expert_param_func=lambda p: id(p) in experts,
+        return ClipGradForMOEByGlobalNorm(self.cfg.clip_norm, is_expert_param_func=self._is_expert_param,
                                           moe_group=self.moe_group)
+
+    def _eval_model(self):
+        # an expert-parallel model runs all-to-alls in every forward, which ranks evaluating different numbers
+        # of chunks cannot do together: each rank evaluates the gathered full model
+        return self.full_model(everywhere=True) if self.moe_group is not None else super()._eval_model()
 
     def _dropout_stream(self):
         # The batch indices come from the default stream, the same on every rank; dropout must not: data
@@ -209,6 +223,8 @@ class ParallelTrainer(Trainer):
         return tracker.rng_state(DROPOUT_RNG)
 
     def _distribute(self, model, optimizer):
+        if self.moe_group is not None:   # _sync_gradients synchronises, the optimizer's clip is the MoE one
+            return model, optimizer
         from oarlock.distributed import fleet
         return fleet.distributed_model(model), fleet.distributed_optimizer(optimizer)
 
@@ -216,10 +232,17 @@ class ParallelTrainer(Trainer):
         share = self.cfg.batch_size // self.data_ranks
         return index[self.data_rank * share:(self.data_rank + 1) * share]
 
-    def _valid_share(self) -> range:
-        rows = len(self.corpus.valid)
-        per_rank = -(-rows // self.data_ranks)
-        return range(min(rows, self.data_rank * per_rank), min(rows, (self.data_rank + 1) * per_rank))
+    def _valid_chunks(self) -> range:
+        return super()._valid_chunks()[self.data_rank::self.data_ranks]
+
+    def _sync_gradients(self) -> None:
+        if self.moe_group is None:
+            return   # fleet's DataParallel (or the hybrid optimizer) has synchronised them
+        # dense gradients averaged over every rank, each expert's summed over its data-parallel replicas
+        from oarlock.incubate.distributed.models.moe import sync_moe_gradients
+        dp_group = self.hcg.get_data_parallel_group()
+        sync_moe_gradients(self.model.parameters(), self._is_expert_param, dense_group=self._dense_group,
+                           expert_dp_group=dp_group if dp_group.nranks > 1 else None)
 
     def _sum_over_data(self, *values):
         total = oarlock.to_tensor(np.asarray(values, dtype=np.float64))
@@ -242,10 +265,10 @@ class ParallelTrainer(Trainer):
         optimizer_key = re.match(r"(param_\d+)_", key)
         return split_of(self.param_names[optimizer_key.group(1)] if optimizer_key else key)
 
-    def full_state(self):
-        """Gathered from every rank (every rank calls it; the others get empty dicts): each key from the mp
-        ranks that hold its slices, joined when split (the optimizer states of a sharded run from the ranks
-        that own them)."""
+    def full_state(self, everywhere: bool = False):
+        """Gathered from every rank (every rank calls it; the others get empty dicts unless `everywhere`):
+        each key from the mp ranks that hold its slices, joined when split (the optimizer states of a sharded
+        run from the ranks that own them, the experts from the expert-parallel ranks that hold them)."""
         if self.layout.mp == 1 and self.layout.sharding == 1 and self.layout.ep == 1:
             return super().full_state()   # data-parallel replicas hold the same full state
 
@@ -255,7 +278,7 @@ class ParallelTrainer(Trainer):
         mine = (self.mp_rank, arrays(self.model.state_dict(), self._global), arrays(self.optimizer.state_dict()))
         gathered: list = []
         self.dist.all_gather_object(gathered, mine)
-        if not self.is_main:   # only the main rank writes or generates
+        if not (self.is_main or everywhere):   # only the main rank writes or generates
             return {}, {}
         return tuple(self._join([(g[0], g[which]) for g in gathered]) for which in (1, 2))
 
@@ -293,10 +316,11 @@ class ParallelTrainer(Trainer):
         self.model.set_state_dict({k: local(k, v) for k, v in model_state.items()})
         self.optimizer.set_state_dict({k: local(k, v) for k, v in optimizer_state.items()})
 
-    def full_model(self) -> GPT:
-        """A model.GPT with the full trained weights on the main rank (None elsewhere); every rank calls it."""
-        model_state, _ = self.full_state()
-        if not self.is_main:
+    def full_model(self, everywhere: bool = False) -> GPT:
+        """A model.GPT with the full trained weights on the main rank (None elsewhere unless `everywhere`);
+        every rank calls it."""
+        model_state, _ = self.full_state(everywhere)
+        if not (self.is_main or everywhere):
             return None
         state = oarlock.get_rng_state()   # building it must not move the training stream
         model = build_model(GPTConfig(max_seq_len=self.cfg.seq_len, dropout=self.cfg.dropout), self.cfg.moe)

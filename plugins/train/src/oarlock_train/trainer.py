@@ -112,9 +112,13 @@ class Trainer:
         """This process's rows of the global batch `index`."""
         return index
 
-    def _valid_share(self) -> range:
-        """The validation rows this process evaluates."""
-        return range(0, len(self.corpus.valid))
+    def _valid_chunks(self) -> range:
+        """The indices of the EVAL_BATCH-row chunks of the validation split this process evaluates."""
+        return range(-(-len(self.corpus.valid) // EVAL_BATCH))
+
+    def _sync_gradients(self) -> None:
+        """After backward, before the optimizer step: make the gradients the batch's (nothing in one process;
+        wrappers such as DataParallel do it inside backward)."""
 
     def _sum_over_data(self, *values: float) -> tuple:
         """The values summed over the processes that hold different data."""
@@ -162,6 +166,7 @@ class Trainer:
         rows = self._batch_rows()
         with self._dropout_stream():
             self._objective(self.model.loss(rows, self.cfg.document_mask, forward=self.wrapped)).backward()
+        self._sync_gradients()
 
     def plan_memory(self):
         """--recompute: every block under recompute; --memory-budget: fleet.utils.offload.MemoryPlanner chooses
@@ -198,6 +203,7 @@ class Trainer:
         with self._dropout_stream():
             loss = self.model.loss(rows, self.cfg.document_mask, forward=self.wrapped)
             self._objective(loss).backward()
+        self._sync_gradients()
         if self.measure_grad_norm:
             # the norm the global-norm clip computes inside step(): one more pass over the gradients
             self.grad_norm = self._global_grad_norm()
@@ -231,19 +237,27 @@ class Trainer:
         return value
 
     def evaluate(self) -> float:
-        """Mean loss per byte over the whole validation split (dropout off, no graph)."""
+        """Mean loss per byte over the whole validation split (dropout off, no graph).
+
+        The MoE gates draw random numbers in evaluation too (GShardGate's random routing): each chunk of
+        EVAL_BATCH rows draws them seeded by the run's seed and the chunk's index, and the training stream is
+        restored afterwards, so a validation loss does not depend on which rank evaluates which chunk and
+        evaluating does not move the batches drawn after it."""
         model = self._eval_model()
         model.eval()
         total, count = 0.0, 0
-        rows_of = self._valid_share()
+        state = oarlock.get_rng_state()
         try:
             with oarlock.no_grad():
-                for start in range(rows_of.start, rows_of.stop, EVAL_BATCH):
-                    rows = self.valid_rows[start:min(start + EVAL_BATCH, rows_of.stop)]
+                for chunk in self._valid_chunks():
+                    rows = self.valid_rows[chunk * EVAL_BATCH:(chunk + 1) * EVAL_BATCH]
+                    if self.cfg.moe_experts:
+                        oarlock.seed(self.cfg.seed + chunk)
                     total += float(model.loss(rows, self.cfg.document_mask).item()) * rows.shape[0]
                     count += rows.shape[0]
         finally:
             model.train()
+            oarlock.set_rng_state(state)
         total, count = self._sum_over_data(total, count)
         value = total / count
         self.history.valid.append((self.step, value))
