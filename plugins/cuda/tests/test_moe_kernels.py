@@ -137,3 +137,43 @@ def test_gpu_dispatch_and_combine_match_cpu(dtype):
     tol = 1e-5 if dtype == "float32" else 1e-2
     for i, (c, g) in enumerate(zip(*results)):
         np.testing.assert_allclose(g, c, rtol=tol, atol=tol, err_msg=f"{dtype} output {i}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_host_partial_rope_matches_generic(host, dtype):
+    """kernels/partial_rope.cu (fused_partial_rope_op on "gpu"), forward and transposed, against the generic
+    kernel; pe from 2 to the whole head."""
+    rng = np.random.default_rng(4)
+    generic = _generic("fused_partial_rope_op")
+    tol = 1e-6 if dtype == "float32" else 0
+    for shape, pe in (((2, 3, 2, 8), 4), ((1, 5, 3, 6), 6), ((2, 2, 1, 10), 2)):
+        x = rng.standard_normal(shape).astype(_np(dtype))
+        ang = rng.uniform(0, 3, (1, shape[1], 1, pe))
+        cos, sin = np.cos(ang).astype(_np(dtype)), np.sin(ang).astype(_np(dtype))
+        for transpose in (False, True):
+            got = fused.KERNELS["fused_partial_rope_op"](np, x, cos, sin, transpose=transpose)
+            want = generic(np, x, cos, sin, transpose=transpose)
+            assert got.shape == want.shape and got.dtype == want.dtype
+            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol,
+                                       err_msg=f"{dtype} {shape} pe={pe} transpose={transpose}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_partial_rope_matches_cpu(dtype):
+    _gpu()
+    import oarlock.incubate.nn.functional as IF
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 7, 3, 16)).astype(np.float32)
+    ang = rng.uniform(0, 3, (1, 7, 1, 8))
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    results = []
+    for place in ("cpu", "gpu"):
+        ox = oarlock.to_tensor(x, place=place).astype(dtype)
+        ox.stop_gradient = False
+        cos, sin = (oarlock.to_tensor(f(ang).astype(np.float32), place=place).astype(dtype) for f in (np.cos, np.sin))
+        out = IF.fused_partial_rope(ox, cos, sin)
+        (out.astype("float32") * oarlock.to_tensor(g, place=place)).sum().backward()
+        results.append([out.astype("float64").numpy(), ox.grad.astype("float64").numpy()])
+    tol = 1e-5 if dtype == "float32" else 1e-2
+    for i, (c, gpu) in enumerate(zip(*results)):
+        np.testing.assert_allclose(gpu, c, rtol=tol, atol=tol, err_msg=f"{dtype} output {i}")

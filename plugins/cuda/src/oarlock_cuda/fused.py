@@ -14,6 +14,8 @@
 | moe_gate_dispatch_op (oarlock-       | moe_topk, moe_rank, moe_scatter    | float32 gate_logits (and corr_bias)     |
 | incubate's moe_gate_dispatch)        |                                    |                                         |
 | moe_combine_op (moe_combine)         | moe_combine_fwd                    | weights of x's dtype, int32 index       |
+| fused_partial_rope_op (incubate's    | partial_rope_fwd (and transpose)   | x, cos, sin of one dtype                |
+| fused_partial_rope)                  |                                    |                                         |
 
 Each kernel takes float32, float16 and bfloat16 arrays (the dtypes it is registered for; float64 keeps the
 generic kernel) and accumulates in float32. It returns exactly what the generic kernel of the op returns:
@@ -69,6 +71,7 @@ FAMILIES = {
     "dropout": ("dropout.cu", _names("dropout_fwd")),
     "optim": ("optim.cu", _names("adam_step")),
     "moe": ("moe.cu", ["moe_topk", "moe_rank"] + _names("moe_scatter") + _names("moe_combine_fwd")),
+    "partial_rope": ("partial_rope.cu", _names("partial_rope_fwd")),
 }
 
 
@@ -520,6 +523,19 @@ def _moe_combine(xp, x, combine_weights, scatter_index):
     return out
 
 
+def _partial_rope(xp, x, cos, sin, *, transpose=False):
+    ctype = _ctype(x, cos, sin)
+    if ctype is None or x.ndim != 4 or x.size == 0:
+        return GENERIC("fused_partial_rope_op")(xp, x, cos, sin, transpose=transpose)
+    _, seq, heads, head_dim = x.shape
+    src = xp.ascontiguousarray(x)
+    out = xp.empty(x.shape, dtype=x.dtype)
+    _run("partial_rope", "partial_rope_fwd", ctype, src, _grid(x.size), (BLOCK,),
+         (src, xp.ascontiguousarray(cos), xp.ascontiguousarray(sin), out, _i64(x.size), _i64(seq), _i64(heads),
+          np.int32(head_dim), np.int32(cos.shape[-1]), np.int32(bool(transpose))))
+    return out
+
+
 # -- registration ---------------------------------------------------------------------------------------------------
 
 KERNELS = {
@@ -536,6 +552,7 @@ KERNELS = {
     "adam_step_": _adam,
     "moe_gate_dispatch_op": _moe_dispatch,
     "moe_combine_op": _moe_combine,
+    "fused_partial_rope_op": _partial_rope,
 }
 
 
