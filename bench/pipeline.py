@@ -18,8 +18,9 @@ machine load; the figures are comparable within the run only. Per step and sched
 - bubble: idle / span per rank, the span from the earliest start of the run to the latest end over the ranks
   (the ranks share the machine's monotonic clock), idle = span - (own run time - time blocked in the
   pipeline's receives and in waiting for its sends);
-- copies / busy: the seconds in the swap's "O" and "L" actions over the busy seconds, all ranks and steps
-  (1F1BOffload's whole extra work: a load-independent view of its cost, where step times are noisy);
+- copies / busy: the seconds in the swap's "O" and "L" actions over the busy seconds, all ranks and steps: what
+  starting the copies costs the computing thread (the copies themselves run on the device's copy queue, the
+  cpu's copy worker thread; a load-independent view of 1F1BOffload's cost, where step times are noisy);
 - receives ahead: per stage, the share of its receives that were posted during an earlier action (before the
   action that reads them started), in the last step;
 - step time: the whole train_batch (split, schedule, shared-weight sums, loss broadcast, optimizer), the

@@ -492,6 +492,23 @@ def test_pinned_memory(cupy, monkeypatch):
 
 
 @needs_gpu
+def test_async_copies_on_the_copy_stream(cupy):
+    """copy_to_host_async reads a non-contiguous array after the work queued before it, into pinned memory
+    counted in the host pool; copy_to_device_async brings it back, ordered before the work queued after wait()."""
+    x = cupy.arange(4 * MiB, dtype=cupy.float32).reshape(2048, 2048)
+    y = x * 2                                       # queued on the compute stream before the copy
+    pool = GPU.host_memory_allocated()
+    down = GPU.copy_to_host_async(y[:, ::2])
+    host = down.wait()
+    assert down.done() and GPU.host_memory_allocated() - pool == host.nbytes
+    assert cupy.cuda.runtime.pointerGetAttributes(host.ctypes.data).type == cupy.cuda.runtime.memoryTypeHost
+    np.testing.assert_array_equal(host, np.arange(4 * MiB, dtype=np.float32).reshape(2048, 2048)[:, ::2] * 2)
+    up = GPU.copy_to_device_async(host)
+    back = up.wait() + 1                            # the add waits for the copy's event on the current stream
+    np.testing.assert_array_equal(cupy.asnumpy(back), host + 1)
+
+
+@needs_gpu
 def test_gpu_device_queries():
     cuda = oarlock.device.cuda
     assert cuda.device_count() == GPU.device_count() >= 1

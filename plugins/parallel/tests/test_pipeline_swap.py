@@ -69,13 +69,14 @@ def _check_offload(load_before_backward):
     loss = _forward(model, x, swap)
     held = memory_allocated() - before
     swap.offload((0, 0))
+    swap.settle(wait=True)
     after_offload = memory_allocated() - before
     moved = host_memory_allocated() - host_before
     # 64 x 128 float32 activations (32 KiB each): most of what the forward held leaves the device
     assert held > 5 * 32768 and after_offload < 0.1 * held
     assert moved == swap.offloaded_bytes and moved >= 0.9 * held
     if load_before_backward:
-        swap.load((0, 0))
+        swap.load((0, 0), wait=True)
         assert memory_allocated() - before >= 0.9 * held
         assert host_memory_allocated() == host_before       # the host blocks were freed by the load
     loss.backward()
@@ -108,3 +109,28 @@ def test_a_tensor_saved_by_several_ops_moves_once():
     swap.offload((0, 0))
     assert swap.offloaded_bytes == 64 * 256 * 4 * 2           # h, and the tiled input of the first product
     loss.backward()
+
+
+@pytest.mark.parametrize("path", ["load_while_copying", "backward_without_load", "backward_while_copying"])
+def test_every_interleaving_of_the_asynchronous_copies_gives_the_same_gradients(path):
+    """The copies run on the device's copy queue (the cpu's copy worker): a load issued before the copy to host
+    has been settled keeps the device tensor, a backward that finds a handle still on host loads it then, and a
+    backward during the copy to host reads the device tensor; each frees its host blocks."""
+    expected = _reference()
+    model, x = _model(), _input()
+    swap = ActivationSwap([(0, 0)])
+    host_before = host_memory_allocated()
+    loss = _forward(model, x, swap)
+    swap.offload((0, 0))
+    if path == "load_while_copying":
+        swap.load((0, 0))
+    elif path == "backward_without_load":
+        swap.settle(wait=True)
+        assert host_memory_allocated() - host_before == swap.offloaded_bytes > 0
+    loss.backward()
+    swap.settle(wait=True)
+    del loss
+    gc.collect()
+    assert host_memory_allocated() == host_before
+    for got, want in zip(_grads(model, x), expected):
+        np.testing.assert_array_equal(got, want)

@@ -7,7 +7,8 @@ The package's modules:
   ("cpu", "gpu:1", "cuda:0" -- "cuda" is an alias of "gpu"), the default device (set_device,
   get_device, device_guard) and which devices exist (get_all_device_type, device_count, ...).
 - backend: what a device plugin supplies (Backend), the synchronous HostStream/HostEvent a device
-  without asynchronous queues inherits, DeviceProperties, HostMemoryCounter (a host pool's byte counts).
+  without asynchronous queues inherits, DeviceProperties, HostMemoryCounter (a host pool's byte counts),
+  CompletedTransfer (what the default asynchronous host copies return: a copy already done).
 - memory: memory_allocated, max_memory_allocated, memory_reserved, ..., empty_cache,
   get_device_properties, for any device; host_memory_allocated and its peak count the device's host pool.
 - streams: Stream, Event, current_stream, set_stream, stream_guard, synchronize; generic, they
@@ -18,7 +19,8 @@ Every public name is importable from `oarlock.device` itself (plugins do `from o
 Backend`). The device types come from plugins: "cpu", "gpu" and every custom device.
 """
 
-from oarlock.device.backend import Backend, DeviceProperties, HostEvent, HostMemoryCounter, HostStream
+from oarlock.device.backend import (Backend, CompletedTransfer, DeviceProperties, HostEvent, HostMemoryCounter,
+                                    HostStream)
 from oarlock.device.memory import (empty_cache, get_device_properties, host_memory_allocated,
                                    max_host_memory_allocated, max_memory_allocated, max_memory_reserved,
                                    memory_allocated, memory_reserved, reset_max_host_memory_allocated,
@@ -35,7 +37,8 @@ from oarlock.device.streams import Event, Stream, current_stream, set_stream, st
 from oarlock.device import cuda  # noqa: E402,I001  (after the names it builds on)
 
 __all__ = [
-    "Place", "Backend", "HostMemoryCounter", "set_device", "get_device", "CPUPlace", "CUDAPlace", "CustomPlace",
+    "Place", "Backend", "CompletedTransfer", "HostMemoryCounter", "set_device", "get_device", "CPUPlace",
+    "CUDAPlace", "CustomPlace",
     "get_all_device_type", "get_all_custom_device_type", "get_available_custom_device", "get_available_device",
     "is_compiled_with_custom_device", "is_compiled_with_cuda", "is_compiled_with_xpu", "is_compiled_with_rocm",
     "is_compiled_with_ipu", "is_compiled_with_cinn", "is_compiled_with_distribute", "get_cudnn_version",

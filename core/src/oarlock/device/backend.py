@@ -1,5 +1,6 @@
 """The backend interface: what a device plugin supplies (Backend), the synchronous stream and event a
-device without asynchronous queues uses (HostStream, HostEvent), and DeviceProperties.
+device without asynchronous queues uses (HostStream, HostEvent), a copy that is already done
+(CompletedTransfer), and DeviceProperties.
 
 A backend (registered by a plugin) supplies one device type: its array module `xp`, host copies, random
 generators, streams and memory statistics. The core knows only this interface; "cpu", "gpu" and every
@@ -72,6 +73,19 @@ class Backend:
         """A copy of the numpy array `host` in page-locked host memory (a backend whose device copies
         from pinned memory faster, such as "gpu", implements it; `Tensor.pin_memory` asks the "gpu" backend)."""
         raise NotImplementedError(f"device type {self.type!r} has no pinned host memory")
+
+    def copy_to_host_async(self, array, index: int = 0):
+        """Start copying device array `array` into this device's host pool (what `pin_memory` hands out).
+        Returns a transfer: `done()` says whether the copy has finished, `wait()` returns the host array once
+        it has. `array` must stay unmodified until then; the transfer keeps it alive. A GPU copies on a copy
+        stream ordered after the work already queued; this default copies now (CompletedTransfer)."""
+        return CompletedTransfer(self.pin_memory(self.to_host(array)))
+
+    def copy_to_device_async(self, host, index: int = 0):
+        """Start copying host-pool array `host` to a new array on device `index`; a transfer as above, whose
+        `wait()` returns the device array, ready for the work queued after the wait. This default copies now."""
+        array = self.asarray(host, None, index)
+        return CompletedTransfer(array.copy() if array is host else array)
 
     def generator(self, index: int = 0):
         """The random generator of device `index` (numpy.random.Generator-like)."""
@@ -150,6 +164,21 @@ class Backend:
         """A new event of device `index`. The object has record(stream_base), synchronize(), query() and
         elapsed_time(end_event_base) in milliseconds."""
         return HostEvent(self.type, index, enable_timing)
+
+
+class CompletedTransfer:
+    """A copy that has finished (Backend.copy_to_host_async's default): done() is True, wait() its result."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def done(self) -> bool:
+        return True
+
+    def wait(self):
+        return self.value
 
 
 class HostMemoryCounter:

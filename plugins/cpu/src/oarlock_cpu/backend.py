@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 
 from oarlock.device import Backend
-from oarlock_cpu import fastmath
+from oarlock_cpu import copy_worker, fastmath
 from oarlock_cpu.host_pool import COUNTER as HOST_POOL
 from oarlock_cpu.host_pool import copy_to_host
 
@@ -67,6 +67,13 @@ class CPUBackend(Backend):
         """A copy of `host` in the host pool (host_pool.py): the cpu's stand-in for pinned memory, counted by
         host_memory_allocated and not by memory_allocated."""
         return copy_to_host(host)
+
+    def copy_to_host_async(self, array, index: int = 0):
+        """pin_memory's copy, run by the copy worker thread (copy_worker.py)."""
+        return copy_worker.to_host_async(array)
+
+    def copy_to_device_async(self, host, index: int = 0):
+        return copy_worker.to_device_async(host)
 
     # -- random -----------------------------------------------------------------------------
     def generator(self, index: int = 0):

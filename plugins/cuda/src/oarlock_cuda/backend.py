@@ -33,6 +33,7 @@ from oarlock.device import Backend, DeviceProperties, HostMemoryCounter
 
 from oarlock_cuda.memory import CountingAllocator
 from oarlock_cuda.rng import CounterGenerator, CupyEngine
+from oarlock_cuda import copy_stream
 from oarlock_cuda.streams import CudaEvent, CudaStream
 
 INSTALL_HINT = "pip install 'oarlock-cuda[cuda12]' or 'oarlock-cuda[cuda13]', matching your CUDA driver"
@@ -74,6 +75,7 @@ class GPUBackend(Backend):
         self._lock = threading.RLock()
         # pin_memory's pinned arrays (host_memory_allocated): one pool for every device, as CuPy's pinned pool
         self.host_pool = HostMemoryCounter()
+        self._copy_stream_set = None     # copy_stream.CopyStreams, made with CuPy on first use
         if pinned_host_copies is None:
             pinned_host_copies = os.environ.get("OARLOCK_CUDA_PINNED_HOST_COPIES", "") not in ("", "0")
         self.pinned_host_copies = pinned_host_copies
@@ -184,6 +186,21 @@ class GPUBackend(Backend):
         np.copyto(out, host)
         self.host_pool.track(out, out.nbytes)
         return out
+
+    def copy_to_host_async(self, array, index: int = 0):
+        """Into pinned memory on the device's copy stream (copy_stream.py)."""
+        return copy_stream.to_host_async(self._copy_streams(), array, index, self.host_pool)
+
+    def copy_to_device_async(self, host, index: int = 0):
+        """From (pinned) host memory on the device's copy stream (copy_stream.py)."""
+        return copy_stream.to_device_async(self._copy_streams(), host, index)
+
+    def _copy_streams(self) -> copy_stream.CopyStreams:
+        cupy = self._module()
+        with self._lock:
+            if self._copy_stream_set is None:
+                self._copy_stream_set = copy_stream.CopyStreams(cupy)
+        return self._copy_stream_set
 
     # -- random -------------------------------------------------------------------------------------------
     def generator(self, index: int = 0) -> CounterGenerator:

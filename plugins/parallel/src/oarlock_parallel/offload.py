@@ -12,8 +12,10 @@ context is active), and one reload serves every op that reads it while the reloa
 object keeps totals (bytes and tensors moved, seconds spent copying each way) that the memory planner
 (offload_planner.py) reads as its measured host bandwidth.
 
-On the cpu a reload is a numpy copy; on a GPU both copies go through pageable memory and are synchronous
-(to_host, then pin_memory): an asynchronous copy stream is not written (no GPU to run it on here).
+The copies here are synchronous (a reload happens when backward asks for the tensor, and nothing could
+overlap it); on a GPU the copy to host goes through pageable memory, then pin_memory. The pipeline's swap
+(pipeline_swap.py), which knows one action ahead what backward will read, uses the backends' asynchronous
+copies instead (Backend.copy_to_host_async / copy_to_device_async: a GPU's copy stream, the cpu's copy worker).
 """
 
 from __future__ import annotations

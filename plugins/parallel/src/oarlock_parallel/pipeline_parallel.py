@@ -288,6 +288,7 @@ class PipelineParallel(WrapperLayer):
         try:
             for action, own, ahead in zip(actions, receives, upcoming):
                 step.ahead = ahead if self.prefetch_receives else None
+                step.swap.settle()           # free the device memory of finished copies to host
                 if self.prefetch_receives:   # post this action's receive and the next one before computing
                     self._post_receive(own, ahead=False)
                     self._post_receive(ahead, ahead=True)

@@ -6,14 +6,17 @@ memory after its forward ("O") and come back before its backward ("L").
 saves for backward is kept in a handle of the micro-batch (one handle per storage, so a tensor saved by several
 ops moves once); parameters and other leaves that want gradients are not wrapped (other references keep them on
 the device anyway), nor tensors under `min_bytes`, whose copies would cost more Python time than they free.
-`offload(key)` copies each handle's array to the device's host pool (offload.to_host: the cpu's separately
-counted host pool, a GPU's pinned memory) and drops the device array; once the graph holds no other
-reference, the device memory is free. `load(key)` copies them back. Backward reads each through the unpack
-hook; a handle still on host at that point is loaded then (correct, only slower).
 
-On the cpu both copies are memcpys run inline; on a GPU the load would be issued on a copy stream one action
-early (the schedule places "L" before the action that precedes the backward for that reason); this file runs
-the copies synchronously on every device.
+The copies are asynchronous (Backend.copy_to_host_async / copy_to_device_async: a GPU's copy stream into and
+out of pinned memory, the cpu's copy worker thread into its separately counted host pool), so they overlap the
+actions computed meanwhile:
+- `offload(key)` starts each handle's copy to the host pool; the handle keeps the device tensor until its copy
+  has finished, and `settle()` (called by the executor before every action) then drops it, freeing the device
+  memory once the graph holds no other reference. `settle(wait=True)` waits for every copy.
+- `load(key)` starts the copies back (the schedule places "L" one action before the backward that reads them);
+  backward reads each handle through the unpack hook, which waits for its copy. A handle whose copy to host
+  has not finished when it is loaded keeps its device tensor and drops the host copy; one never loaded is
+  loaded by the unpack hook (correct, only slower).
 """
 
 from __future__ import annotations
@@ -22,32 +25,44 @@ import contextlib
 
 import oarlock
 from oarlock.autograd import saved_tensors_hooks
-from oarlock.plugin_api import array_of
-from oarlock_parallel.offload import to_host
+from oarlock.plugin_api import array_of, wrap
 
 __all__ = ["ActivationSwap"]
 
 
 class _Handle:
-    """One saved storage: on the device (`tensor`) or in the host pool (`host`, an offload.HostCopy)."""
+    """One saved storage: on the device (`tensor`), on its way to the host (`tensor` and `down`, a transfer),
+    in the host pool (`host`), or on its way back (`up`)."""
 
-    __slots__ = ("tensor", "host")
+    __slots__ = ("tensor", "place", "stop_gradient", "down", "host", "up")
 
     def __init__(self, tensor):
-        self.tensor, self.host = tensor, None
+        self.tensor, self.place, self.stop_gradient = tensor, tensor.place, tensor.stop_gradient
+        self.down = self.host = self.up = None
 
     def offload(self) -> int:
-        if self.tensor is None:
+        if self.tensor is None or self.down is not None:
             return 0
-        self.host, self.tensor = to_host(self.tensor), None
-        return self.host.nbytes
+        self.down = self.place.backend.copy_to_host_async(array_of(self.tensor), self.place.index)
+        return array_of(self.tensor).nbytes
+
+    def settle(self, wait: bool) -> None:
+        """Once the copy to host has finished, drop the device tensor."""
+        if self.down is not None and (wait or self.down.done()):
+            self.host, self.down, self.tensor = self.down.wait(), None, None
 
     def load(self) -> None:
-        if self.tensor is None:
-            self.tensor, self.host = self.host.to_device(), None
+        if self.down is not None:          # still on the device: keep it, drop the copy once it is written
+            self.down.wait()
+            self.down = None
+        elif self.host is not None and self.up is None:
+            self.up = self.place.backend.copy_to_device_async(self.host, self.place.index)
+            self.host = None               # the transfer holds it until the copy has read it
 
     def get(self):
         self.load()
+        if self.up is not None:
+            self.tensor, self.up = wrap(self.up.wait(), self.place, self.stop_gradient), None
         return self.tensor
 
 
@@ -59,6 +74,7 @@ class ActivationSwap:
         self.min_bytes = min_bytes
         self._handles: dict = {}           # key -> {id(array): _Handle}
         self.offloaded_bytes = 0           # total moved to host over the step
+        self._copying: list = []           # handles whose copy to host may still run
 
     def recording(self, key):
         """The context for micro-batch `key`'s forward: its saved tensors get handles (no-op for other keys)."""
@@ -86,16 +102,28 @@ class ActivationSwap:
             raise RuntimeError(f"ActivationSwap.offload(): micro-batch {key} has no recorded forward to offload "
                                f"(offloaded pairs: {sorted(self.keys)})")
         self.offloaded_bytes += sum(h.offload() for h in handles.values())
+        self._copying.extend(handles.values())
 
-    def load(self, key) -> None:
-        """Bring micro-batch `key` back; from now on only its graph holds the handles, so the activations are
-        freed with the graph by its backward."""
+    def settle(self, wait: bool = False) -> None:
+        """Free the device memory of the handles whose copy to host has finished (all of them, waiting for
+        each, with wait=True)."""
+        for handle in self._copying:
+            handle.settle(wait)
+        self._copying = [h for h in self._copying if h.down is not None]
+
+    def load(self, key, wait: bool = False) -> None:
+        """Start bringing micro-batch `key` back (wait=True: and wait for it); from now on only its graph holds
+        the handles, so the activations are freed with the graph by its backward."""
         handles = self._handles.pop(key, None)
         if handles is None:
             raise RuntimeError(f"ActivationSwap.load(): micro-batch {key} is not offloaded (offloaded pairs: "
                                f"{sorted(self.keys)})")
         for handle in handles.values():
+            handle.settle(False)
             handle.load()
+        if wait:
+            for handle in handles.values():
+                handle.get()
 
 
 def _unpack(value):
