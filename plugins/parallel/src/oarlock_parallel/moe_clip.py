@@ -18,6 +18,8 @@ dense_group size, which is the gradient of the mean loss.
 
 from __future__ import annotations
 
+import numpy as np
+
 import oarlock
 import oarlock.distributed as dist
 from oarlock.nn import ClipGradByGlobalNorm
@@ -81,21 +83,24 @@ class ClipGradForMOEByGlobalNorm(ClipGradByGlobalNorm):
         return f"Gradient Clip By GlobalNorm, global_norm={self.clip_norm:f}"
 
 
-def _reduce(params, group, scale: float) -> None:
-    """Sum the gradients of `params` over `group` (a missing gradient counts as zeros), then scale."""
+def _reduce(params, group, scale: float, world_when_none: bool) -> None:
+    """Sum the gradients of `params` over `group` (None: the world, or nobody unless world_when_none),
+    then scale. A parameter without a gradient on some ranks counts zeros there; one without a gradient
+    on every rank keeps none, so the optimizer skips it as it would in one process."""
     if not params:
         return
-    for p in params:
-        if p.grad is None:
-            p.grad = oarlock.zeros(p.shape, dtype=p.dtype)
-    flat = oarlock.concat([p.grad.reshape([-1]) for p in params])
-    if group is not None and group.nranks > 1:
+    held = [p.grad is not None for p in params]
+    flat = oarlock.concat([(p.grad if h else oarlock.zeros(p.shape, dtype=p.dtype)).reshape([-1])
+                           for p, h in zip(params, held)] + [oarlock.to_tensor(held, dtype=params[0].dtype)])
+    ranks = group.nranks if group is not None else (dist.get_world_size() if world_when_none else 1)
+    if ranks > 1:
         dist.all_reduce(flat, group=group)
-    flat = flat * scale
+    held_somewhere = flat[-len(params):].numpy() > 0
+    flat = flat[:-len(params)] * scale
     start = 0
-    for p in params:
-        size = p.grad.size
-        p.grad = flat[start:start + size].reshape(p.shape)
+    for p, somewhere in zip(params, held_somewhere):
+        size = int(np.prod(p.shape))
+        p.grad = flat[start:start + size].reshape(p.shape) if somewhere else None
         start += size
 
 
@@ -109,5 +114,5 @@ def sync_moe_gradients(parameters, is_expert_param_func, dense_group=None, exper
     params = [p for p in parameters if not p.stop_gradient]
     ranks = dense_group.nranks if dense_group is not None else dist.get_world_size()
     with oarlock.no_grad():
-        _reduce([p for p in params if not is_expert_param_func(p)], dense_group, 1.0 / ranks)
-        _reduce([p for p in params if is_expert_param_func(p)], expert_dp_group, 1.0 / ranks)
+        _reduce([p for p in params if not is_expert_param_func(p)], dense_group, 1.0 / ranks, True)
+        _reduce([p for p in params if is_expert_param_func(p)], expert_dp_group, 1.0 / ranks, False)

@@ -33,7 +33,9 @@ _GATES = {"naive": NaiveGate, None: NaiveGate, "gshard": GShardGate, "switch": S
 def _local_gather(x, pos, rows: int):
     """Rows of x placed at `pos` of a [rows, d] zero buffer (the slots nobody filled stay 0)."""
     if pos.shape[0] == 0:
-        return oarlock.zeros([rows, x.shape[-1]], dtype=x.dtype)
+        # still a function of x (of no rows): its backward, an all-to-all under expert parallelism, must run
+        # on this rank too when every token here was dropped, or the other ranks wait for it
+        return oarlock.zeros([rows, x.shape[-1]], dtype=x.dtype) + x.sum()
     return oarlock.scatter(oarlock.zeros([rows, x.shape[-1]], dtype=x.dtype), pos, x, overwrite=True)
 
 
