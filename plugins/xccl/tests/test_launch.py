@@ -218,7 +218,7 @@ def test_python_m_oarlock_distributed_launch_is_the_same_command():
 def test_a_failing_rank_ends_the_job_and_is_named_with_its_cause(mode, size, failing, code, ending):
     marker = new_marker()
     done, seconds = run_launch("-n", size, "--grace", 0.5, FAIL, marker, mode, failing, marker=marker)
-    assert seconds < 30  # the other ranks would sleep for 120 s
+    assert seconds < 50  # the other ranks would sleep for 120 s (generous: CI load varies)
     assert leftovers_after(marker, 0) == []  # ranks, their children, mpiexec and its proxy are all gone
     assert done.returncode == code, done.stderr
     what = f"rank {failing} {ending}"
@@ -318,10 +318,10 @@ def test_a_zero_exit_record_is_no_failure():
     (["-n", "2", "--mpiexec", "/no/such/mpiexec", HELLO], "--mpiexec '/no/such/mpiexec' is not an executable file"),
 ])
 def test_bad_arguments_are_reported_without_starting_a_job(args, message):
-    done, seconds = run_launch(*args)
+    done, _ = run_launch(*args)
     assert done.returncode == 2
     assert f"oarlock launch: {message}" in done.stderr
-    assert seconds < 15
+    assert done.stdout == "" and "[rank" not in done.stderr     # no rank ran (not timed: CI load varies)
 
 
 @pytest.mark.skipif(shutil.which("false") is None, reason="needs the `false` command")
@@ -330,7 +330,7 @@ def test_a_launcher_that_starts_no_rank_does_not_hang():
     done, seconds = run_launch("-n", 2, "--mpiexec", shutil.which("false"), HELLO)
     assert done.returncode == 1
     assert "oarlock launch: mpiexec exited with status 1 without a rank reporting a failure" in done.stderr
-    assert seconds < 15
+    assert seconds < 50   # a hang would reach TIMEOUT_S; generous, as CI load varies
 
 
 def test_help_lists_the_options_and_the_environment():
