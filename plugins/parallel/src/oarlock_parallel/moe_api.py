@@ -9,7 +9,7 @@ MOE_UTILS = "oarlock.distributed.utils.moe_utils"
 
 
 def register(api) -> None:
-    from oarlock_parallel import moe_clip, moe_exchange, moe_gates, moe_layer, moe_routing
+    from oarlock_parallel import moe_clip, moe_exchange, moe_gates, moe_groups, moe_layer, moe_routing
     api.namespace(MOE, doc="Paddle's paddle.incubate.distributed.models.moe: MoELayer, its gates and the clip "
                            "for expert-parallel models.")
     names = {moe_gates: (f"{MOE}.gate", moe_gates.__all__), moe_layer: (f"{MOE}.moe_layer", moe_layer.__all__),
@@ -19,6 +19,7 @@ def register(api) -> None:
         for name in exported:
             api.export(namespace, name, getattr(module, name))
             api.export(MOE, name, getattr(module, name))
+    api.export(MOE, "expert_parallel_groups", moe_groups.expert_parallel_groups)   # oarlock's own
     api.export(MOE, "ClipGradByGlobalNorm", moe_clip.ClipGradForMOEByGlobalNorm)   # Paddle's alias
     api.export(f"{MOE}.utils", "count_by_gate", moe_routing.count_by_gate)
     api.export(f"{MOE}.utils", "limit_by_capacity", moe_routing.limit_by_capacity)
