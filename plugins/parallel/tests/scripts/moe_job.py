@@ -29,7 +29,7 @@ from mpi4py import MPI
 import oarlock
 import oarlock.nn as nn
 import oarlock.nn.functional as F
-from oarlock.incubate.distributed.models.moe import (ClipGradForMOEByGlobalNorm, GShardGate, MoELayer,
+from oarlock.incubate.distributed.models.moe import (ClipGradForMOEByGlobalNorm, GShardGate, MoELayer, NaiveGate,
                                                      sync_moe_gradients)
 
 CHECKS, check = registry()
@@ -217,6 +217,35 @@ def exchange_matches_numpy(env, failures):
     # d/dx sum(gather(scatter(x) * c)) = c sent back to where each row came from = gather(c)
     want = global_gather(oarlock.to_tensor(coef), oarlock.to_tensor(local), oarlock.to_tensor(glob), group=group)
     close(failures, "gradient through global_scatter / global_gather", x.grad, want)
+
+
+@check
+def model_parallel_slices_tokens(env, failures):
+    """mp_group: each rank routes its slice of the tokens, the outputs are all-gathered; equal to one layer
+    on all tokens (NaiveGate: no capacity, which would depend on the slice), gradients included (the
+    parameters' summed over the group)."""
+    group = env["moe_group"]
+    oarlock.seed(3)                                   # the same experts and gate on every rank
+    experts, gate = nn.LayerList([Expert() for _ in range(EXPERTS)]), NaiveGate(D, EXPERTS, 1)
+    x = np.random.default_rng(8).standard_normal((2, 4 * group.nranks, D)).astype("float32")
+    coef = oarlock.to_tensor(np.random.default_rng(9).standard_normal(x.shape).astype("float32"))
+    results = []
+    for mp_group in (None, group):
+        layer = MoELayer(D, experts, gate=gate, mp_group=mp_group)
+        xt = leaf(x)
+        out = layer(xt)
+        (out * coef).sum().backward()
+        grads = [p.grad.numpy().copy() if p.grad is not None else np.zeros(p.shape, "float32")
+                 for p in layer.parameters()]
+        layer.clear_gradients()
+        results.append((out.numpy(), xt.grad.numpy(), grads))
+    (want_out, want_dx, want_grads), (out, dx, grads) = results
+    close(failures, "output", out, want_out)
+    close(failures, "input gradient", dx, want_dx)
+    same_group = MPI.COMM_WORLD.Split(env["expert_dp"].rank)     # raw MPI over the ranks of `group`
+    for i, (g, w) in enumerate(zip(grads, want_grads)):
+        close(failures, f"parameter {i} gradient summed over the group", same_group.allreduce(g), w)
+    same_group.Free()
 
 
 @check
