@@ -17,7 +17,9 @@ Forward, for x [S, H] and gate_logits [S, E] (float32), k, capacity, use_pad:
   scatter_index = e * capacity + row_in_expert with use_pad (y is [E * capacity, H]) and d without it (y is
   [S * k, H]), and that row of y is x[s].
 - scatter_index is [k, S] int32 (slot (s, j) at [j, s]).
-Rows of y that receive no token are left uninitialised by Paddle's kernel; here they are zero.
+Rows of y that receive no token are left uninitialised by Paddle's kernel; here they are zero. Paddle's arg-max
+starts from the value -1 (its inputs being probabilities), so scores below -1 would make it pick expert 0; here
+the top-k is exact for any scores.
 
 moe_gate_dispatch_permute(..., world_size) is the use_pad dispatch with y laid out for an all-to-all:
 [E / world_size local experts, world_size, capacity, H], expert e = rank * (E / world_size) + local at
