@@ -2,9 +2,9 @@
 limit_by_capacity, prune_gate_by_capacity, random_routing) and the two helpers built on them
 (paddle.incubate.distributed.models.moe.utils: count_by_gate, limit_by_capacity).
 
-Paddle has these as CUDA kernels only. Here they are numpy loops over the index tensors (small: one
-entry per token and expert), written from the kernels' semantics with their atomics taken in
-index order, which is the order Paddle's docstring examples show:
+Paddle has these as CUDA kernels only. Here they are numpy over the index tensors (one entry per token
+slot or per expert), written from the kernels' semantics with their atomics taken in index order, which
+is the order Paddle's docstring examples show:
 
 - number_count(numbers, upper_range): how many entries equal each e in [0, upper_range); others (-1:
   a dropped slot) are not counted.
@@ -45,13 +45,22 @@ def number_count(numbers, upper_range: int) -> oarlock.Tensor:
 
 
 def assign_pos(x, cum_count) -> oarlock.Tensor:
-    flat, cum = _ints(x).reshape(-1), _ints(cum_count).copy()
-    out = np.zeros(int(cum[-1]) if cum.size else 0, dtype=np.int64)
-    for i, e in enumerate(flat):
-        if e > -1:
-            cum[e] -= 1
-            out[cum[e]] = i
-    return _tensor(out)
+    flat, cum = _ints(x).reshape(-1), _ints(cum_count)
+    index = np.flatnonzero(flat > -1)
+    # grouped by expert; within one, the kernel's index-order decrements leave the indices descending
+    out = index[np.lexsort((-index, flat[index]))]
+    return _tensor(out[:int(cum[-1]) if cum.size else 0])
+
+
+def _arrival(flat: np.ndarray) -> np.ndarray:
+    """For each entry of `flat` (-1: none), how many earlier entries hold the same expert."""
+    order = np.argsort(flat, kind="stable")
+    ranked = flat[order]
+    starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
+    first = np.repeat(starts, np.diff(np.r_[starts, ranked.size]))
+    out = np.empty_like(flat)
+    out[order] = np.arange(flat.size) - first
+    return out
 
 
 def limit_by_capacity_kernel(expert_count, capacity, n_worker: int) -> oarlock.Tensor:
@@ -72,12 +81,8 @@ def prune_gate_by_capacity(gate_idx, expert_count, n_expert: int, n_worker: int)
         raise ValueError(f"prune_gate_by_capacity(): expert_count has {left.size} entries, but n_expert * n_worker "
                          f"is {n_expert * n_worker}")
     flat = gate.reshape(-1).copy()
-    for i, e in enumerate(flat):
-        if e < 0:
-            continue
-        left[e] -= 1
-        if left[e] < 0:
-            flat[i] = -1
+    kept = flat >= 0
+    flat[kept & (_arrival(flat) >= left[np.maximum(flat, 0)])] = -1
     return _tensor(flat.reshape(gate.shape))
 
 
