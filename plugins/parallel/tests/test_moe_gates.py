@@ -259,6 +259,8 @@ class TwoRanks:
     (lambda: GShardGate(D, E, 1, topk=3), ValueError, ["GShardGate()", "topk must be 2", "3"]),
     (lambda: GShardGate(D, 1, 1), ValueError, ["topk=2", "1 experts"]),
     (lambda: ClipGradForMOEByGlobalNorm(1.0, moe_group=TwoRanks()), ValueError, ["is_expert_param_func", "2 ranks"]),
+    (lambda: GShardGate(D, E, 2), ValueError, ["GShardGate()", "world_size=2 needs group", "None"]),
+    (lambda: SwitchGate(D, E, 4, group=TwoRanks()), ValueError, ["SwitchGate()", "a group of 2 ranks"]),
 ])
 def test_bad_input_errors(make, kind, parts):
     with pytest.raises(kind) as error:

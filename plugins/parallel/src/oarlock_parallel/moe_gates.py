@@ -51,6 +51,15 @@ def _capacity_factors(owner: str, capacity) -> tuple:
     return tuple(float(f) for f in capacity)
 
 
+def _moe_group(owner: str, group, world_size: int):
+    """`group`, checked: gates of more than one rank exchange counts over it."""
+    if world_size > 1 and (group is None or getattr(group, "nranks", None) != world_size):
+        got = "None" if group is None else f"a group of {getattr(group, 'nranks', '?')} ranks"
+        raise ValueError(f"{owner}: world_size={world_size} needs group, the moe group of {world_size} ranks; "
+                         f"got {got}")
+    return group
+
+
 def _group_slice_rand(shape: list, group, world_size: int) -> oarlock.Tensor:
     """Uniform [0, 1) numbers of `shape` for this rank: the group's draw, this rank's rows (module doc)."""
     if world_size <= 1 or group is None:
@@ -124,7 +133,7 @@ class GShardGate(NaiveGate):
         super().__init__(d_model, num_expert, world_size, topk=topk)
         self.capacity = _capacity_factors("GShardGate()", capacity)
         self.random_routing = bool(random_routing)
-        self.group = group
+        self.group = _moe_group("GShardGate()", group, self.world_size)
 
     def forward(self, x):
         topk_val, topk_idx, gate_score = super().forward(x, return_all_scores=True)
@@ -152,7 +161,7 @@ class SwitchGate(NaiveGate):
         super().__init__(d_model, num_expert, world_size, topk=1)
         self.switch_eps = float(switch_eps)
         self.capacity = _capacity_factors("SwitchGate()", capacity)
-        self.group = group
+        self.group = _moe_group("SwitchGate()", group, self.world_size)
 
     def forward(self, inp):
         self._check_input(inp)
