@@ -221,3 +221,19 @@ def test_bad_input_names_function_and_argument():
         IF.moe_combine_no_weight(x, _tensor(np.ones((3, 2))), _tensor(np.zeros((3, 2)), "int32"))
     with pytest.raises(TypeError, match=r"cal_aux_loss\(\): argument 'dispatch_mask' has dtype"):
         IF.cal_aux_loss(_tensor(np.ones((4, 2))), _tensor(np.ones(2)), None, None, 2, False, 1, 1.0)
+
+
+def test_combine_gradient_sums_rows_reached_twice():
+    """Two live slots naming one row of x: its gradient is the sum (the np.add.at path of the backward)."""
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal((4, 3)), rng.random((3, 2))
+    si = np.array([[0, 1], [1, 2], [3, 1]])
+    ox, ow = _tensor(x, "float64"), _tensor(w, "float64")
+    g = rng.standard_normal((3, 3))
+    (IF.moe_combine(ox, ow, _tensor(si, "int32", grad=False)) * _tensor(g, "float64", grad=False)).sum().backward()
+    dx = np.zeros_like(x)
+    for t in range(3):
+        for j in range(2):
+            dx[si[t, j]] += g[t] * w[t, j]
+    np.testing.assert_allclose(ox.grad.numpy(), dx, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ow.grad.numpy(), np.einsum("sh,skh->sk", g, x[si]), rtol=1e-12)

@@ -17,8 +17,8 @@ version was not available here (the earlier one, without them, sums every slot),
 weights' only plausible role, skipping the slots dispatch dropped, which carry weight 0 and index 0 -- is our
 reading, not a copy. Its gradient reaches x only (the rows of the kept slots get y_grad[s]).
 
-moe_combine is one op (moe_combine_op, internal) with a generic kernel and a "gpu" kernel in oarlock-cuda;
-the backward is written with differentiable ops."""
+moe_combine is one op (moe_combine_op, internal) with a generic kernel and a "gpu" kernel in oarlock-cuda; its
+backward is the op moe_combine_grad_op (generic kernel only; like Paddle's, it has no gradient of its own)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ import oarlock
 
 FUNCTIONS = ("moe_combine", "moe_combine_no_weight")
 OP = "moe_combine_op"
-_op = None
+GRAD_OP = "moe_combine_grad_op"
+_op = _grad_op = None
 
 
 def combine_kernel(xp, x, combine_weights, scatter_index):
@@ -40,21 +41,31 @@ def combine_kernel(xp, x, combine_weights, scatter_index):
     return y.astype(x.dtype, copy=False)
 
 
+def combine_grad_kernel(xp, x, combine_weights, scatter_index, grad_y):
+    """Generic kernel of moe_combine_grad_op: (x_grad, combine_weights_grad), 16-bit inputs in float32. Rows of
+    x reached by one live slot are written directly; np.add.at (slow) runs only when some row is reached twice."""
+    s, k = scatter_index.shape
+    h = x.shape[1]
+    work = np.float32 if x.dtype.itemsize < 4 else x.dtype
+    index = scatter_index.reshape(-1).astype(np.int64)
+    g = grad_y.astype(work)
+    w = combine_weights.astype(work)
+    live = (combine_weights != 0).reshape(-1)
+    rows = (g[:, None, :] * w[..., None]).reshape(s * k, h)[live]
+    targets = index[live]
+    dx = xp.zeros(x.shape, dtype=work)
+    if targets.size and int(xp.bincount(targets).max()) > 1:
+        xp.add.at(dx, targets, rows)
+    else:
+        dx[targets] = rows
+    dw = (g[:, None, :] * x[index].astype(work).reshape(s, k, h)).sum(axis=-1)
+    return dx.astype(x.dtype, copy=False), dw.astype(combine_weights.dtype, copy=False)
+
+
 def _combine_grad(ctx, g):
     x, weights, scatter_index = ctx.saved
-    n, h = ctx.meta[0][0]
-    s, k = ctx.meta[1][0]
-    index = scatter_index.reshape([-1]).astype("int64")
-    dx = dw = None
-    if ctx.edges[0] is not None:
-        live = weights * (weights != 0).astype(weights.dtype)
-        rows = (g.unsqueeze(1) * live.unsqueeze(-1)).reshape([s * k, h])
-        dx = oarlock.zeros([n, h], dtype=g.dtype).put_along_axis(
-            index.unsqueeze(-1).expand([s * k, h]), rows, axis=0, reduce="add")
-    if ctx.edges[1] is not None:
-        picked = oarlock.gather(x, index, axis=0).reshape([s, k, h])
-        dw = (g.unsqueeze(1) * picked).sum(axis=-1)
-    return dx, dw, None
+    dx, dw = _grad_op(x, weights, scatter_index, g)
+    return (dx if ctx.edges[0] is not None else None), (dw if ctx.edges[1] is not None else None), None
 
 
 def _check(fn, x, weights, scatter_index, wname, rows_of_x=None):
@@ -101,11 +112,16 @@ def moe_combine_no_weight(x, combine_weight, scatter_index, epsilon=1e-15, name=
 
 
 def register(ops):
-    """Define moe_combine_op and its generic kernel."""
-    global _op
+    """Define moe_combine_op, its backward moe_combine_grad_op and their generic kernels."""
+    global _op, _grad_op
     _op = ops.define(
         f"{OP}(x: Tensor, combine_weights: Tensor, scatter_index: Tensor) -> Tensor",
         internal=True, nondiff=("scatter_index",), grad=_combine_grad,
         saves=("x", "combine_weights", "scatter_index"),
         doc="Paddle's moe_combine kernel; the public API is oarlock.incubate.nn.functional.moe_combine.")
     ops.kernel(OP)(combine_kernel)
+    _grad_op = ops.define(
+        f"{GRAD_OP}(x: Tensor, combine_weights: Tensor, scatter_index: Tensor, grad_y: Tensor) "
+        "-> tuple[Tensor, Tensor]",
+        internal=True, doc="Paddle's moe_combine_grad kernel: (x_grad, combine_weights_grad).")
+    ops.kernel(GRAD_OP)(combine_grad_kernel)
