@@ -89,7 +89,8 @@ class MoELayer(nn.Layer):
     experts: nn.LayerList of this rank's experts (num_expert = len(experts); moe_group.nranks ranks hold
     num_expert each). gate: a BaseGate (NaiveGate and its subclasses), or a dict {"type": "naive" |
     "gshard" | "switch" (default "gshard"), "top_k": k (default 2)}. After forward, gate.get_loss() is
-    the auxiliary loss (GShard / Switch gates)."""
+    the auxiliary loss (GShard / Switch gates). recompute_interval > 0 recomputes the experts in backward
+    (oarlock's recompute; recompute_ctx, Paddle's options of recompute_hybrid, is kept but not read)."""
 
     def __init__(self, d_model, experts, gate=None, moe_group=None, mp_group=None, recompute_interval=0,
                  recompute_ctx=None):
