@@ -6,7 +6,8 @@ and batches, on the embedded default corpus (the standard library's docstrings):
 - dense: the default GPT (width 128, 4 blocks, MLP hidden 512);
 - moe:   `--moe-experts 8 --moe-top-k 2 --moe-expert-hidden 256`: every block's MLP is 8 experts of
          hidden 256 behind a GShard top-2 gate; a token runs 2 experts, 2 x 256 = 512 hidden units, the
-         dense MLP's (the gate's Linear(128, 8) per block is the only extra active weight: 4,128 in all).
+         dense MLP's (each block's gate Linear(128, 8) and the second expert's output bias are the extra
+         active weights: 4 x (1,032 + 128) = 4,640, 0.5 %).
 
 The table gives each run's parameters (all and active per token), its validation loss at every evaluation
 and the final one, and its training time (the machine's load shows in it; the losses do not depend on it).

@@ -280,7 +280,9 @@ class ParallelTrainer(Trainer):
         self.dist.all_gather_object(gathered, mine)
         if not (self.is_main or everywhere):   # only the main rank writes or generates
             return {}, {}
-        return tuple(self._join([(g[0], g[which]) for g in gathered]) for which in (1, 2))
+        model_state, optimizer_state = (self._join([(g[0], g[which]) for g in gathered]) for which in (1, 2))
+        # in the full model's order (the expert-parallel ranks' experts arrive rank by rank)
+        return {k: model_state[k] for k in self.full_names}, optimizer_state
 
     def _join(self, pieces) -> dict:
         by_key: dict = {}
