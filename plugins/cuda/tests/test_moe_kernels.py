@@ -177,3 +177,31 @@ def test_gpu_partial_rope_matches_cpu(dtype):
     tol = 1e-5 if dtype == "float32" else 1e-2
     for i, (c, gpu) in enumerate(zip(*results)):
         np.testing.assert_allclose(gpu, c, rtol=tol, atol=tol, err_msg=f"{dtype} output {i}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_host_combine_grad_matches_generic(host, dtype):
+    """kernels/moe.cu's moe_combine_bwd (moe_combine_grad_op on "gpu") against the generic kernel; a row named by
+    two live slots goes to the generic kernel (bit for bit then)."""
+    rng = np.random.default_rng(6)
+    generic = _generic("moe_combine_grad_op")
+    for n, rows, k, hidden, unique in ((12, 5, 2, 7, True), (40, 16, 2, 300, True), (6, 4, 2, 5, False)):
+        x = rng.standard_normal((n, hidden)).astype(_np(dtype))
+        w = rng.random((rows, k)).astype(_np(dtype))
+        w[0, -1] = 0
+        index = (rng.permutation(n)[: rows * k] if unique else rng.integers(0, n, rows * k)).reshape(rows, k)
+        if not unique:
+            index[1, 0] = index[2, 1] = 0                  # row 0 named by two live slots
+        index = index.astype(np.int32)
+        g = rng.standard_normal((rows, hidden)).astype(_np(dtype))
+        got = fused.KERNELS["moe_combine_grad_op"](np, x, w, index, g)
+        want = generic(np, x, w, index, g)
+        for i, (a, b) in enumerate(zip(got, want)):
+            assert a.shape == b.shape and a.dtype == b.dtype, (dtype, n, i)
+            # dx: one product, bit for bit; dw: a tree sum against numpy's (both in float32): a few float32 ulps of
+            # the terms, or one rounding step of the 16-bit result
+            atol = 0 if i == 0 else 1e-5 * np.abs(g.astype(np.float64)).max() * np.abs(x.astype(np.float64)).max() \
+                * hidden
+            rtol = 2.0 ** -7 if i == 1 and dtype != "float32" else 0
+            np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=rtol, atol=atol,
+                                       err_msg=f"{dtype} n={n} output {i}")

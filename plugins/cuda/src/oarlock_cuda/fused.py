@@ -14,6 +14,7 @@
 | moe_gate_dispatch_op (oarlock-       | moe_topk, moe_rank, moe_scatter    | float32 gate_logits (and corr_bias)     |
 | incubate's moe_gate_dispatch)        |                                    |                                         |
 | moe_combine_op (moe_combine)         | moe_combine_fwd                    | weights of x's dtype, int32 index       |
+| moe_combine_grad_op (its backward)   | moe_combine_bwd                    | and no row of x named by 2 live slots   |
 | fused_partial_rope_op (incubate's    | partial_rope_fwd (and transpose)   | x, cos, sin of one dtype                |
 | fused_partial_rope)                  |                                    |                                         |
 
@@ -70,7 +71,8 @@ FAMILIES = {
     "rotary": ("rotary.cu", _names("rotary_fwd")),
     "dropout": ("dropout.cu", _names("dropout_fwd")),
     "optim": ("optim.cu", _names("adam_step")),
-    "moe": ("moe.cu", ["moe_topk", "moe_rank"] + _names("moe_scatter") + _names("moe_combine_fwd")),
+    "moe": ("moe.cu", ["moe_topk", "moe_rank"] + _names("moe_scatter") + _names("moe_combine_fwd")
+            + _names("moe_combine_bwd")),
     "partial_rope": ("partial_rope.cu", _names("partial_rope_fwd")),
 }
 
@@ -523,6 +525,24 @@ def _moe_combine(xp, x, combine_weights, scatter_index):
     return out
 
 
+def _moe_combine_grad(xp, x, combine_weights, scatter_index, grad_y):
+    ctype = _ctype(x, combine_weights, grad_y)
+    if ctype is None or x.ndim != 2 or scatter_index.dtype != np.dtype(np.int32) or scatter_index.size == 0:
+        return GENERIC("moe_combine_grad_op")(xp, x, combine_weights, scatter_index, grad_y)
+    live = scatter_index.reshape(-1)[combine_weights.reshape(-1) != 0]
+    if live.size and int(xp.bincount(live).max()) > 1:      # a row summed from two slots: the generic kernel
+        return GENERIC("moe_combine_grad_op")(xp, x, combine_weights, scatter_index, grad_y)
+    rows, k = scatter_index.shape
+    hidden = x.shape[1]
+    src = xp.ascontiguousarray(x)
+    dx = xp.zeros(x.shape, dtype=x.dtype)
+    dw = xp.empty((rows, k), dtype=combine_weights.dtype)
+    _run("moe", "moe_combine_bwd", ctype, src, (max(1, min(rows * k, MAX_GRID)),), (_row_threads(min(hidden, 256)),),
+         (src, xp.ascontiguousarray(combine_weights), xp.ascontiguousarray(scatter_index),
+          xp.ascontiguousarray(grad_y), dx, dw, _i64(rows * k), _i64(hidden), np.int32(k)))
+    return dx, dw
+
+
 def _partial_rope(xp, x, cos, sin, *, transpose=False):
     ctype = _ctype(x, cos, sin)
     if ctype is None or x.ndim != 4 or x.size == 0:
@@ -552,6 +572,7 @@ KERNELS = {
     "adam_step_": _adam,
     "moe_gate_dispatch_op": _moe_dispatch,
     "moe_combine_op": _moe_combine,
+    "moe_combine_grad_op": _moe_combine_grad,
     "fused_partial_rope_op": _partial_rope,
 }
 

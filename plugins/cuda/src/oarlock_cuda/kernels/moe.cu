@@ -8,7 +8,10 @@
 //                  sort needs no radix-sort workspace and gives the same order as Paddle's stable sort;
 //   moe_scatter:   one block per slot: a slot ranked >= capacity is dropped (scatter_index 0, weight 0), else
 //                  its row of y (e * capacity + rank padded, start of e + rank otherwise) gets x's token row;
-//   moe_combine_fwd: y[s, h] = sum_j w[s, j] * x[index[s, j], h], float32 arithmetic, j in order.
+//   moe_combine_fwd: y[s, h] = sum_j w[s, j] * x[index[s, j], h], float32 arithmetic, j in order;
+//   moe_combine_bwd: one block per slot (s, j): dw[s, j] = sum_h g[s, h] x[index, h] (a tree sum in shared
+//                  memory) and, for a non-zero weight, dx[index] = g[s] * w[s, j] -- the wrapper launches it only
+//                  when no row of x is named by two live slots (else the generic kernel sums them).
 // (kernels/prelude.cuh is prepended by fused.source)
 
 __global__ void moe_topk(const float* __restrict__ gate, const float* __restrict__ bias, int has_bias,
@@ -100,5 +103,31 @@ __global__ void moe_combine_fwd(const T* __restrict__ x, const T* __restrict__ w
             acc = acc + to_f(weights[s * k + j]) * to_f(x[src * hidden + h]);
         }
         y[i] = from_f<T>(acc);
+    }
+}
+
+template <typename T>
+__global__ void moe_combine_bwd(const T* __restrict__ x, const T* __restrict__ weights,
+                                const int* __restrict__ index, const T* __restrict__ grad_y, T* __restrict__ dx,
+                                T* __restrict__ dw, long long slots, long long hidden, int k) {
+    __shared__ float partial[1024];
+    for (long long slot = blockIdx.x; slot < slots; slot += gridDim.x) {
+        const long long s = slot / k;
+        const long long src = index[slot];
+        const float w = to_f(weights[slot]);
+        float acc = 0.0f;
+        for (long long h = threadIdx.x; h < hidden; h += blockDim.x) {
+            const float g = to_f(grad_y[s * hidden + h]);
+            acc = acc + g * to_f(x[src * hidden + h]);
+            if (w != 0.0f) dx[src * hidden + h] = from_f<T>(g * w);
+        }
+        partial[threadIdx.x] = acc;
+        __syncthreads();
+        for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {
+            if (threadIdx.x < half) partial[threadIdx.x] = partial[threadIdx.x] + partial[threadIdx.x + half];
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) dw[slot] = from_f<T>(partial[0]);
+        __syncthreads();
     }
 }
