@@ -188,3 +188,22 @@ def test_fused_bad_input():
         IF.fused_bias_act(_t(np.ones((2, 3))), act_method="swiglu")
     with pytest.raises(ValueError, match=r"fused_dropout_add\(\): argument 'p' = 1.5"):
         IF.fused_dropout_add(x, x, p=1.5)
+
+
+INCUBATE_FUNCTIONS = ("moe_gate_dispatch", "moe_gate_dispatch_permute", "moe_combine", "moe_combine_no_weight",
+                      "cal_aux_loss", "swiglu", "fused_rms_norm", "fused_rms_norm_ext",
+                      "fused_rotary_position_embedding", "fused_partial_rope", "fused_bias_act", "fused_dropout_add",
+                      "fused_layer_norm", "fused_matmul_bias")
+
+
+def test_signatures_are_paddles(paddle):
+    """Every parameter name, order and default as Paddle 3.2's paddle.incubate.nn.functional has them."""
+    import inspect
+
+    import paddle.incubate.nn.functional as PF
+
+    def params(fn):
+        return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]
+
+    for name in INCUBATE_FUNCTIONS:
+        assert params(getattr(IF, name)) == params(getattr(PF, name)), name
