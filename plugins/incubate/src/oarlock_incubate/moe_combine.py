@@ -68,7 +68,7 @@ def _combine_grad(ctx, g):
     return (dx if ctx.edges[0] is not None else None), (dw if ctx.edges[1] is not None else None), None
 
 
-def _check(fn, x, weights, scatter_index, wname, rows_of_x=None):
+def _check(fn, x, weights, scatter_index, wname, one_row_per_slot=False):
     for arg, value in (("x", x), (wname, weights), ("scatter_index", scatter_index)):
         if not isinstance(value, oarlock.Tensor):
             raise TypeError(f"{fn}(): argument '{arg}' must be a Tensor; got {type(value).__name__}")
@@ -80,8 +80,8 @@ def _check(fn, x, weights, scatter_index, wname, rows_of_x=None):
                          "moe_gate_dispatch transposed)")
     if str(scatter_index.dtype).split(".")[-1] != "int32":
         raise TypeError(f"{fn}(): argument 'scatter_index' has dtype {scatter_index.dtype}; accepted: int32")
-    if rows_of_x is not None and x.shape[0] != rows_of_x:
-        raise ValueError(f"{fn}(): argument 'x' has {x.shape[0]} rows; accepted: seq_len * k = {rows_of_x}")
+    if one_row_per_slot and x.shape[0] != scatter_index.size:
+        raise ValueError(f"{fn}(): argument 'x' has {x.shape[0]} rows; accepted: seq_len * k = {scatter_index.size}")
     if scatter_index.size:
         lo, hi = int(scatter_index.min()), int(scatter_index.max())
         if lo < 0 or hi >= x.shape[0]:
@@ -102,10 +102,8 @@ def moe_combine(x, combine_weights, scatter_index, name=None):
 def moe_combine_no_weight(x, combine_weight, scatter_index, epsilon=1e-15, name=None):
     """y[s] = sum of x[scatter_index[s, j]] over the slots j whose combine_weight exceeds epsilon (see the
     module docstring): x [S * k, H], combine_weight / scatter_index [S, k] -> y [S, H]."""
-    s = scatter_index.shape[0] if isinstance(scatter_index, oarlock.Tensor) and scatter_index.ndim == 2 else 0
-    k = scatter_index.shape[1] if s or (isinstance(scatter_index, oarlock.Tensor) and scatter_index.ndim == 2) \
-        else 0
-    _check("moe_combine_no_weight", x, combine_weight, scatter_index, "combine_weight", rows_of_x=s * k)
+    _check("moe_combine_no_weight", x, combine_weight, scatter_index, "combine_weight", one_row_per_slot=True)
+    s, k = scatter_index.shape
     keep = (combine_weight > float(epsilon)).astype("float32").detach()
     picked = oarlock.gather(x, scatter_index.reshape([-1]).astype("int64"), axis=0).reshape([s, k, x.shape[1]])
     return (picked.astype("float32") * keep.unsqueeze(-1)).sum(axis=1).astype(x.dtype)
