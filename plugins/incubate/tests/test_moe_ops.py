@@ -209,6 +209,10 @@ def test_bad_input_names_function_and_argument():
         IF.moe_gate_dispatch(x, _tensor(np.ones((3, 2))), None, 1, 2, True)
     with pytest.raises(TypeError, match=r"'gate_logits' has dtype .*float64; accepted: float32"):
         IF.moe_gate_dispatch(x, _tensor(np.ones((4, 2)), "float64"), None, 1, 2, True)
+    with pytest.raises(TypeError, match=r"moe_gate_dispatch\(\): argument 'x' has dtype .*int64; accepted: a floating"):
+        IF.moe_gate_dispatch(_tensor(np.ones((4, 3)), "int64"), gate, None, 1, 2, True)
+    with pytest.raises(TypeError, match=r"moe_combine\(\): argument 'combine_weights' has dtype .*float64; accepted"):
+        IF.moe_combine(x, _tensor(np.ones((2, 2)), "float64"), _tensor(np.zeros((2, 2)), "int32"))
     with pytest.raises(ValueError, match=r"argument 'corr_bias' = \[3\]"):
         IF.moe_gate_dispatch(x, gate, _tensor(np.ones(3)), 1, 2, True)
     with pytest.raises(ValueError, match=r"moe_gate_dispatch_permute\(\): argument 'world_size' = 3"):
