@@ -205,3 +205,42 @@ def test_host_combine_grad_matches_generic(host, dtype):
             rtol = 2.0 ** -7 if i == 1 and dtype != "float32" else 0
             np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=rtol, atol=atol,
                                        err_msg=f"{dtype} n={n} output {i}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_host_bias_act_matches_generic(host, dtype):
+    """kernels/bias_act.cu (fused_bias_act_op on "gpu") against the generic kernel, every act_method, with and
+    without bias; float32 to 1e-5 of the terms' size (|x| <= 6 here; the generic gelu's far negative tail is only
+    ~2e-4 relative, the kernel's erfcf is closer to float64 there), 16-bit to one rounding step."""
+    rng = np.random.default_rng(7)
+    generic = _generic("fused_bias_act_op")
+    rtol, atol = (1e-5, 1e-5) if dtype == "float32" else (2.0 ** -7, 1e-3)
+    for shape in ((3, 8), (2, 5, 66), (1, 2)):
+        x = rng.uniform(-6, 6, shape).astype(_np(dtype))
+        bias = rng.standard_normal(shape[-1]).astype(_np(dtype))
+        for act in ("gelu", "relu", "swiglu", "geglu"):
+            for b in (None, bias):
+                got = fused.KERNELS["fused_bias_act_op"](np, x, b, act)
+                want = generic(np, x, b, act)
+                assert got.shape == want.shape and got.dtype == want.dtype, (shape, act)
+                np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol,
+                                           err_msg=f"{dtype} {shape} {act} bias={b is not None}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_bias_act_matches_cpu(dtype):
+    _gpu()
+    import oarlock.incubate.nn.functional as IF
+    rng = np.random.default_rng(8)
+    x, bias = rng.standard_normal((16, 64)).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    tol = 1e-5 if dtype == "float32" else 1e-2
+    for act in ("gelu", "relu", "swiglu", "geglu"):
+        results = []
+        for place in ("cpu", "gpu"):
+            ox, ob = (oarlock.to_tensor(a, place=place).astype(dtype) for a in (x, bias))
+            ox.stop_gradient = ob.stop_gradient = False
+            out = IF.fused_bias_act(ox, ob, act_method=act)
+            out.astype("float32").sum().backward()
+            results.append([t.astype("float64").numpy() for t in (out, ox.grad, ob.grad)])
+        for i, (c, gpu) in enumerate(zip(*results)):
+            np.testing.assert_allclose(gpu, c, rtol=tol, atol=tol * (16 if i == 2 else 1), err_msg=f"{act} {i}")

@@ -150,6 +150,9 @@ def test_fused_bias_act_matches_numpy(act):
             "geglu": _gelu(a) * bb}[act]
     got = IF.fused_bias_act(_t(x), _t(bias), act_method=act)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-12)
+    half = IF.fused_bias_act(_t(x, "bfloat16"), _t(bias, "bfloat16"), act_method=act)   # float32 inside
+    assert half.dtype == oarlock.bfloat16
+    np.testing.assert_allclose(half.astype("float32").numpy(), want, rtol=0.03, atol=0.03)
     if act != "relu":
         _fd_check(lambda x_, b_: IF.fused_bias_act(x_, b_, act_method=act), [x, bias],
                   rng.standard_normal(want.shape), wrt=[0, 1])

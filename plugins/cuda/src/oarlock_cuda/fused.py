@@ -15,6 +15,8 @@
 | incubate's moe_gate_dispatch)        |                                    |                                         |
 | moe_combine_op (moe_combine)         | moe_combine_fwd                    | weights of x's dtype, int32 index       |
 | moe_combine_grad_op (its backward)   | moe_combine_bwd                    | and no row of x named by 2 live slots   |
+| fused_bias_act_op (incubate's        | bias_act_fwd                       | x and bias of one dtype                 |
+| fused_bias_act)                      |                                    |                                         |
 | fused_partial_rope_op (incubate's    | partial_rope_fwd (and transpose)   | x, cos, sin of one dtype                |
 | fused_partial_rope)                  |                                    |                                         |
 
@@ -74,6 +76,7 @@ FAMILIES = {
     "moe": ("moe.cu", ["moe_topk", "moe_rank"] + _names("moe_scatter") + _names("moe_combine_fwd")
             + _names("moe_combine_bwd")),
     "partial_rope": ("partial_rope.cu", _names("partial_rope_fwd")),
+    "bias_act": ("bias_act.cu", _names("bias_act_fwd")),
 }
 
 
@@ -543,6 +546,23 @@ def _moe_combine_grad(xp, x, combine_weights, scatter_index, grad_y):
     return dx, dw
 
 
+_ACT_CODES = {"gelu": 0, "relu": 1, "swiglu": 2, "geglu": 3}
+
+
+def _bias_act(xp, x, bias=None, act_method="gelu"):
+    ctype = _ctype(x) if bias is None else _ctype(x, bias)
+    act = _ACT_CODES.get(act_method)
+    if ctype is None or act is None or x.ndim < 1 or x.size == 0 or (act >= 2 and x.shape[-1] % 2):
+        return GENERIC("fused_bias_act_op")(xp, x, bias, act_method)
+    out_cols = x.shape[-1] // 2 if act >= 2 else x.shape[-1]
+    src = xp.ascontiguousarray(x)
+    out = xp.empty(x.shape[:-1] + (out_cols,), dtype=x.dtype)
+    _run("bias_act", "bias_act_fwd", ctype, src, _grid(out.size), (BLOCK,),
+         (src, src if bias is None else xp.ascontiguousarray(bias), np.int32(bias is not None), out,
+          _i64(out.size), _i64(out_cols), np.int32(act)))
+    return out
+
+
 def _partial_rope(xp, x, cos, sin, *, transpose=False):
     ctype = _ctype(x, cos, sin)
     if ctype is None or x.ndim != 4 or x.size == 0:
@@ -574,6 +594,7 @@ KERNELS = {
     "moe_combine_op": _moe_combine,
     "moe_combine_grad_op": _moe_combine_grad,
     "fused_partial_rope_op": _partial_rope,
+    "fused_bias_act_op": _bias_act,
 }
 
 

@@ -2,8 +2,8 @@
 paddle.nn.quant's quantization functions into oarlock.nn.quant.
 
 Nothing heavy is imported here; the families load when the api and ops hooks run. The ops hook defines the
-internal ops behind moe_gate_dispatch, moe_combine and fused_partial_rope (so that a device plugin can register
-kernels for them)."""
+internal ops behind moe_gate_dispatch, moe_combine, fused_partial_rope and fused_bias_act, so that a device
+plugin can register kernels for them."""
 
 from oarlock import hookimpl
 
@@ -37,7 +37,8 @@ def oarlock_register_api(api):
 
 @hookimpl
 def oarlock_register_ops(ops):
-    from oarlock_incubate import fused_rope_partial, moe_combine, moe_dispatch
+    from oarlock_incubate import fused_act, fused_rope_partial, moe_combine, moe_dispatch
     moe_dispatch.register(ops)
     moe_combine.register(ops)
     fused_rope_partial.register(ops)
+    fused_act.register(ops)
