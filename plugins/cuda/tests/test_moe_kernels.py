@@ -1,9 +1,10 @@
-"""The MoE kernels of kernels/moe.cu (oarlock-incubate's moe_gate_dispatch_op and moe_combine_op on "gpu"),
-compiled for the host with g++ (oarlock_cuda.emulation) and run behind the real wrappers of oarlock_cuda.fused
-on numpy arrays, against the ops' generic kernels: every output bit for bit (routing, copies) or to the
-dtype's tolerance (combine's sums), with ties, dropped slots, corr_bias, both paddings, 16-bit inputs and the
-fallbacks. nvcc compiles the family with the others in test_fused_kernels.py; the GPU run is owed (no GPU
-here)."""
+"""The kernels oarlock-cuda registers for oarlock-incubate's internal ops on "gpu": kernels/moe.cu
+(moe_gate_dispatch_op, moe_combine_op, moe_combine_grad_op), kernels/partial_rope.cu (fused_partial_rope_op) and
+kernels/bias_act.cu (fused_bias_act_op). Compiled for the host with g++ (oarlock_cuda.emulation) and run behind
+the real wrappers of oarlock_cuda.fused on numpy arrays, against the ops' generic kernels: routing and copies bit
+for bit, sums to the dtype's tolerance; ties, dropped slots, corr_bias, both paddings, 16-bit inputs and the
+fallbacks. nvcc compiles the families with the others in test_fused_kernels.py. The GPU checks at the end run
+where cupy and a device exist; here they skip: the GPU run is owed."""
 
 from __future__ import annotations
 
