@@ -53,9 +53,12 @@ def test_ep2_checkpoint_holds_the_full_model(runs):
     ep2 = oarlock.load(str(runs["ep2_dir"] / "model.safetensors"))
     assert list(ep2) == list(one)   # every expert, under the one-process names and order
     assert "blocks.3.mlp.experts.3.proj.weight" in one and "blocks.0.mlp.gate.gate.weight" in one
-    for name in one:   # AdamW's normalised step magnifies float32 rounding where gradients are tiny (rare
-        # embedding rows) to a few 1e-6 of weights of ~0.02, which move by ~6e-3 a step
-        np.testing.assert_allclose(ep2[name].numpy(), one[name].numpy(), rtol=1e-4, atol=2e-5, err_msg=name)
+    for name in one:
+        # per tensor, not per element: AdamW's normalised step magnifies float32 rounding where a gradient is
+        # tiny into a single element off by ~3e-5 (weights ~0.02, a step moves them by up to 6e-3); an expert
+        # in the wrong place would be off by ~100 %
+        got, want = ep2[name].numpy(), one[name].numpy()
+        assert np.linalg.norm(got - want) <= 1e-4 * np.linalg.norm(want), name
 
 
 def _gshard_aux(logits: np.ndarray) -> float:
