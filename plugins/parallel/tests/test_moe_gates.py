@@ -277,3 +277,13 @@ def test_bad_forward_input_errors():
         layer(oarlock.zeros([8, D]))
     with pytest.raises(ValueError, match=r"GShardGate.forward\(\).*d_model=6.*\[3, 2\]"):
         layer.gate(oarlock.zeros([3, 2]))
+
+
+def test_fleet_leaves_the_moe_clip_as_it_is():
+    """wrap_clip (used by fleet.distributed_optimizer and sharding) would turn a global-norm clip into
+    HybridParallelClipGrad, dropping the moe-group sum of the expert norms: the MoE clip is kept."""
+    from oarlock.incubate.distributed.models.moe import ClipGradForMOEByGlobalNorm
+    from oarlock_parallel.clip import HybridParallelClipGrad, wrap_clip
+    moe_clip = ClipGradForMOEByGlobalNorm(1.0)
+    assert wrap_clip(moe_clip) is moe_clip
+    assert isinstance(wrap_clip(oarlock.nn.ClipGradByGlobalNorm(1.0)), HybridParallelClipGrad)

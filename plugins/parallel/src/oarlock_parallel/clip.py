@@ -92,6 +92,6 @@ def wrap_clip(clip, split_group=None, shard_groups=()):
     """`clip` made rank-aware when it is a global-norm clip (other clips act per tensor: unchanged)."""
     if isinstance(clip, HybridParallelClipGrad):
         clip = clip._clip_inner
-    if not isinstance(clip, ClipGradByGlobalNorm):
-        return clip
+    if not isinstance(clip, ClipGradByGlobalNorm) or getattr(clip, "sums_expert_norms_over_moe_group", False):
+        return clip   # ClipGradForMOEByGlobalNorm sums its own norms; wrapping it would drop the expert sum
     return HybridParallelClipGrad(clip, split_group=split_group, shard_groups=shard_groups)

@@ -44,6 +44,9 @@ class ClipGradForMOEByGlobalNorm(ClipGradByGlobalNorm):
     (is_expert_param_func(param) -> True for an expert parameter; required when moe_group has more than
     one rank)."""
 
+    # fleet's wrap_clip (clip.py) leaves a clip with this flag as it is: HybridParallelClipGrad would drop the sum
+    sums_expert_norms_over_moe_group = True
+
     def __init__(self, clip_norm, is_expert_param_func=None, moe_group=None, group_name="default_moe_group"):
         super().__init__(clip_norm, group_name=group_name)
         if moe_group is not None and moe_group.nranks > 1 and is_expert_param_func is None:

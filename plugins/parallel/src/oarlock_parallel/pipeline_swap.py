@@ -12,7 +12,8 @@ out of pinned memory, the cpu's copy worker thread into its separately counted h
 actions computed meanwhile:
 - `offload(key)` starts each handle's copy to the host pool; the handle keeps the device tensor until its copy
   has finished, and `settle()` (called by the executor before every action) then drops it, freeing the device
-  memory once the graph holds no other reference. `settle(wait=True)` waits for every copy.
+  memory once the graph holds no other reference. A copy gets one action to overlap: the next settle() but
+  one waits for it, so the device holds no more than the schedule planned. `settle(wait=True)` waits for all.
 - `load(key)` starts the copies back (the schedule places "L" one action before the backward that reads them);
   backward reads each handle through the unpack hook, which waits for its copy. A handle whose copy to host
   has not finished when it is loaded keeps its device tensor and drops the host copy; one never loaded is
@@ -74,7 +75,8 @@ class ActivationSwap:
         self.min_bytes = min_bytes
         self._handles: dict = {}           # key -> {id(array): _Handle}
         self.offloaded_bytes = 0           # total moved to host over the step
-        self._copying: list = []           # handles whose copy to host may still run
+        self._fresh: list = []             # handles whose copy to host started since the last settle()
+        self._older: list = []             # those started before it and still running then
 
     def recording(self, key):
         """The context for micro-batch `key`'s forward: its saved tensors get handles (no-op for other keys)."""
@@ -102,14 +104,17 @@ class ActivationSwap:
             raise RuntimeError(f"ActivationSwap.offload(): micro-batch {key} has no recorded forward to offload "
                                f"(offloaded pairs: {sorted(self.keys)})")
         self.offloaded_bytes += sum(h.offload() for h in handles.values())
-        self._copying.extend(handles.values())
+        self._fresh.extend(handles.values())
 
     def settle(self, wait: bool = False) -> None:
-        """Free the device memory of the handles whose copy to host has finished (all of them, waiting for
-        each, with wait=True)."""
-        for handle in self._copying:
+        """Called before every action: free the device memory of the handles whose copy to host has finished,
+        waiting for those started before the previous call (a copy overlaps one action, so the device never
+        holds more than the schedule planned); wait=True waits for every copy."""
+        for handle in self._older:
+            handle.settle(True)
+        for handle in self._fresh:
             handle.settle(wait)
-        self._copying = [h for h in self._copying if h.down is not None]
+        self._older, self._fresh = [h for h in self._fresh if h.down is not None], []
 
     def load(self, key, wait: bool = False) -> None:
         """Start bringing micro-batch `key` back (wait=True: and wait for it); from now on only its graph holds

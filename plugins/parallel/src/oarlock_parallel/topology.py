@@ -239,6 +239,25 @@ class HybridCommunicateGroup:
         self._check_sep_exist("get_sep_parallel_group_src_rank")
         return self._sep_comm_group.ranks[0]
 
+    # expert parallel (Paddle's EPHybridCommunicateGroup names): the "expert" axis, when the topology has one
+    def _expert_group(self, what: str):
+        if "expert" not in self._topo.get_hybrid_group_names():
+            raise RuntimeError(f"HybridCommunicateGroup.{what}(): expert parallel does not exist (no 'ep' in "
+                               "hybrid_configs['order'] with ep_degree > 1)")
+        return self.get_axis_group("expert")
+
+    def get_expert_parallel_rank(self) -> int:
+        return self._expert_group("get_expert_parallel_rank").rank
+
+    def get_expert_parallel_world_size(self) -> int:
+        return self._expert_group("get_expert_parallel_world_size").nranks
+
+    def get_expert_parallel_group(self):
+        return self._expert_group("get_expert_parallel_group")
+
+    def get_expert_parallel_group_src_rank(self) -> int:
+        return self._expert_group("get_expert_parallel_group_src_rank").ranks[0]
+
     def get_stage_id(self):
         return self.stage_id
 

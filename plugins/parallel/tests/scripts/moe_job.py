@@ -132,6 +132,10 @@ def setup(ep: int, dp: int) -> dict:
                                "order": ["dp", "ep", "pp", "sharding", "sep", "cp", "mp"]}
     fleet.init(is_collective=True, strategy=strategy)
     moe_group, expert_dp, dense = expert_parallel_groups()
+    hcg = fleet.get_hybrid_communicate_group()    # Paddle's EPHybridCommunicateGroup names give the same group
+    assert hcg.get_expert_parallel_group() is moe_group and hcg.get_expert_parallel_world_size() == ep
+    assert hcg.get_expert_parallel_rank() == moe_group.rank
+    assert hcg.get_expert_parallel_group_src_rank() == moe_group.ranks[0]
     count = EXPERTS // ep
     gate = GShardGate(D, count, ep, capacity=CAPACITY, group=moe_group)
     model = MoEModel(moe_group.rank * count, count, gate, moe_group)
