@@ -113,11 +113,17 @@ def test_moe_run_logs_the_aux_loss(runs, tmp_path, capsys):
     reader.Reload()
     aux = reader.Scalars("train/aux_loss")
     assert [e.step for e in aux] == list(range(1, STEPS + 1))
-    np.testing.assert_allclose(aux[-1].value, logged[-1], rtol=1e-3)
+    saved = history(out)
+    np.testing.assert_allclose([e.value for e in aux], saved["aux"], rtol=1e-6)   # trainer.json keeps them too
+    np.testing.assert_allclose([saved["aux"][0], saved["aux"][-1]], [logged[0], logged[-1]], rtol=1e-3)
     # with the weight the objective differs from the weightless run's from the second step on, not before
-    train = history(out)["train"]
+    train = saved["train"]
     np.testing.assert_allclose(train[0], runs["one"]["train"][0], rtol=RTOL)
     assert abs(train[1] - runs["one"]["train"][1]) > 1e-4 * abs(train[1])
+    # in two pieces with --resume: the same losses and aux losses
+    assert command.main([*SMALL, "--out", str(tmp_path / "pieces"), *MOE, "--stop-after", "2"]) == 0
+    assert command.main([*SMALL, "--out", str(tmp_path / "pieces"), *MOE, "--resume"]) == 0
+    assert history(tmp_path / "pieces") == saved
 
 
 def test_parameter_counts():

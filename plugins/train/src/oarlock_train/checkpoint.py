@@ -4,7 +4,8 @@
     optimizer.pdopt     the optimizer's state_dict plus the LR scheduler's under "LR_Scheduler", as Paddle does
                         (a pickle: `load` reads it with weights_only=True, so a planted file that names
                         code to run is refused with an UnpicklingError instead of running it)
-    trainer.json        the step, the options, the loss history and oarlock's random-generator state
+    trainer.json        the step, the options, the loss history (with experts, the aux loss of every step
+                        too) and oarlock's random-generator state
 
 Each file is written under a temporary name and renamed, and trainer.json
 goes last: it names the step the other two belong to, so an interrupted save
@@ -18,6 +19,7 @@ import json
 import os
 
 import oarlock
+from oarlock_train.moe_model import DEFAULT_AUX_WEIGHT
 from oarlock_train.trainer import History, TrainConfig, Trainer
 
 MODEL_FILE = "model.safetensors"
@@ -54,7 +56,7 @@ def save(trainer: Trainer, out_dir) -> None:
         "step": trainer.step,
         "config": dataclasses.asdict(trainer.cfg),
         "rng_state": oarlock.get_rng_state(),
-        "history": {"train": trainer.history.train, "valid": trainer.history.valid},
+        "history": {"train": trainer.history.train, "valid": trainer.history.valid, "aux": trainer.history.aux},
     }
     _replace_into(out_dir, MODEL_FILE, lambda p: oarlock.save(model_state, p))
     _replace_into(out_dir, OPTIMIZER_FILE, lambda p: oarlock.save(optimizer_state, p))
@@ -72,7 +74,8 @@ def read_state(out_dir) -> dict:
 
 
 # Options added after checkpoints were first written, with the value the older runs had.
-LEGACY_CONFIG = {"document_mask": False}
+LEGACY_CONFIG = {"document_mask": False, "moe_experts": 0, "moe_top_k": 2, "moe_aux_weight": DEFAULT_AUX_WEIGHT,
+                 "moe_expert_hidden": None}
 
 
 def config_mismatches(saved: dict, cfg: TrainConfig) -> list[str]:
@@ -102,5 +105,6 @@ def load(trainer: Trainer, out_dir, state: dict | None = None) -> None:
         trainer.scheduler.set_state_dict(scheduler_state)
     trainer.step = int(state["step"])
     trainer.history = History(train=list(state["history"]["train"]),
-                              valid=[tuple(p) for p in state["history"]["valid"]])
+                              valid=[tuple(p) for p in state["history"]["valid"]],
+                              aux=list(state["history"].get("aux", [])))
     oarlock.set_rng_state(state["rng_state"])

@@ -475,8 +475,6 @@ def _train(args, trainer, log=None) -> bool:
             aux = trainer.history.aux[-1] if len(trainer.history.aux) == len(trainer.history.train) else None
             if log is not None:
                 log.step_finished(loss)
-                if aux is not None:
-                    log.writer.add_scalar("train/aux_loss", aux, trainer.step)
             bar.update(trainer.step, loss, trainer.tokens_per_step, "" if aux is None else f" | aux {aux:.4f}")
             if trainer.step % args.eval_every == 0 or trainer.step == last:
                 valid = trainer.evaluate()

@@ -152,10 +152,11 @@ class ParallelTrainer(Trainer):
         self.is_main = dist.get_rank() == 0
         self.data_ranks = layout.data_ranks
         # the expert-parallel ranks hold different rows too: the MoE layers exchange their tokens
-        self.moe_group = hcg.get_axis_group("expert") if layout.ep > 1 else None
+        self.moe_group = None
+        if layout.ep > 1:   # the experts' ranks; the replicas of this rank's experts; the dense parameters' ranks
+            from oarlock.incubate.distributed.models.moe import expert_parallel_groups
+            self.moe_group, self._expert_dp_group, self._dense_group = expert_parallel_groups(hcg)
         ep_rank = 0 if self.moe_group is None else self.moe_group.rank
-        # the MoE GPT runs on dp x ep ranks alone (no mp, sharding or pp): its dense parameters are every rank's
-        self._dense_group = dist.new_group(list(range(dist.get_world_size()))) if layout.ep > 1 else None
         self.data_rank = ((hcg.get_data_parallel_rank() * layout.ep + ep_rank) * layout.sharding
                           + hcg.get_sharding_parallel_rank())
         self.mp_rank = hcg.get_model_parallel_rank()
@@ -240,9 +241,8 @@ class ParallelTrainer(Trainer):
             return   # fleet's DataParallel (or the hybrid optimizer) has synchronised them
         # dense gradients averaged over every rank, each expert's summed over its data-parallel replicas
         from oarlock.incubate.distributed.models.moe import sync_moe_gradients
-        dp_group = self.hcg.get_data_parallel_group()
         sync_moe_gradients(self.model.parameters(), self._is_expert_param, dense_group=self._dense_group,
-                           expert_dp_group=dp_group if dp_group.nranks > 1 else None)
+                           expert_dp_group=self._expert_dp_group)
 
     def _sum_over_data(self, *values):
         total = oarlock.to_tensor(np.asarray(values, dtype=np.float64))

@@ -5,6 +5,7 @@ Tags, all against the step number:
     train/lr              the learning rate that step used
     train/tokens_per_s    tokens of the step / the step's wall time (forward, backward, optimizer update)
     train/grad_norm       global L2 norm of the gradients before clipping (the norm ClipGradByGlobalNorm clips)
+    train/aux_loss        with --moe-experts: the gates' aux (load-balancing) loss of each step, before its weight
     val/loss              validation loss, at each evaluation
     memory/allocated_mib, memory/max_allocated_mib   oarlock.device.memory_allocated() and its peak, in MiB
 and the run's options as text under config. Without --log-dir, none of this (the gradient norm included)
@@ -48,8 +49,10 @@ class TensorBoardLog:
         add("train/loss", loss, step)
         add("train/lr", self._lr, step)
         add("train/tokens_per_s", trainer.tokens_per_step / seconds, step)
-        if trainer.grad_norm is not None:  # not measured under --mp or --sharding (see parallel.py)
+        if trainer.grad_norm is not None:  # not measured under --mp, --sharding or --ep (see parallel.py)
             add("train/grad_norm", trainer.grad_norm, step)
+        if len(trainer.history.aux) == len(trainer.history.train):   # a MoE run's step
+            add("train/aux_loss", trainer.history.aux[-1], step)
         add("memory/allocated_mib", oarlock.device.memory_allocated() / MIB, step)
         add("memory/max_allocated_mib", oarlock.device.max_memory_allocated() / MIB, step)
 

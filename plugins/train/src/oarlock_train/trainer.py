@@ -116,6 +116,17 @@ class Trainer:
         """The indices of the EVAL_BATCH-row chunks of the validation split this process evaluates."""
         return range(-(-len(self.corpus.valid) // EVAL_BATCH))
 
+    def _zero_missing_gradients(self) -> None:
+        """With experts: a zero gradient for the parameters backward did not reach (an expert no token was
+        routed to in this step). Once a parameter had a gradient, clear_grad() leaves it zeros and AdamW moves
+        it on its momentum; a parameter that never had one has None and AdamW skips it. Without this, a run
+        resumed from a checkpoint (fresh gradients: None) would skip such an expert where the uninterrupted
+        run moves it; with it every step moves every parameter, whatever the history."""
+        if self.cfg.moe_experts:
+            for param in self.model.parameters():
+                if param.grad is None and not param.stop_gradient:
+                    param.grad = oarlock.zeros(param.shape, dtype=param.dtype)
+
     def _sync_gradients(self) -> None:
         """After backward, before the optimizer step: make the gradients the batch's (nothing in one process;
         wrappers such as DataParallel do it inside backward)."""
@@ -204,6 +215,7 @@ class Trainer:
             loss = self.model.loss(rows, self.cfg.document_mask, forward=self.wrapped)
             self._objective(loss).backward()
         self._sync_gradients()
+        self._zero_missing_gradients()
         if self.measure_grad_norm:
             # the norm the global-norm clip computes inside step(): one more pass over the gradients
             self.grad_norm = self._global_grad_norm()
