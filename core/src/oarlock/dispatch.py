@@ -746,6 +746,20 @@ def _inputs_text(op, args) -> str:
     return "; ".join(f"{p.name}={_describe(a)}" for p, a in zip(op.tensor_params, args))
 
 
+def _subclass_dispatch(value):
+    """The `__oarlock_dispatch__(op, args, attrs)` of a Tensor subclass among `value` (a tensor argument, or a
+    list of them), or None. A subclass that defines it receives every op called with one of its instances
+    among the tensor arguments (the first such argument's class decides) and returns the op's result; it
+    runs ops on its plain tensors through `apply` again. Plain tensors never reach this check: the fast
+    path and the loop above take them, so the hook costs nothing to code that has no such subclass."""
+    for item in value if isinstance(value, (list, tuple)) else (value,):
+        if isinstance(item, Tensor):
+            handler = getattr(type(item), "__oarlock_dispatch__", None)
+            if handler is not None:
+                return handler
+    return None
+
+
 def apply(op: OpDef, args: tuple, attrs: dict):
     """Run op on tensor arguments `args` (one per tensor parameter) and attributes `attrs`."""
     # 1. normalise tensor arguments and find the common place
@@ -777,6 +791,9 @@ def apply(op: OpDef, args: tuple, attrs: dict):
                                   f"({x._place} and {place})")
             flat.append(list(a))
         else:
+            handler = _subclass_dispatch(a)
+            if handler is not None:   # a Tensor subclass that computes its ops itself (distributed tensors)
+                return handler(op, args, attrs)
             accepts = {"Tensor": "a Tensor", "TensorOrScalar": "a Tensor or a Python number",
                        "OptTensor": "a Tensor or None", "TensorList": "a list of Tensors"}[p.base]
             hint = " (wrap data with oarlock.to_tensor)" if isinstance(a, (list, np.ndarray, *_SCALAR_TYPES)) else ""
