@@ -48,7 +48,7 @@ def test_ep2_losses_equal_one_process(runs):
     assert len(runs["ep2"]["train"]) == STEPS
 
 
-def test_ep2_checkpoint_holds_the_full_model(runs):
+def test_ep2_checkpoint_holds_the_full_model(runs, tmp_path):
     one = oarlock.load(str(runs["one_dir"] / "model.safetensors"))
     ep2 = oarlock.load(str(runs["ep2_dir"] / "model.safetensors"))
     assert list(ep2) == list(one)   # every expert, under the one-process names and order
@@ -59,6 +59,16 @@ def test_ep2_checkpoint_holds_the_full_model(runs):
         # in the wrong place would be off by ~100 %
         got, want = ep2[name].numpy(), one[name].numpy()
         assert np.linalg.norm(got - want) <= 1e-4 * np.linalg.norm(want), name
+    # one process loads it (weights and AdamW states) and evaluates it to the job's validation loss
+    from oarlock_train import checkpoint
+    from oarlock_train.corpus import build_corpus
+    from oarlock_train.trainer import Trainer, TrainConfig
+    cfg = TrainConfig(steps=STEPS, seed=3, batch_size=4, seq_len=32, warmup=0, moe_experts=4, moe_top_k=2,
+                      moe_aux_weight=0.0)
+    trainer = Trainer(cfg, build_corpus(cfg.seq_len))
+    checkpoint.load(trainer, runs["ep2_dir"])
+    assert trainer.step == STEPS and len(trainer.optimizer.state_dict()) > len(one)
+    np.testing.assert_allclose(trainer.evaluate(), runs["ep2"]["valid"][-1][1], rtol=RTOL)
 
 
 def _gshard_aux(logits: np.ndarray) -> float:
