@@ -1,5 +1,197 @@
-"""spmd: placeholder until helper SPMD replaces it. dispatch(op, args, attrs) runs ops on DistTensors."""
+"""spmd: running ops on DistTensors. DistTensor.__oarlock_dispatch__ calls dispatch(op, args, attrs) for every op
+with a DistTensor among its tensor arguments.
+
+dispatch finds the op's rule by op.name (spmd_rules.RULES, extended with register_rule), describes every input as
+a Spec (global shape, mesh dims per tensor dim, Partial mesh dims), asks the rule which Spec every input must have
+and what the outputs are, reshards the inputs that differ (reshard.reshard: the cheapest collective), runs the op
+on the local pieces with oarlock.dispatch.apply (autograd records on the local pieces, so gradients flow through
+the collectives of reshard), and wraps each output with DistTensor.make(local, mesh, placements, global shape):
+the rule knows the global shapes, so no shape inference runs.
+
+An op without a rule takes the FALLBACK: every input replicated, the op computed on the full tensors, the output
+sharded like the first distributed input when it has that input's global shape (a local slice: no
+communication), else replicated. Correct for every op, only slower.
+
+Plain tensors among the arguments are taken as replicated on the mesh (Paddle's dygraph auto parallel does the
+same). All distributed inputs must live on one mesh (same process ids and shape): a clear error otherwise."""
+
+from __future__ import annotations
+
+import oarlock
+from oarlock import Tensor
+from oarlock.dispatch import apply
+
+from oarlock_autoparallel.spmd_rules import RULES
+from oarlock_autoparallel.spmd_rules.base import REDUCE_NAMES, RuleResult, Spec
+
+__all__ = ["dispatch", "register_rule", "get_rule", "spec_of", "placements_of", "fallback_rule"]
+
+
+def register_rule(op_names, rule) -> None:
+    """Use `rule(specs, attrs) -> RuleResult` (see spmd_rules/base.py) for the ops named `op_names` (a name or a
+    list of names); replaces an earlier rule of those ops."""
+    if not callable(rule):
+        raise TypeError(f"register_rule(): argument 'rule' must be callable rule(specs, attrs), got {rule!r}")
+    for name in [op_names] if isinstance(op_names, str) else list(op_names):
+        if not isinstance(name, str):
+            raise TypeError(f"register_rule(): argument 'op_names' must be op names (str), got {name!r}")
+        RULES[name] = rule
+
+
+def get_rule(op_name: str):
+    """The rule of op `op_name` (the fallback when it has none)."""
+    return RULES.get(op_name, fallback_rule)
+
+
+# -- placements <-> Spec -------------------------------------------------------------------------------------
+
+def spec_of(shape, mesh, placements) -> Spec:
+    """The Spec of a tensor of global `shape` placed with `placements` on `mesh`."""
+    dims = [[] for _ in shape]
+    partial = {}
+    for m, p in enumerate(placements):
+        if p.is_shard():
+            dims[p.get_dim()].append(m)       # mesh-dim order = outer first (DT's co-sharding order)
+        elif p.is_partial():
+            partial[m] = REDUCE_NAMES[int(p.reduce_type())]
+    return Spec.make(shape, dims, mesh.shape, partial)
+
+
+def placements_of(spec: Spec) -> list:
+    """The placements (one per mesh dim) of `spec`."""
+    from oarlock_autoparallel.placements import Partial, ReduceType, Replicate, Shard
+    out = [Replicate() for _ in spec.mesh_shape]
+    for d, ms in enumerate(spec.dims):
+        for m in ms:
+            out[m] = Shard(d)
+    for m, r in spec.partial:
+        out[m] = Partial(ReduceType(REDUCE_NAMES.index(r)))
+    return out
+
+
+# -- the fallback ----------------------------------------------------------------------------------------------
+
+def fallback_rule(specs, attrs):
+    """Every input replicated; the outputs are marked None (their shapes come from the computed result)."""
+    def rep(s):
+        if isinstance(s, Spec):
+            return Spec.replicated(s.shape, s.mesh_shape)
+        if isinstance(s, list):
+            return [rep(x) for x in s]
+        return s
+    return RuleResult([rep(s) for s in specs], None)
+
+
+# -- dispatch ----------------------------------------------------------------------------------------------------
+
+def _flat_dist(args):
+    from oarlock_autoparallel.dtensor import DistTensor
+    for a in args:
+        for item in a if isinstance(a, (list, tuple)) else (a,):
+            if isinstance(item, DistTensor):
+                yield item
+
+
+def _same_mesh(mesh, other) -> bool:
+    return list(mesh.shape) == list(other.shape) and list(mesh.process_ids) == list(other.process_ids)
+
+
+def _attrs(op, attrs):
+    """The op's attributes with their defaults filled in (rules read every attribute by name)."""
+    # a parameter without a default holds a bare object() sentinel: it is always given, so skip it
+    full = {p.name: p.default for p in op.attr_params if type(p.default) is not object}
+    full.update(attrs)
+    return full
 
 
 def dispatch(op, args, attrs):
-    raise NotImplementedError(f"{op.name}(): no SPMD rules yet (oarlock-autoparallel is being built)")
+    from oarlock_autoparallel.dtensor import DistTensor
+    dists = list(_flat_dist(args))
+    mesh = dists[0]._mesh
+    for t in dists[1:]:
+        if not _same_mesh(mesh, t._mesh):
+            raise ValueError(f"{op.display}(): its distributed inputs live on different meshes ({mesh} and "
+                             f"{t._mesh}); reshard them onto one mesh first (oarlock.distributed.reshard)")
+
+    def spec(a):
+        if isinstance(a, DistTensor):
+            return spec_of(a.shape, mesh, a._placements)
+        if isinstance(a, Tensor):
+            return Spec.replicated(a.shape, mesh.shape)
+        if isinstance(a, (list, tuple)):
+            return [spec(x) for x in a]
+        return a
+    specs = [spec(a) for a in args]
+    full_attrs = _attrs(op, attrs)
+    rule = RULES.get(op.name, fallback_rule)
+    try:
+        result = rule(specs, full_attrs)
+    except ValueError as e:
+        raise ValueError(f"{op.display}(): {e}") from None
+    local_args = [_localise(a, s, mesh) for a, s in zip(args, result.inputs)]
+    if not mesh.contains(_rank()):
+        return _empty_outputs(op, dists[0], mesh, result)
+    out = apply(op, tuple(local_args), attrs)
+    return _wrap(out, result.outputs, mesh, dists[0])
+
+
+def _localise(a, want, mesh):
+    """This rank's piece of argument `a` once resharded to Spec `want`."""
+    from oarlock_autoparallel.dtensor import DistTensor
+    from oarlock_autoparallel.reshard import reshard
+    if isinstance(a, (list, tuple)):
+        return [_localise(x, w, mesh) for x, w in zip(a, want)]
+    if not isinstance(a, Tensor):
+        return a
+    if not isinstance(a, DistTensor):
+        if all(not d for d in want.dims) and not want.partial:
+            return a                                   # a plain tensor is replicated: already what is wanted
+        a = DistTensor.make(a, mesh, placements_of(Spec.replicated(a.shape, mesh.shape)), a.shape)
+    target = placements_of(want)
+    if list(a._placements) != target:
+        a = reshard(a, mesh, target)
+    return a._local
+
+
+def _wrap(out, specs, mesh, first):
+    from oarlock_autoparallel.dtensor import DistTensor
+    from oarlock_autoparallel.reshard import reshard
+    many = isinstance(out, (list, tuple))
+    outs = list(out) if many else [out]
+    wrapped = []
+    for i, local in enumerate(outs):
+        if not isinstance(local, Tensor):
+            wrapped.append(local)
+            continue
+        if specs is None:       # fallback: the full result on every rank, then sharded like the first input
+            t = DistTensor.make(local, mesh, placements_of(Spec.replicated(local.shape, mesh.shape)), local.shape)
+            if list(local.shape) == list(first.shape):
+                like = [p if p.is_shard() else _replicate() for p in first._placements]
+                if any(p.is_shard() for p in like):
+                    t = reshard(t, mesh, like)
+            wrapped.append(t)
+        else:
+            s = specs[i]
+            wrapped.append(DistTensor.make(local, mesh, placements_of(s), list(s.shape)))
+    if not many:
+        return wrapped[0]
+    return type(out)(wrapped) if isinstance(out, tuple) else wrapped
+
+
+def _empty_outputs(op, first, mesh, result):
+    """A rank outside the mesh computes nothing: empty local pieces with the rule's global shapes."""
+    from oarlock_autoparallel.dtensor import DistTensor
+    specs = result.outputs or [Spec.replicated(first.shape, mesh.shape)] * max(op.n_outputs or 1, 1)
+    outs = [DistTensor.make(oarlock.zeros([0], dtype=first.dtype), mesh, placements_of(s), list(s.shape))
+            for s in specs]
+    return outs[0] if op.n_outputs == 1 else (tuple(outs) if op.n_outputs else outs)
+
+
+def _replicate():
+    from oarlock_autoparallel.placements import Replicate
+    return Replicate()
+
+
+def _rank() -> int:
+    import oarlock.distributed as dist
+    return dist.get_rank() if dist.is_initialized() else 0
