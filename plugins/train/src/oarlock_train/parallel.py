@@ -12,7 +12,12 @@ training loop with a ParallelTrainer:
 * each step draws the global batch as one process does and each of the D x S data ranks takes an equal
   contiguous share; the logged loss is the mean over the data ranks, i.e. the global batch's loss;
 * rank 0 alone prints, plots and writes: checkpoints hold the full weights and optimizer states (gathered
-  from every rank's slices), in the one-process format, so any layout resumes any other's checkpoint.
+  from every rank's slices), in the one-process format, so any layout resumes any other's checkpoint;
+* --ep E (the MoE GPT of moe_model, with --dp only): ep_degree E, the expert axis inside the data axis;
+  each rank keeps its experts of the full model, the E ranks take different rows as data ranks do,
+  gradients are synchronised by sync_moe_gradients (dense ones over every rank, experts over their dp
+  replicas) and clipped by ClipGradForMOEByGlobalNorm on a plain optimizer (no fleet wrappers), and
+  evaluation runs the gathered full model on every rank (no all-to-all in evaluation).
 """
 
 from __future__ import annotations
