@@ -131,6 +131,8 @@ def dispatch(op, args, attrs):
     local_args = [_localise(a, s, mesh) for a, s in zip(args, result.inputs)]
     if not mesh.contains(_rank()):
         return _empty_outputs(op, dists[0], mesh, result)
+    if result.local_attrs is not None:
+        attrs = {**attrs, **result.local_attrs(_coord(mesh))}
     out = apply(op, tuple(local_args), attrs)
     return _wrap(out, result.outputs, mesh, dists[0])
 
@@ -190,6 +192,16 @@ def _empty_outputs(op, first, mesh, result):
 def _replicate():
     from oarlock_autoparallel.placements import Replicate
     return Replicate()
+
+
+def _coord(mesh) -> tuple:
+    """This rank's coordinate in `mesh`."""
+    ids = list(mesh.process_ids)
+    index, coord = ids.index(_rank()), []
+    for n in reversed(list(mesh.shape)):
+        coord.append(index % n)
+        index //= n
+    return tuple(reversed(coord))
 
 
 def _rank() -> int:

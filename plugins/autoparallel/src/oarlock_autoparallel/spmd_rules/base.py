@@ -73,6 +73,20 @@ class Spec:
 class RuleResult:
     inputs: list      # the Spec each input must have (None / list of Specs, as the rule's `specs`)
     outputs: list     # one Spec per output
+    local_attrs: object = None   # callable(mesh coordinate) -> attributes to change for the local op (reshape)
+
+
+def local_shape(spec: Spec, coord) -> list:
+    """The shape of the piece of `spec` at mesh coordinate `coord` (Paddle's split rule: ceil-sized chunks,
+    the mesh dims of a co-sharded dim outer first)."""
+    out = []
+    for size, ms in zip(spec.shape, spec.dims):
+        idx, parts = 0, 1
+        for m in ms:
+            idx, parts = idx * spec.mesh_shape[m] + coord[m], parts * spec.mesh_shape[m]
+        c = -(-size // parts)
+        out.append(max(0, min((idx + 1) * c, size) - min(idx * c, size)))
+    return out
 
 
 def norm_axis(axis, ndim, who="axis"):

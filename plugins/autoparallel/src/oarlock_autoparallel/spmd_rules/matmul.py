@@ -10,7 +10,7 @@ def _letters(ndim, prefix, last_two, transpose):
     if ndim == 1:
         return [last_two[1] if prefix == "x" else last_two[0]]
     pair = list(last_two[::-1] if transpose else last_two)
-    return [f"b{ndim - 2 - i}" for i in range(ndim - 2)] + pair
+    return [f"b{ndim - 3 - i}" for i in range(ndim - 2)] + pair
 
 
 def _batch(x: Spec, y: Spec, xl, yl):

@@ -9,7 +9,7 @@ chunk boundary then falls on its boundary). A mesh dim that cannot be placed is 
 sharding with every mesh dim after it (they would cut inside it). So a dim of 8 split by [Shard(0), Shard(0)]
 on a 2x2 mesh, reshaped to (2, 4), gives out dims (mesh 0) and (mesh 1). Partial passes through."""
 
-from oarlock_autoparallel.spmd_rules.base import RuleResult, norm_axes, norm_axis
+from oarlock_autoparallel.spmd_rules.base import RuleResult, local_shape, norm_axes, norm_axis
 
 
 def resolve_shape(in_shape, shape, who="reshape"):
@@ -92,7 +92,10 @@ def reshape_rule(specs, attrs, target=None):
         for m, j in placed:
             out_dims[j] = out_dims[j] + (m,)
     xi = x.with_(dims=in_dims)
-    return RuleResult([xi] + list(specs[1:]), [x.with_(shape=out_shape, dims=out_dims)])
+    out = x.with_(shape=out_shape, dims=out_dims)
+    # reshape's `shape` attribute is global: each rank reshapes its piece to its piece of the output
+    local = None if target is not None else (lambda coord: {"shape": local_shape(out, coord)})
+    return RuleResult([xi] + list(specs[1:]), [out], local)
 
 
 def flatten_rule(specs, attrs):
