@@ -1,0 +1,97 @@
+"""The planner's cost model: a layout's step time and peak memory per rank from a Calibration.
+
+Time (seconds per step, the slowest rank):
+* compute: contention x (layers x block(rows, mp) + ends(rows, mp)), the forward + backward measured at the rows
+  one rank takes (batch / data ranks) and its 1/mp share of the widths;
+* tensor parallel (mp > 1): 4 all-reduces of the activations [rows, seq, width] per block (two in forward, two in
+  backward) and 2 for the embedding and head, over mp ranks;
+* data parallel (dp x sharding > 1): one all-reduce of the rank's gradients over the data ranks (sharding stage 1
+  is costed the same: reduce-scatter + all-gather move the same bytes); expert parallel adds 4 all-to-alls of the
+  routed tokens per block (dispatch and combine, forward and backward), costed as all-gathers of those bytes;
+* pipeline (pp > 1, 1F1B over M micro-batches): (M + pp - 1) slots, each the slowest stage's forward + backward of
+  one micro-batch plus a send and a receive of its activations;
+* the AdamW step over the rank's parameters / sharding.
+
+Memory (bytes, the fullest rank): parameters + gradients (float32) + AdamW's two moments / sharding + the corpus
+oarlock train holds + the activations the forward keeps (measured per block and for the ends, times the
+micro-batches in flight on the first pipeline stage: min(M, pp)) + the largest backward transient measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from oarlock_autoparallel.planner_layouts import Layout
+from oarlock_autoparallel.planner_model import CORPUS_TOKENS, FLOAT_BYTES, ModelSpec
+from oarlock_autoparallel.planner_probe import Calibration
+
+
+@dataclass(frozen=True)
+class Prediction:
+    layout: Layout
+    step_seconds: float
+    memory_bytes: int
+    time_parts: dict
+    memory_parts: dict
+
+
+def micro_rows(spec: ModelSpec, layout: Layout) -> int:
+    """Rows one rank computes at once: its share of the batch, cut into micro-batches under pp."""
+    return spec.batch // layout.data_ranks // layout.micro_batches
+
+
+def shape_of(spec: ModelSpec, layout: Layout) -> tuple[int, int]:
+    """The (rows, mp) the probe measures for this layout."""
+    return micro_rows(spec, layout), layout.mp
+
+
+def collective(cal: Calibration, op: str, group: int, nbytes: float) -> float:
+    """Seconds of one `op` of `nbytes` per rank over `group` ranks (0 for a group of one)."""
+    if group <= 1:
+        return 0.0
+    alpha, beta = cal.comm[op][str(group)]
+    return alpha + beta * nbytes
+
+
+def rank_parameters(spec: ModelSpec, layout: Layout) -> int:
+    """Parameters of the fullest rank: the first or last pipeline stage (embedding or head with its blocks)."""
+    blocks = spec.layers // layout.pp
+    if layout.pp == 1:
+        return spec.parameters(layout.mp, layout.ep)
+    return max(spec.parameters(1, layout.ep, blocks, embed=True, head=False),
+               spec.parameters(1, layout.ep, blocks, embed=False, head=True))
+
+
+def predict(spec: ModelSpec, layout: Layout, cal: Calibration) -> Prediction:
+    rows, mp = shape_of(spec, layout)
+    block, ends = cal.block(rows, mp), cal.end(rows, mp)
+    blocks = spec.layers // layout.pp
+    activation_bytes = rows * spec.seq_len * spec.width * FLOAT_BYTES
+    params = rank_parameters(spec, layout)
+    grad_bytes = params * FLOAT_BYTES
+    opt_block, opt_ends = cal.optimizer[str(mp)]
+    parts = {"optimizer": cal.contention * (blocks * opt_block + opt_ends) / layout.sharding}
+    stage = cal.contention * (blocks * block.seconds + ends.seconds)
+    parts["mp comm"] = (4 * blocks + 2) * collective(cal, "all_reduce", mp, activation_bytes) * layout.micro_batches
+    if layout.ep > 1:
+        routed = activation_bytes * spec.top_k
+        parts["ep comm"] = 4 * blocks * collective(cal, "all_gather", layout.ep, routed / layout.ep)
+    if layout.pp > 1:
+        p2p = cal.p2p[0] + cal.p2p[1] * activation_bytes
+        slots = layout.micro_batches + layout.pp - 1
+        parts["compute"] = slots * stage
+        parts["pp comm"] = slots * 2 * p2p
+    else:
+        parts["compute"] = stage
+    data = layout.dp * layout.sharding * layout.ep
+    parts["dp comm"] = collective(cal, "all_reduce", data, grad_bytes)
+    in_flight = min(layout.micro_batches, layout.pp)
+    memory = {
+        "parameters": params * FLOAT_BYTES,
+        "gradients": grad_bytes,
+        "optimizer states": 2 * params * FLOAT_BYTES // layout.sharding,
+        "corpus": CORPUS_TOKENS * 8 * (spec.seq_len + 1) // spec.seq_len,
+        "activations": in_flight * (blocks * block.saved + ends.saved),
+        "backward transient": max(block.transient, ends.transient),
+    }
+    return Prediction(layout, sum(parts.values()), int(sum(memory.values())), parts, memory)
