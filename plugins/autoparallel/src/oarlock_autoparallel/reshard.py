@@ -1,0 +1,109 @@
+"""reshard(dist_tensor, mesh, placements) (Paddle's paddle.distributed.reshard), differentiable.
+
+On one mesh the data moves as reshard_local.py describes. Between meshes:
+- the same processes in another shape: nothing moves when every process's piece is already the one it
+  needs; otherwise the tensor is replicated on the source mesh and cut for the target;
+- meshes of one shape over other processes: the pieces are resharded on the source mesh, then the process
+  at each mesh coordinate sends its piece to the target's process at that coordinate (not differentiable);
+- other meshes: an error (no rule, as Paddle).
+
+Gradients have Paddle's global meaning: the gradient of a tensor with placements p is laid out as p with
+Partial read as Replicate (the gradient of a sum's terms is the gradient of the sum). So the backward of a
+reshard src -> dst is the reshard of the gradient from dst' to src' (P -> R -> ...), e.g. S -> R (all-gather)
+has the backward R -> S (a local slice), R -> P has none (R -> R), P -> S has S -> R (all-gather)."""
+
+from __future__ import annotations
+
+import oarlock
+import oarlock.distributed as dist
+from oarlock import PyLayer
+
+from oarlock_autoparallel.dtensor import DistTensor
+from oarlock_autoparallel.mesh import ProcessMesh
+from oarlock_autoparallel.placements import Partial, Replicate, check_placements
+from oarlock_autoparallel.reshard_local import region, reshard_local
+
+
+def gradient_placements(placements) -> list:
+    """The placements of a gradient: Partial becomes Replicate."""
+    return [Replicate() if isinstance(p, Partial) else p for p in placements]
+
+
+class _Reshard(PyLayer):
+    """Local piece src -> dst on one mesh; backward: the gradient dst' -> src'."""
+
+    @staticmethod
+    def forward(ctx, local, mesh, src, dst, global_shape, rank):
+        ctx.plan = (mesh, src, dst, global_shape, rank)
+        return reshard_local(local, mesh, src, dst, global_shape, rank)
+
+    @staticmethod
+    def backward(ctx, grad):
+        mesh, src, dst, global_shape, rank = ctx.plan
+        return reshard_local(grad, mesh, gradient_placements(dst), gradient_placements(src), global_shape, rank)
+
+
+def _on_mesh(local, mesh, src, dst, global_shape, rank):
+    if src == dst or not mesh.contains(rank):
+        return local
+    return _Reshard.apply(local, mesh, src, dst, global_shape, rank)
+
+
+def _pieces_match(src_mesh, src, dst_mesh, dst, global_shape) -> bool:
+    if any(isinstance(p, Partial) for p in (*src, *dst)):
+        return False
+    return all(region(src_mesh, src, global_shape, src_mesh.coordinate(r))
+               == region(dst_mesh, dst, global_shape, dst_mesh.coordinate(r)) for r in src_mesh.process_ids)
+
+
+def _move(local, src_mesh, dst_mesh, received_shape, dtype, rank):
+    """The piece at each mesh coordinate sent from src_mesh's process to dst_mesh's (same shape); this rank,
+    if in dst_mesh, receives a piece of `received_shape`."""
+    src_ids, dst_ids = src_mesh.process_ids, dst_mesh.process_ids
+    tasks, out = [], None
+    if rank in src_ids:
+        peer = dst_ids[src_ids.index(rank)]
+        if peer == rank:
+            out = local.detach()
+        else:
+            tasks.append(dist.isend(local.detach().clone(), peer))
+    if rank in dst_ids and out is None:
+        out = oarlock.empty(received_shape, dtype=dtype)
+        tasks.append(dist.irecv(out, src_ids[dst_ids.index(rank)]))
+    for task in tasks:
+        task.wait()
+    return out
+
+
+def reshard(dist_tensor, mesh, placements):
+    """The tensor laid out on `mesh` with `placements` (one per mesh dimension)."""
+    if not isinstance(dist_tensor, DistTensor):
+        raise TypeError(f"reshard(): argument 'dist_tensor' must be a distributed tensor (from shard_tensor / "
+                        f"dtensor_from_local), got {type(dist_tensor).__name__}")
+    if not isinstance(mesh, ProcessMesh):
+        raise TypeError(f"reshard(): argument 'mesh' must be a ProcessMesh, got {type(mesh).__name__}")
+    shape = dist_tensor.shape
+    dst = check_placements(placements, mesh, len(shape), "reshard()")
+    src_mesh, src, local = dist_tensor._mesh, dist_tensor._placements, dist_tensor._local
+    rank = dist.get_rank()
+    if mesh == src_mesh:
+        return DistTensor.make(_on_mesh(local, mesh, src, dst, shape, rank), mesh, dst, shape)
+    if sorted(mesh.process_ids) == sorted(src_mesh.process_ids):
+        if _pieces_match(src_mesh, src, mesh, dst, shape):
+            return DistTensor.make(local, mesh, dst, shape)
+        full = _on_mesh(local, src_mesh, src, [Replicate()] * src_mesh.ndim, shape, rank)
+        return DistTensor.make(_on_mesh(full, mesh, [Replicate()] * mesh.ndim, dst, shape, rank), mesh, dst, shape)
+    if mesh.shape == src_mesh.shape:
+        moved = _on_mesh(local, src_mesh, src, dst, shape, rank)
+        coord = mesh.coordinate(rank)
+        received = None if coord is None else [hi - lo for lo, hi in region(mesh, dst, shape, coord)]
+        out = _move(moved, src_mesh, mesh, received, local.dtype, rank)
+        return DistTensor.make(out if out is not None else empty_local(local.dtype), mesh, dst, shape)
+    raise ValueError(f"reshard(): no rule moves a tensor from mesh {src_mesh} to mesh {mesh}: they have other "
+                     f"processes and other shapes ({src_mesh.shape} vs {mesh.shape}); supported: one mesh, meshes "
+                     f"of the same processes, or meshes of the same shape")
+
+
+def empty_local(dtype):
+    """The local piece of a rank outside the mesh: an empty tensor."""
+    return oarlock.zeros([0], dtype=dtype)
