@@ -79,7 +79,8 @@ def test_linear_column_and_row():
     assert res.outputs[0].dims == ((0,), (1,))
     res = check("linear", [x, w, None], [S((4, 8), [(), (1,)]), S((8, 6), [(1,), ()]), None])
     assert res.outputs[0].partial_map == {1: "sum"}
-    check("linear", [x, w, b], [S((4, 8), [(), (1,)]), S((8, 6), [(1,), ()]), S((6,), [()])])
+    res = check("linear", [x, w, b], [S((4, 8), [(), (1,)]), S((8, 6), [(1,), ()]), S((6,), [()])])
+    assert res.outputs[0].partial_map == {1: "sum"} and res.inputs[2].partial_map == {1: "sum"}
 
 
 @pytest.mark.parametrize("op", ["add", "subtract", "multiply", "divide", "maximum"])

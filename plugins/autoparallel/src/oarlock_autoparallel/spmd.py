@@ -13,7 +13,19 @@ sharded like the first distributed input when it has that input's global shape (
 communication), else replicated. Correct for every op, only slower.
 
 Plain tensors among the arguments are taken as replicated on the mesh (Paddle's dygraph auto parallel does the
-same). All distributed inputs must live on one mesh (same process ids and shape): a clear error otherwise."""
+same). All distributed inputs must live on one mesh (same process ids and shape): a clear error otherwise.
+
+Gradients (reshard.py's convention): the gradient of a tensor has its placements with Partial read as Replicate,
+each rank holding the true gradient of its piece. Where an op runs split over a mesh dim (some input or output is
+sharded or Partial on it) a replicated input's local gradient is only this rank's share, so that input passes
+through an identity whose backward sums over the mesh dim (_c_identity: Megatron's "f"). This is what makes
+data parallel (inputs sharded on dp, parameters replicated) and column/row parallel gradients right.
+
+In-place ops (optimizer steps, copy_, add_, ...) run on the written tensors' pieces: every argument is brought to
+the most sharded layout among the written ones (a plain tensor the shape of the first one's piece is that piece,
+e.g. an optimizer's gradient), the op writes there, and a written tensor of another layout gets the result
+resharded back into its piece. Moments sharded on a mesh dim with replicated parameters therefore update one
+slice per rank and all-gather the parameter: ZeRO stage 1 falls out of the placements."""
 
 from __future__ import annotations
 
@@ -106,6 +118,8 @@ def _attrs(op, attrs):
 
 def dispatch(op, args, attrs):
     from oarlock_autoparallel.dtensor import DistTensor
+    if op.inplace is not None or op.writes:
+        return _inplace(op, args, attrs)
     dists = list(_flat_dist(args))
     mesh = dists[0]._mesh
     for t in dists[1:]:
@@ -131,6 +145,8 @@ def dispatch(op, args, attrs):
     local_args = [_localise(a, s, mesh) for a, s in zip(args, result.inputs)]
     if not mesh.contains(_rank()):
         return _empty_outputs(op, dists[0], mesh, result)
+    if oarlock.is_grad_enabled() and result.outputs is not None:
+        local_args = _sync_gradients(local_args, result, mesh)
     if result.local_attrs is not None:
         attrs = {**attrs, **result.local_attrs(_coord(mesh))}
     out = apply(op, tuple(local_args), attrs)
@@ -153,6 +169,92 @@ def _localise(a, want, mesh):
     if list(a._placements) != target:
         a = reshard(a, mesh, target)
     return a._local
+
+
+def _split_dims(result) -> set:
+    """Mesh dims the op runs split over: some required input or output sharded or Partial on them."""
+    dims = set()
+    for s in list(_specs_flat(result.inputs)) + list(result.outputs):
+        dims |= s.used() | set(s.partial_map)
+    return dims
+
+
+def _specs_flat(items):
+    for s in items:
+        if isinstance(s, list):
+            yield from _specs_flat(s)
+        elif isinstance(s, Spec):
+            yield s
+
+
+def _sync_gradients(local_args, result, mesh):
+    """Each local input replicated on a mesh dim the op runs split over, and wanting a gradient, through
+    _c_identity over that mesh dim (its gradient is summed there)."""
+    split = _split_dims(result)
+    if not split:
+        return local_args
+    from oarlock.distributed.fleet.layers.mpu.mp_ops import _c_identity
+
+    def sync(local, spec):
+        if isinstance(local, list):
+            return [sync(x, s) for x, s in zip(local, spec)]
+        if not isinstance(local, Tensor) or local.stop_gradient or not isinstance(spec, Spec):
+            return local
+        for m in sorted(split - spec.used() - set(spec.partial_map)):
+            if mesh.shape[m] > 1:
+                local = _c_identity(local, group=mesh.get_group(mesh.dim_names[m]))
+        return local
+    return [sync(a, s) for a, s in zip(local_args, result.inputs)]
+
+
+def _inplace(op, args, attrs):
+    """An in-place op on distributed tensors (see the module docstring); TensorList ops run position by
+    position."""
+    lists = [i for i, p in enumerate(op.tensor_params) if p.base == "TensorList"]
+    if lists:
+        n = len(args[lists[0]])
+        for j in range(n):
+            _inplace_one(op, [a[j:j + 1] if i in lists and a is not None else a for i, a in enumerate(args)], attrs,
+                         lists)
+        return args[op.inplace] if op.inplace is not None else None
+    _inplace_one(op, list(args), attrs, ())
+    return args[op.inplace] if op.inplace is not None else None
+
+
+def _inplace_one(op, args, attrs, lists):
+    from oarlock_autoparallel.dtensor import DistTensor
+    from oarlock_autoparallel.reshard import reshard
+    item = [a[0] if i in lists and a else a for i, a in enumerate(args)]     # one tensor per parameter
+    written = sorted({op.inplace, *op.writes} - {None})
+    first = item[op.inplace if op.inplace is not None else written[0]]
+    if not isinstance(first, DistTensor):
+        first = next(a for a in item if isinstance(a, DistTensor))
+    mesh = first._mesh
+    for a in item:
+        if isinstance(a, DistTensor) and not _same_mesh(mesh, a._mesh):
+            raise ValueError(f"{op.display}(): its distributed inputs live on different meshes ({mesh} and "
+                             f"{a._mesh}); reshard them onto one mesh first (oarlock.distributed.reshard)")
+    # a plain tensor shaped like the first written tensor's piece is that piece (an optimizer's gradient)
+    dist = []
+    for a in item:
+        if isinstance(a, Tensor) and not isinstance(a, DistTensor) and list(a.shape) == list(first._local.shape) \
+                and list(first.shape) != list(a.shape):
+            a = DistTensor.make(a, mesh, first._placements, first.shape)
+        dist.append(a)
+    candidates = [dist[i] for i in written if isinstance(dist[i], DistTensor)] or [first]
+    target = max(candidates, key=lambda t: sum(p.is_shard() for p in t._placements))._placements
+    locals_ = []
+    for a in dist:
+        if isinstance(a, DistTensor) and list(a.shape) == list(first.shape) and list(a._placements) != list(target):
+            a = reshard(a, mesh, target)
+        locals_.append(a._local if isinstance(a, DistTensor) else a)
+    if mesh.contains(_rank()):
+        apply(op, tuple([x] if i in lists else x for i, x in enumerate(locals_)), attrs)
+    for i in written:
+        orig, now = dist[i], locals_[i]
+        if isinstance(orig, DistTensor) and now is not orig._local:     # computed in another layout: write back
+            back = reshard(DistTensor.make(now, mesh, target, orig.shape), mesh, orig._placements)
+            orig._local.copy_(back._local)
 
 
 def _wrap(out, specs, mesh, first):

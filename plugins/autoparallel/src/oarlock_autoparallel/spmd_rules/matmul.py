@@ -56,17 +56,14 @@ def matmul_rule(specs, attrs):
 
 def linear_rule(specs, attrs):
     """linear(x, weight [in, out], bias [out]) = matmul + bias: the bias follows the output's last dim; with a
-    Partial output the bias cannot be added on every rank, so the output is resolved first (x's k replicated)."""
+    Partial(sum) output (row parallel) the bias is required Partial(sum) too -- one rank holds it, the others
+    zeros (reshard R -> P) -- so each rank adds its share and the sum has the bias once."""
     x, w, b = specs
     res = matmul_rule([x, w], {})
     (xi, wi), out = res.inputs, res.outputs[0]
     if b is None:
         return RuleResult([xi, wi, None], [out])
-    if out.partial:
-        xi = xi.with_(dims=list(xi.dims[:-1]) + [()], partial={})
-        wi = wi.with_(dims=[()] + list(wi.dims[1:]), partial={})
-        out = out.with_(partial={})
-    bi = b.with_(dims=[out.dims[-1]], partial={})
+    bi = b.with_(dims=[out.dims[-1]], partial=out.partial_map)
     return RuleResult([xi, wi, bi], [out])
 
 
