@@ -187,7 +187,48 @@ def check_bad_input(failures: list, counts: dict) -> None:
     counts["bad input"] = 3
 
 
-CHECKS = {"matrix": check_matrix, "between_meshes": check_between_meshes, "bad_input": check_bad_input}
+COLLECTIVES = ["all_gather", "alltoall", "reduce_scatter", "all_reduce", "gather", "scatter", "broadcast", "reduce",
+               "send", "recv", "isend", "irecv"]
+
+
+def counted_calls(fn) -> dict:
+    """{collective: calls} while fn() runs (oarlock.distributed's functions wrapped for the count)."""
+    calls: dict = {}
+    saved = {c: getattr(dist, c) for c in COLLECTIVES}
+
+    def wrap(c, original):
+        def counting(*args, **kwargs):
+            calls[c] = calls.get(c, 0) + 1
+            return original(*args, **kwargs)
+        return counting
+    for c, original in saved.items():
+        setattr(dist, c, wrap(c, original))
+    try:
+        fn()
+    finally:
+        for c, original in saved.items():
+            setattr(dist, c, original)
+    return calls
+
+
+def check_collectives(failures: list, counts: dict) -> None:
+    """The cheapest collective for each transition: one all-gather, all-to-all, reduce-scatter or all-reduce,
+    or none (a local slice); never a gather to one rank."""
+    whole = np.arange(96, dtype=np.float32).reshape(8, 12)
+    cases = [(MESH1, [S0], [R], {"all_gather": 1}), (MESH1, [R], [S1], {}), (MESH1, [S0], [S1], {"alltoall": 1}),
+             (MESH1, [P], [R], {"all_reduce": 1}), (MESH1, [P], [S0], {"reduce_scatter": 1}), (MESH1, [R], [P], {}),
+             (MESH2, [S0, S0], [S0, R], {"all_gather": 1}), (MESH2, [S0, R], [S0, S0], {}),
+             (MESH2, [S0, S1], [S0, S0], {"alltoall": 1}), (MESH2, [P, P], [S1, S1], {"reduce_scatter": 2}),
+             (MESH2, [S0, P], [S0, R], {"all_reduce": 1}), (MESH2, [R, S1], [R, S0], {"alltoall": 1})]
+    for mesh, src, dst, want in cases:
+        x, _ = make(whole, mesh, src, np.random.default_rng(5))
+        calls = counted_calls(lambda: dist.reshard(x, mesh, dst))
+        if calls != want:
+            failures.append(f"{name(src)}->{name(dst)} on {mesh.shape}: collectives {calls}, want {want}")
+    counts["collective plans"] = len(cases)
+
+
+CHECKS = {"matrix": check_matrix, "collectives": check_collectives, "between_meshes": check_between_meshes, "bad_input": check_bad_input}
 
 
 def main(out: str) -> None:
