@@ -12,9 +12,10 @@ Time (seconds per step, the slowest rank):
   one micro-batch plus a send and a receive of its activations;
 * the AdamW step over the rank's parameters / sharding.
 
-Memory (bytes, the fullest rank): parameters + gradients (float32) + AdamW's two moments / sharding + the corpus
-oarlock train holds + the activations the forward keeps (measured per block and for the ends, times the
-micro-batches in flight on the first pipeline stage: min(M, pp)) + the largest backward transient measured.
+Memory (bytes, the fullest rank): parameters (float32) + AdamW's two moments / sharding + the corpus oarlock train
+holds + the larger of (the activations the forward keeps, measured per block and for the ends, times the
+micro-batches in flight on the first pipeline stage, min(M, pp), + the largest backward transient measured) and
+the gradients (cleared after every step: they grow as backward frees the activations).
 """
 
 from __future__ import annotations
@@ -88,10 +89,14 @@ def predict(spec: ModelSpec, layout: Layout, cal: Calibration) -> Prediction:
     in_flight = min(layout.micro_batches, layout.pp)
     memory = {
         "parameters": params * FLOAT_BYTES,
-        "gradients": grad_bytes,
         "optimizer states": 2 * params * FLOAT_BYTES // layout.sharding,
         "corpus": CORPUS_TOKENS * 8 * (spec.seq_len + 1) // spec.seq_len,
         "activations": in_flight * (blocks * block.saved + ends.saved),
         "backward transient": max(block.transient, ends.transient),
     }
-    return Prediction(layout, sum(parts.values()), int(sum(memory.values())), parts, memory)
+    # the gradients (cleared after every step) grow while backward frees the activations: the peak holds the
+    # larger of the two
+    peak = (memory["parameters"] + memory["optimizer states"] + memory["corpus"]
+            + max(memory["activations"] + memory["backward transient"], grad_bytes))
+    memory["gradients (not at the peak unless larger)"] = grad_bytes
+    return Prediction(layout, sum(parts.values()), int(peak), parts, memory)
