@@ -22,7 +22,8 @@ def report(tmp_path_factory):
     env = dict(os.environ, OARLOCK_COLLECTIVE_TIMEOUT="60", PYTHONWARNINGS="ignore")
     done = subprocess.run([sys.executable, "-m", "oarlock.cli", "launch", "-n", "4", str(SCRIPT), str(out)],
                           capture_output=True, text=True, timeout=300, env=env)
-    assert done.returncode == 0 and out.exists(), f"the 4-rank job failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0 and out.exists(), \
+        f"the 4-rank job failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     result = json.loads(out.read_text())
     assert result["size"] == 4
     return result

@@ -191,10 +191,10 @@ COLLECTIVES = ["all_gather", "alltoall", "reduce_scatter", "all_reduce", "gather
                "send", "recv", "isend", "irecv"]
 
 
-def counted_calls(fn) -> dict:
+def counted_calls(fn, extra=()) -> dict:
     """{collective: calls} while fn() runs (oarlock.distributed's functions wrapped for the count)."""
     calls: dict = {}
-    saved = {c: getattr(dist, c) for c in COLLECTIVES}
+    saved = {c: getattr(dist, c) for c in [*COLLECTIVES, *extra]}
 
     def wrap(c, original):
         def counting(*args, **kwargs):
@@ -222,13 +222,19 @@ def check_collectives(failures: list, counts: dict) -> None:
              (MESH2, [S0, P], [S0, R], {"all_reduce": 1}), (MESH2, [R, S1], [R, S0], {"alltoall": 1})]
     for mesh, src, dst, want in cases:
         x, _ = make(whole, mesh, src, np.random.default_rng(5))
-        calls = counted_calls(lambda: dist.reshard(x, mesh, dst))
+        calls = counted_calls(lambda x=x, mesh=mesh, dst=dst: dist.reshard(x, mesh, dst))
         if calls != want:
             failures.append(f"{name(src)}->{name(dst)} on {mesh.shape}: collectives {calls}, want {want}")
     counts["collective plans"] = len(cases)
+    # the groups of a mesh dimension are cached: the same reshards again create none
+    repeat = counted_calls(lambda: [dist.reshard(make(whole, mesh, src, np.random.default_rng(5))[0], mesh, dst)
+                                    for mesh, src, dst, _ in cases], extra=["new_group"])
+    if repeat.get("new_group"):
+        failures.append(f"repeated reshards created {repeat['new_group']} new groups")
 
 
-CHECKS = {"matrix": check_matrix, "collectives": check_collectives, "between_meshes": check_between_meshes, "bad_input": check_bad_input}
+CHECKS = {"matrix": check_matrix, "collectives": check_collectives, "between_meshes": check_between_meshes,
+          "bad_input": check_bad_input}
 
 
 def main(out: str) -> None:
