@@ -95,7 +95,10 @@ def run(op_name, inputs, specs, attrs, mesh_shape):
     for coord in itertools.product(*[range(n) for n in mesh_shape]):
         local = {**attrs, **result.local_attrs(coord)} if result.local_attrs else attrs
         out = apply(op, tuple(tensors(inputs, result.inputs, coord)), local)
-        per_coord[coord] = list(out) if isinstance(out, (list, tuple)) else [out]
+        out = list(out) if isinstance(out, (list, tuple)) else [out]
+        for i, factor in (result.scale or {}).items():
+            out[i] = oarlock.scale(out[i], factor)
+        per_coord[coord] = out
     assembled = []
     for i, s in enumerate(result.outputs):
         assert list(s.shape) == list(full[i].shape), f"rule's global shape {s.shape} != {full[i].shape}"

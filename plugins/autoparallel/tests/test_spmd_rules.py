@@ -105,7 +105,7 @@ def test_elementwise_partial():
     assert res.outputs[0].partial_map == {1: "sum"}
 
 
-@pytest.mark.parametrize("op,kind", [("sum", "sum"), ("mean", "avg"), ("max", "max")])
+@pytest.mark.parametrize("op,kind", [("sum", "sum"), ("mean", "sum"), ("max", "max")])
 def test_reductions(op, kind):
     x = f32(4, 6, 8)
     res = check(op, [x], [S(x.shape, [(0,), (), (1,)])], {"axis": 2})
@@ -113,6 +113,11 @@ def test_reductions(op, kind):
     res = check(op, [x], [S(x.shape, [(0,), (), (1,)])], {"axis": None})
     assert res.outputs[0].partial_map == {0: kind, 1: kind}
     check(op, [x], [S(x.shape, [(0, 1), (), ()])], {"axis": [0, 2], "keepdim": True})
+
+
+def test_max_with_gradient_gathers():
+    res = spmd.get_rule("max")([S((4, 6), [(0,), (1,)])], {"axis": 1, "__needs_grad__": True})
+    assert res.inputs[0].dims == ((0,), ()) and not res.outputs[0].partial
 
 
 def test_mean_uneven_is_gathered_and_sum_keeps_partial():

@@ -34,7 +34,7 @@ from oarlock import Tensor
 from oarlock.dispatch import apply
 
 from oarlock_autoparallel.spmd_rules import RULES
-from oarlock_autoparallel.spmd_rules.base import REDUCE_NAMES, RuleResult, Spec
+from oarlock_autoparallel.spmd_rules.base import GRAD, REDUCE_NAMES, RuleResult, Spec
 
 __all__ = ["dispatch", "register_rule", "get_rule", "spec_of", "placements_of", "fallback_rule"]
 
@@ -137,6 +137,8 @@ def dispatch(op, args, attrs):
         return a
     specs = [spec(a) for a in args]
     full_attrs = _attrs(op, attrs)
+    full_attrs[GRAD] = oarlock.is_grad_enabled() and any(
+        isinstance(t, Tensor) and not t.stop_gradient for a in args for t in (a if isinstance(a, list) else [a]))
     rule = RULES.get(op.name, fallback_rule)
     try:
         result = rule(specs, full_attrs)
@@ -150,6 +152,11 @@ def dispatch(op, args, attrs):
     if result.local_attrs is not None:
         attrs = {**attrs, **result.local_attrs(_coord(mesh))}
     out = apply(op, tuple(local_args), attrs)
+    if result.scale:
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        for i, factor in result.scale.items():
+            outs[i] = oarlock.scale(outs[i], factor)
+        out = type(out)(outs) if isinstance(out, (list, tuple)) else outs[0]
     return _wrap(out, result.outputs, mesh, dists[0])
 
 

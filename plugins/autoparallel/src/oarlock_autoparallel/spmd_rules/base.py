@@ -74,6 +74,10 @@ class RuleResult:
     inputs: list      # the Spec each input must have (None / list of Specs, as the rule's `specs`)
     outputs: list     # one Spec per output
     local_attrs: object = None   # callable(mesh coordinate) -> attributes to change for the local op (reshape)
+    scale: dict = None           # output index -> factor the local output is multiplied by (mean -> Partial(sum))
+
+
+GRAD = "__needs_grad__"   # attrs key spmd.dispatch sets when some input wants a gradient (rules may choose by it)
 
 
 def local_shape(spec: Spec, coord) -> list:
