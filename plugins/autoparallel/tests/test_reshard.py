@@ -29,7 +29,8 @@ def report(tmp_path_factory):
     return result
 
 
-@pytest.mark.parametrize("check", ["matrix", "collectives", "between_meshes", "bad_input"])
+@pytest.mark.parametrize("check", ["matrix", "collectives", "other_reductions", "between_meshes",
+                                   "bad_input"])
 def test_reshard_job(report, check):
     failures = report["failures"][check]
     assert not failures, "\n".join(failures[:20])

@@ -43,9 +43,10 @@ def _piece_of(full: Tensor, mesh, placements, rank: int) -> Tensor:
     for dim, (lo, hi) in enumerate(region(mesh, placements, full.shape, coord)):
         if (lo, hi) != (0, full.shape[dim]):
             piece = cut(piece, dim, lo, hi)
+    if piece._data is full._data:   # nothing was cut: the piece must not share the caller's storage
+        piece = piece.clone()
     replicated = [Replicate() if isinstance(p, Partial) else p for p in placements]
-    piece = reshard_local(piece, mesh, replicated, placements, full.shape, rank)
-    return piece.clone() if piece is full or piece._data is full._data else piece
+    return reshard_local(piece, mesh, replicated, placements, full.shape, rank)
 
 
 def shard_tensor(data, mesh, placements, dtype=None, place=None, stop_gradient=None):

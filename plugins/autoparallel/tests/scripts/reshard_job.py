@@ -133,6 +133,22 @@ def check_matrix(failures: list, counts: dict) -> None:
                                 f"!= W's piece {want_grad.ravel()[:4]}")
 
 
+def check_other_reductions(failures: list, counts: dict) -> None:
+    """Partial(kRedMax / kRedMin / kRedAvg) sources become R and S0 with the matching reduction."""
+    whole = np.arange(-48, 48, dtype=np.float32).reshape(8, 12)
+    offset = np.float32(RANK - 1.5) * 2     # sums to 0 over the 4 ranks: the average is exact
+    pieces = {dist.ReduceType.kRedMax: whole - 5 * (RANK != 0), dist.ReduceType.kRedMin: whole + 5 * (RANK != 3),
+              dist.ReduceType.kRedAvg: whole + offset}
+    for reduce_type, piece in pieces.items():
+        for dst in ([R], [S0], [S1]):
+            x = dist.dtensor_from_local(oarlock.to_tensor(piece.astype(np.float32)), MESH1, [dist.Partial(reduce_type)])
+            y = dist.reshard(x, MESH1, dst)
+            want = expected_piece(whole, MESH1.shape, dst, coord_of(MESH1))
+            if not np.array_equal(y._local_value().numpy(), want):
+                failures.append(f"Partial({reduce_type.name}) -> {name(dst)}: wrong piece")
+            counts["other reductions"] = counts.get("other reductions", 0) + 1
+
+
 def check_between_meshes(failures: list, counts: dict) -> None:
     whole = np.arange(96, dtype=np.float32).reshape(8, 12)
     # the same processes in another shape: [S0] on 4 ranks is [S0, S0] on 2 x 2 (no data moves)
@@ -233,7 +249,8 @@ def check_collectives(failures: list, counts: dict) -> None:
         failures.append(f"repeated reshards created {repeat['new_group']} new groups")
 
 
-CHECKS = {"matrix": check_matrix, "collectives": check_collectives, "between_meshes": check_between_meshes,
+CHECKS = {"matrix": check_matrix, "collectives": check_collectives, "other_reductions": check_other_reductions,
+          "between_meshes": check_between_meshes,
           "bad_input": check_bad_input}
 
 
