@@ -46,6 +46,14 @@ def test_make_keeps_the_local_piece_and_its_history():
         DistTensor(whole())
 
 
+def test_ops_on_a_distributed_tensor_reach_the_spmd_rules(monkeypatch):
+    from oarlock_autoparallel import spmd
+    seen = []
+    monkeypatch.setattr(spmd, "dispatch", lambda op, args, attrs: seen.append((op.name, args)) or "handled")
+    x = dist.shard_tensor(whole(), MESH, [dist.Shard(0)])
+    assert oarlock.add(oarlock.ones([3, 4]), x) == "handled" and seen[0][0] == "add" and seen[0][1][1] is x
+
+
 def test_plain_tensors_answer_the_distributed_queries():
     t = oarlock.to_tensor(whole())
     assert t.is_dist() is False and t.placements is None and t.process_mesh is None

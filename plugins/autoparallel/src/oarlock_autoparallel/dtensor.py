@@ -9,8 +9,9 @@ see this rank's piece; `shape` / `ndim` / `size` are the global ones. Parameter 
 (oarlock.nn.Parameter is a marked Tensor, not a class, so no subclass relationship is needed).
 
 Ops called on a DistTensor reach `__oarlock_dispatch__` (the core's subclass hook), which hands them to the
-SPMD rules of spmd.py. A rank outside the mesh holds an empty local piece (shape [0]), as Paddle's
-uninitialised local value.
+SPMD rules of spmd.py. A rank outside the mesh holds an empty local piece (shape [0]) and
+`_is_initialized()` is False there: Paddle's local value there is uninitialised (no storage; its metadata
+keeps the global dims, which a real array cannot do without storage).
 """
 
 from __future__ import annotations
