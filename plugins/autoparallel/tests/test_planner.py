@@ -1,0 +1,178 @@
+"""The parallel planner (oarlock_autoparallel.planner*): its layouts against oarlock train's own layout rules, its
+memory model against a measured training step, the cost model's monotonic properties, bad input, and `oarlock plan`
+(--help, and one real run with a short probe on 2 ranks)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import oarlock
+from oarlock_autoparallel.planner import plan
+from oarlock_autoparallel.planner_cost import collective, predict
+from oarlock_autoparallel.planner_layouts import Layout, enumerate_layouts
+from oarlock_autoparallel.planner_model import CORPUS_TOKENS, ModelSpec, parse_model
+from oarlock_autoparallel.planner_probe import Calibration, fit_alpha_beta
+
+# oarlock train's GPT (the oracle, its own layout rules, knows no other) under several workloads
+SPECS = [ModelSpec(), ModelSpec(batch=12, seq_len=32), ModelSpec(batch=6, seq_len=64), ModelSpec(batch=8, experts=4)]
+
+
+def _train_accepts(spec: ModelSpec, dp, mp, pp, sh, ep):
+    """oarlock train's own answer (parallel.layout_of and the MoE option check): its Layout, or None if refused."""
+    from oarlock_train.moe_model import check_moe
+    from oarlock_train.parallel import layout_of
+    if spec.experts and (check_moe(spec.experts, spec.top_k, ep) or mp > 1 or sh > 1 or pp > 1):
+        return None
+    if ep > 1 and not spec.experts:
+        return None
+    try:
+        layout = layout_of(dp * mp * pp * sh * ep, dp, mp, sh, False, spec.batch, spec.seq_len, pp, ep=ep)
+    except ValueError:
+        return None
+    # oarlock train's pipeline cuts embedding + blocks + head into stages without asking them to be equal; the
+    # planner (equal stages) asks pp to divide the layers; its GPT config has the default heads / width
+    if spec.layers % pp or spec.heads % mp or spec.hidden % mp or spec.vocab % mp:
+        return None
+    return layout
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=["small", "b12", "b6", "moe"])
+@pytest.mark.parametrize("ranks", [1, 2, 4, 6, 8])
+def test_enumeration_is_what_oarlock_train_runs(spec, ranks):
+    found = enumerate_layouts(spec, ranks)
+    for layout in found:
+        assert layout.ranks == ranks
+        assert spec.heads % layout.mp == 0 and spec.vocab % layout.mp == 0 and spec.layers % layout.pp == 0
+        assert spec.batch % layout.data_ranks == 0
+        assert (spec.batch // layout.data_ranks) % layout.micro_batches == 0
+    expected = set()
+    for dp, mp, pp, sh, ep in itertools.product(range(1, ranks + 1), repeat=5):
+        if dp * mp * pp * sh * ep == ranks:
+            accepted = _train_accepts(spec, dp, mp, pp, sh, ep)
+            if accepted is not None:
+                expected.add((dp, mp, pp, sh, ep, accepted.micro_batches))
+    assert {(x.dp, x.mp, x.pp, x.sharding, x.ep, x.micro_batches) for x in found} == expected
+    assert len(found) == len(expected)
+
+
+def test_enumeration_divides_other_models():
+    wide = ModelSpec(layers=6, heads=8, width=256, batch=8)
+    assert {(x.mp, x.pp) for x in enumerate_layouts(wide, 8)} >= {(8, 1), (1, 2)}
+    assert Layout(pp=6, micro_batches=8) in enumerate_layouts(wide, 6)    # 6 stages of one layer
+    assert not [x for x in enumerate_layouts(wide, 6) if x.mp in (3, 6)]    # 3 does not divide 8 heads
+
+
+def _calibration(spec: ModelSpec, shapes) -> Calibration:
+    """A synthetic calibration: costs linear in the rows and in 1/mp, collectives latency + bytes / bandwidth."""
+    cal = Calibration(ranks=8, seq_len=spec.seq_len, contention=1.0, p2p=[1e-4, 1e-9])
+    for rows, mp in shapes:
+        cal.blocks[f"{rows},{mp}"] = [1e-3 * rows / mp + 1e-4, 10**6 * rows // mp, 10**5 * rows // mp]
+        cal.ends[f"{rows},{mp}"] = [5e-4 * rows / mp, 3 * 10**5 * rows // mp, 2 * 10**5 * rows // mp]
+        cal.optimizer[str(mp)] = [1e-4 / mp, 1e-4 / mp]
+    cal.comm = {op: {str(g): [1e-4 * g, 1e-9 * g] for g in (2, 4, 8)} for op in ("all_reduce", "all_gather")}
+    return cal
+
+
+def test_cost_model_is_monotonic():
+    shapes = {(r, m) for r in (1, 2, 4, 8, 16, 32) for m in (1, 2, 4)}
+    cal = _calibration(ModelSpec(), shapes)
+    small, big = ModelSpec(batch=16), ModelSpec(batch=32)
+    for layout in (Layout(dp=2, mp=2), Layout(dp=4), Layout(mp=4)):
+        # twice the batch: more time and more memory on the same layout
+        assert predict(big, layout, cal).step_seconds > predict(small, layout, cal).step_seconds
+        assert predict(big, layout, cal).memory_bytes > predict(small, layout, cal).memory_bytes
+    # sharding the optimizer states lowers the memory; mp lowers the parameters held
+    assert predict(small, Layout(sharding=4), cal).memory_bytes < predict(small, Layout(dp=4), cal).memory_bytes
+    assert predict(small, Layout(mp=4), cal).memory_parts["parameters"] < \
+        predict(small, Layout(dp=4), cal).memory_parts["parameters"]
+    # a collective costs more with more bytes and more ranks, nothing on one rank
+    assert collective(cal, "all_reduce", 4, 2e6) > collective(cal, "all_reduce", 4, 1e6) > 0
+    assert collective(cal, "all_reduce", 4, 1e6) > collective(cal, "all_reduce", 2, 1e6)
+    assert collective(cal, "all_reduce", 1, 1e9) == 0
+    # a deeper pipeline of the same micro-batches has a longer bubble: more compute slots
+    a = predict(small, Layout(dp=1, pp=2, micro_batches=4), cal)
+    b = predict(small, Layout(dp=1, pp=4, micro_batches=4), cal)
+    assert b.time_parts["compute"] / 7 < a.time_parts["compute"] / 5
+    # the fit recovers latency and bandwidth
+    alpha, beta = fit_alpha_beta([[n, 2e-5 + n * 3e-10] for n in (4096, 262144, 2097152)])
+    assert alpha == pytest.approx(2e-5, rel=1e-6) and beta == pytest.approx(3e-10, rel=1e-6)
+
+
+def test_memory_model_against_a_measured_step():
+    """The predicted peak of one process training the tiny preset against the peak of oarlock train's Trainer
+    over 2 steps (a corpus of random bytes the size of the real one). Tolerance: 25%."""
+    from oarlock_train.corpus import Corpus
+    from oarlock_train.trainer import Trainer, TrainConfig
+
+    result = plan("tiny", 1, "1GiB", reps=1)
+    spec, predicted = result.spec, result.best.memory_bytes
+    rng = np.random.default_rng(0)
+    seq = spec.seq_len
+    base = oarlock.device.memory_allocated()
+    oarlock.device.reset_max_memory_allocated()
+    corpus = Corpus(rng.integers(1, 256, [CORPUS_TOKENS // seq, seq + 1]), rng.integers(1, 256, [44, seq + 1]),
+                    1, 1, 1, 1, 3.0)
+    trainer = Trainer(TrainConfig(steps=4, batch_size=spec.batch, seq_len=seq), corpus)
+    for _ in range(2):
+        trainer.train_step()
+    measured = oarlock.device.max_memory_allocated() - base
+    assert abs(predicted / measured - 1) < 0.25, (predicted, measured)
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match=r"plan\(\): argument ranks: expected an integer >= 1, got 0"):
+        plan("tiny", 0, "1GiB")
+    with pytest.raises(ValueError, match=r"memory_per_rank: 1,000 bytes per rank fit no layout; the smallest "
+                                         r"requirement is over [\d,]+ bytes"):
+        plan("tiny", 2, 1000)
+    with pytest.raises(ValueError, match="memory_per_rank"):
+        plan("tiny", 2, "lots")
+    with pytest.raises(ValueError, match=r"'huge' is not a preset \(tiny, small, medium\)"):
+        parse_model("huge")
+    with pytest.raises(ValueError, match="unknown key 'depth'"):
+        parse_model("depth=3")
+    with pytest.raises(ValueError, match="no layout of 3 ranks"):
+        plan("small", 3, "1GiB")
+    assert parse_model("medium,batch=8") == ModelSpec(seq_len=256, batch=8)
+
+
+def _oarlock(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "oarlock.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_plan_help_tells_the_options(capsys):
+    from oarlock.cli import main
+    with pytest.raises(SystemExit) as exited:
+        main(["plan", "--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    for text in ("--model", "--ranks", "--memory-per-rank", "--launch", "--calibration", "tiny", "all_reduce"):
+        assert text in out
+
+
+def test_plan_runs_with_a_short_probe(tmp_path):
+    saved = tmp_path / "cal.json"
+    done = _oarlock("plan", "--model", "tiny,batch=2,seq_len=16", "--ranks", "2", "--memory-per-rank", "1GiB",
+                    "--reps", "1", "--json", "--save-calibration", str(saved))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    names = [row["layout"] for row in report["layouts"]]
+    assert set(names) == {"dp2", "sh2", "pp2", "mp2"}
+    times = [row["step_seconds"] for row in report["layouts"]]
+    assert times == sorted(times) and all(t > 0 for t in times)
+    assert "probe" in done.stderr and "communication on 2 ranks" in done.stderr   # the progress bar
+    cal = Calibration.load(str(saved))
+    assert set(cal.comm["all_reduce"]) == {"2"} and cal.contention >= 1
+    # with the saved calibration nothing is probed; too little memory is refused naming the smallest need
+    least = min(row["memory_bytes"] for row in report["layouts"])
+    done = _oarlock("plan", "--model", "tiny,batch=2,seq_len=16", "--ranks", "2", "--memory-per-rank",
+                    str(least - 1), "--calibration", str(saved))
+    assert done.returncode == 2 and "probe" not in done.stderr
+    assert f"fit no layout; the smallest requirement is {least:,} bytes" in done.stderr
