@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-_GROUPS: dict = {}   # (shape, process_ids, dim index) -> {column index: Group}
+_GROUPS: dict = {}   # (shape, process_ids, dim index) -> {process id: its Group along that dim}
 
 
 class ProcessMesh:
@@ -138,17 +138,19 @@ class ProcessMesh:
         return self.group_of(axis, _current_rank())
 
     def group_of(self, axis: int, rank: int):
-        import oarlock.distributed as dist
+        """The group along mesh dimension `axis` holding process `rank` (reshard calls this for every
+        collective: after the first call it is one dict lookup)."""
         key = (tuple(self._shape), tuple(self._process_ids), axis)
         groups = _GROUPS.get(key)
-        columns = self._columns(axis)
         if groups is None:
-            groups = _GROUPS[key] = {c: dist.new_group([int(r) for r in columns[:, c]])
-                                     for c in range(columns.shape[1])}
-        hits = np.argwhere(columns == rank)
-        if not len(hits):
+            import oarlock.distributed as dist
+            columns = self._columns(axis)
+            lines = [dist.new_group([int(r) for r in columns[:, c]]) for c in range(columns.shape[1])]
+            groups = _GROUPS[key] = {int(r): lines[c] for c in range(columns.shape[1]) for r in columns[:, c]}
+        group = groups.get(rank)
+        if group is None:
             raise ValueError(f"ProcessMesh.get_group(): process {rank} is not in the mesh {self}")
-        return groups[int(hits[0][1])]
+        return group
 
     # -- identity ----------------------------------------------------------------------------------
     def __eq__(self, other):
