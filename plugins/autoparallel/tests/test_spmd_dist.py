@@ -2,27 +2,13 @@
 full tensors (values, claimed output placements, each rank's piece), Partial made by a matmul, a dp x mp MLP's
 gradients against one process's, and the clear error for inputs on two meshes."""
 
-import json
 import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).parent / "scripts"
-
-
-def launch(script: str, out: Path, ranks: int = 4, timeout: int = 300) -> dict:
-    """The JSON report scripts/<script>.py wrote to `out` when run on `ranks` ranks under `oarlock launch`."""
-    env = dict(os.environ, OARLOCK_COLLECTIVE_TIMEOUT="60", PYTHONWARNINGS="ignore")
-    done = subprocess.run([sys.executable, "-m", "oarlock.cli", "launch", "-n", str(ranks), str(SCRIPTS / script),
-                           str(out)], capture_output=True, text=True, timeout=timeout, env=env)
-    assert done.returncode == 0 and out.exists(), f"{script} failed ({done.returncode}):\n{done.stdout[-3000:]}\n" \
-                                                  f"{done.stderr[-3000:]}"
-    report = json.loads(out.read_text())
-    assert report["size"] == ranks
-    return report
+sys.path.insert(0, os.path.dirname(__file__))   # spmd_jobs, next to this file
+from spmd_jobs import launch  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -142,6 +142,25 @@ def _tensor_parallel(model, mesh, plan: dict):
                 p.apply(layer, mesh, params)
 
 
+def _param_slots(model) -> dict:
+    """(sublayer id, attribute) -> parameter, over the whole model."""
+    return {(id(layer), key): p for _, layer in model.named_sublayers(include_self=True)
+            for key, p in layer._parameters.items() if p is not None}
+
+
+def _rebind(optimizer, mapping: dict) -> None:
+    """The optimizer's parameter groups (and their state_dict keys) with each parameter replaced by its
+    distributed version."""
+    inner = getattr(optimizer, "_inner_opt", optimizer)
+    for group in inner.param_groups:
+        group["params"] = [mapping.get(id(p), p) for p in group["params"]]
+    keys = getattr(inner, "_keys", None)
+    if isinstance(keys, dict):
+        for old, new in mapping.items():
+            if old in keys:
+                keys[id(new)] = keys.pop(old)
+
+
 def parallelize(model, optimizer=None, mesh=None, config=None):
     """Paddle's parallelize: tensor-parallel plans (mp_config), then data parallel (dp_config: the parameters
     replicated over dp; sharding_level 1/2/3 wraps the optimizer with shard_optimizer(ShardingStage1/2/3("dp"))).
@@ -165,11 +184,15 @@ def parallelize(model, optimizer=None, mesh=None, config=None):
     mesh = get_mesh()
     if mesh is None:
         raise ValueError(f"{what}: no mesh: pass mesh= or call set_mesh first")
+    before = _param_slots(model)
     mp = config.get("mp_config")
     if mp is not None:
         _tensor_parallel(model, mesh, mp.get("parallelize_plan", {}))
     for _, layer in model.named_sublayers(include_self=True):
         replicate_rest(layer, mesh)
+    if optimizer is not None:      # it was built on the plain parameters: point it at the distributed ones
+        after = _param_slots(model)
+        _rebind(optimizer, {id(p): after[slot] for slot, p in before.items() if after.get(slot) is not p})
     dp = config.get("dp_config")
     if dp is not None and optimizer is not None:
         level = dp.get("sharding_level", 0)

@@ -241,12 +241,15 @@ def _inplace_one(op, args, attrs, lists):
         if isinstance(a, DistTensor) and not _same_mesh(mesh, a._mesh):
             raise ValueError(f"{op.display}(): its distributed inputs live on different meshes ({mesh} and "
                              f"{a._mesh}); reshard them onto one mesh first (oarlock.distributed.reshard)")
-    # a plain tensor shaped like the first written tensor's piece is that piece (an optimizer's gradient)
+    # a plain tensor shaped like the first written tensor's piece is that piece (an optimizer's gradient); one
+    # shaped like the whole tensor is the whole, replicated (a state zeros_like made from the global shape)
     dist = []
     for a in item:
-        if isinstance(a, Tensor) and not isinstance(a, DistTensor) and list(a.shape) == list(first._local.shape) \
-                and list(first.shape) != list(a.shape):
-            a = DistTensor.make(a, mesh, first._placements, first.shape)
+        if isinstance(a, Tensor) and not isinstance(a, DistTensor):
+            if list(a.shape) == list(first._local.shape):
+                a = DistTensor.make(a, mesh, first._placements, first.shape)
+            elif list(a.shape) == list(first.shape):
+                a = DistTensor.make(a, mesh, [_replicate() for _ in first._placements], first.shape)
         dist.append(a)
     candidates = [dist[i] for i in written if isinstance(dist[i], DistTensor)] or [first]
     target = max(candidates, key=lambda t: sum(p.is_shard() for p in t._placements))._placements

@@ -1,0 +1,30 @@
+"""The tiny GPT trained 20 steps under auto parallel on a 2x2 (dp x mp) mesh in one 4-rank MPI job
+(scripts/auto_gpt_job.py): under shard_layer with a column / row parallel shard_fn, under parallelize with
+ColWiseParallel / RowWiseParallel plans, and with shard_optimizer(ShardingStage1("dp")); every step's loss
+within 1e-5 relative of the same model trained in one process."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))   # spmd_jobs, next to this file
+from spmd_jobs import launch  # noqa: E402
+
+RUNS = ["shard_layer", "parallelize", "stage1"]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    return launch("auto_gpt_job.py", tmp_path_factory.mktemp("auto_gpt") / "report.json", timeout=400)
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_auto_parallel_training_equals_one_process(report, run):
+    failures = report["failures"][run]
+    assert not failures, "\n".join(failures)
+    reference, losses = report["losses"]["one_process"], report["losses"][run]
+    assert len(losses) == len(reference) == 20
+    for step, (got, want) in enumerate(zip(losses, reference)):
+        assert got == pytest.approx(want, rel=1e-5), f"{run}: step {step}"
+    assert losses[-1] < losses[0] - 0.5        # it trains
