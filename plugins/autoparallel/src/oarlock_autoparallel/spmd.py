@@ -142,8 +142,12 @@ def dispatch(op, args, attrs):
     rule = RULES.get(op.name, fallback_rule)
     try:
         result = rule(specs, full_attrs)
-    except ValueError as e:
+    except ValueError as e:         # the op's own bad input (shapes that do not match): the caller's error
         raise ValueError(f"{op.display}(): {e}") from None
+    except (TypeError, KeyError, IndexError, AttributeError):
+        # a call form the rule does not know (an attribute spelled another way): the fallback is correct for
+        # every op, only slower
+        result = fallback_rule(specs, full_attrs)
     local_args = [_localise(a, s, mesh) for a, s in zip(args, result.inputs)]
     if not mesh.contains(_rank()):
         return _empty_outputs(op, dists[0], mesh, result)
