@@ -128,3 +128,17 @@ def test_local_map():
     assert dist.local_map(lambda a: a, [[R, R]], in_placements=[[R, R]], reshard_inputs=True)(t).placements == [R, R]
     with pytest.raises(TypeError, match="local_map.*func"):
         dist.local_map(3, [[R, R]])
+
+
+def test_ops_on_two_meshes_fail_clearly():
+    a = dist.shard_tensor(oarlock.ones([2, 2]), MESH, [R, R])
+    b = dist.shard_tensor(oarlock.ones([2, 2]), dist.ProcessMesh([0], dim_names=["x"]), [R])
+    with pytest.raises(ValueError, match=r"oarlock\.add\(\): its distributed inputs live on different meshes"):
+        oarlock.add(a, b)
+
+
+def test_plain_tensor_with_dist_tensor_is_replicated():
+    a = dist.shard_tensor(oarlock.ones([2, 3]), MESH, [S0, S1])
+    out = a + oarlock.full([3], 2.0)
+    assert out.placements == [S0, S1]
+    np.testing.assert_allclose(dist.unshard_dtensor(out).numpy(), np.full((2, 3), 3.0))
