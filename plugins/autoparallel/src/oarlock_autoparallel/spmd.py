@@ -117,6 +117,8 @@ def _attrs(op, attrs):
 
 
 def dispatch(op, args, attrs):
+    """Run `op` on arguments among which some are DistTensors (one tensor argument per tensor parameter, as
+    oarlock.dispatch.apply takes them) and return its DistTensor output(s)."""
     from oarlock_autoparallel.dtensor import DistTensor
     if op.inplace is not None or op.writes:
         return _inplace(op, args, attrs)
