@@ -23,9 +23,10 @@ the AdamW step, and a job on --ranks ranks (`oarlock launch`) timing all_reduce,
 (fitted to latency + bytes / bandwidth) and how much the ranks slow each other's compute. The model: compute x
 contention + tensor-parallel all-reduces of the activations + the gradient all-reduce over the data ranks +
 the 1F1B pipeline's (micro-batches + stages - 1) slots and sends + the optimizer step; memory: parameters,
-gradients, AdamW moments / sharding, the corpus, measured activations (times the micro-batches in flight on a
-pipeline's first stage) and the largest backward transient. Not modelled: --sp, --vpp, other pipeline schedules,
---recompute, --memory-budget; a mixture-of-experts block is costed as a dense one of top_k x the MLP width.
+AdamW moments / sharding, the corpus, and the larger of the gradients and the measured activations (times the
+micro-batches in flight on a pipeline's first stage) plus the largest backward transient. Not modelled: --sp,
+--vpp, other pipeline schedules, --recompute, --memory-budget; a mixture-of-experts block is costed as a dense
+one of top_k x the MLP width.
 
 --model takes a preset (tiny: batch 8 x seq-len 64; small: 16 x 128; medium: 32 x 256; all the GPT of oarlock
 train: width 128, 4 layers, 4 heads, vocab 256) and/or comma-separated key=value overrides of width, layers,
