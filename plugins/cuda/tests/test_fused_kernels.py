@@ -27,7 +27,6 @@ import pytest
 
 import oarlock
 from oarlock_cuda import fused
-from oarlock_cuda.emulation import HostRuntime, gxx
 
 ROOT = Path(__file__).resolve().parents[3]
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
@@ -107,19 +106,6 @@ def test_sources_are_self_contained():
 
 
 # -- 2. the kernels on the host -------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    if gxx() is None:
-        pytest.skip("g++ is not installed here (the host emulation of the CUDA kernels needs it)")
-    build = Path(os.environ.get("OARLOCK_CUDA_EMU_CACHE") or tmp_path_factory.mktemp("emu"))
-    previous = fused.RUNTIME
-    fused.RUNTIME = HostRuntime(build, fused.source, lambda family: fused.FAMILIES[family][1])
-    try:
-        yield fused.RUNTIME
-    finally:
-        fused.RUNTIME = previous
-
 
 def _generic(op):
     return fused.GENERIC(op)

@@ -9,30 +9,14 @@ where cupy and a device exist; here they skip: the GPU run is owed."""
 from __future__ import annotations
 
 import importlib.util
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import oarlock
 from oarlock_cuda import fused
-from oarlock_cuda.emulation import HostRuntime, gxx
 
 DTYPES = ("float32", "float16", "bfloat16")
-
-
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    if gxx() is None:
-        pytest.skip("g++ is not installed here (the host emulation of the CUDA kernels needs it)")
-    build = Path(os.environ.get("OARLOCK_CUDA_EMU_CACHE") or tmp_path_factory.mktemp("emu"))
-    previous = fused.RUNTIME
-    fused.RUNTIME = HostRuntime(build, fused.source, lambda family: fused.FAMILIES[family][1])
-    try:
-        yield fused.RUNTIME
-    finally:
-        fused.RUNTIME = previous
 
 
 def _generic(op):
