@@ -513,12 +513,15 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     q = _scratch.take(xp, (nf, sq * g, d + 1), ct)
     kt = _take_t(xp, nf, d + 1, sk, ct)
     v = _scratch.take(xp, (nf, sk, dv + 1), ct)   # V with a last column of ones: P [V | 1] also sums P's rows
+    vabs = xp.zeros((nf,), dtype=ct)   # max |V| per head (NaN propagates), for the fast step's overflow bound
 
     def prepare(f):
         _rows_into(q[f], query, f, hk, g, scale * LOG2E)
         q[f, :, d] = 0
         _keys_t_into(xp, kt[f], key, f, hk)
         _rows_into(v[f], value, f, hk, 1)
+        if sk and dv:
+            vabs[f] = xp.maximum(v[f, :, :dv].max(), -v[f, :, :dv].min())
         v[f, :, dv] = 1
     _per_head(xp, nf, prepare)
     # blocks write their rows straight into the results; rows no block covers saw no key
@@ -527,7 +530,7 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     classes = numpy.asarray(mask.classes) if xp is not numpy else mask.classes
     heads, span = _split(nf, bq * g, bk, classes)
     runs = [_spans(classes[i], bk, sk, span) for i in range(mask.nqb)]
-    ctx = (xp, runs, mask, q, kt, v, out, lse, ct, dropout, seed, offset, hk, g, sq, sk, d, dv)
+    ctx = (xp, runs, mask, q, kt, v, vabs, out, lse, ct, dropout, seed, offset, hk, g, sq, sk, d, dv)
 
     def blocks(_worker, items):
         flat = _scratch.take(xp, (heads * bq * g * span,), ct)
@@ -562,7 +565,7 @@ def _forward_rows(ctx, item, flat, span, exact=False):
     - exact (the standard online softmax, every step when `exact`): the run's row max, a shift max(0, max) (the
       max itself while a row has seen nothing), s -= shift, exp2, total and acc rescaled by 2^-shift.
     """
-    xp, runs, mask, q, kt, v, out, lse, ct, dropout, seed, offset, hk, g, sq, sk, d, dv = ctx
+    xp, runs, mask, q, kt, v, vabs, out, lse, ct, dropout, seed, offset, hk, g, sq, sk, d, dv = ctx
     exp2 = xp_function(xp, "exp2")   # the backend's vectorised one where it has it (numpy's float32 exp2 is scalar)
     f0, f1, i = item
     nf, bq = f1 - f0, mask.bq
@@ -574,8 +577,9 @@ def _forward_rows(ctx, item, flat, span, exact=False):
     # A fast step's acc grows to at most total * max|v| (/ (1 - dropout)): a finite total can still overflow it
     # (one score ~88 nats above the reference gives a total just under the float32 range), so past this bound
     # the run is redone exactly too.
-    # (dropout 1 zeroes every weight: acc stays 0)
-    vmax = float(xp.abs(vf[..., :dv]).max()) / (1.0 - dropout) if vf.size and dropout < 1.0 else 0.0
+    # (dropout 1 zeroes every weight: acc stays 0). max |V| per head comes from the preparation (a pass over the
+    # group's whole V per query block cost a fifth of a causal forward).
+    vmax = float(vabs[f0:f1].max()) / (1.0 - dropout) if dropout < 1.0 else 0.0
     fast_limit = float(xp.finfo(ct).max) / 2 / max(vmax, 1.0)
     m = xp.zeros((nf, n, 1), dtype=ct)
     moved = False   # m is 0 until a row is re-centred; from then on the scores are shifted by a separate pass
