@@ -11,11 +11,17 @@ uniform noise in training, softmax, capacity and the Switch Transformer loss.
 Paddle's topk(sorted=False) leaves the order of the k slots open; here the slots are sorted (largest
 first), so random routing always considers the weaker expert.
 
-Random numbers under expert parallelism: every rank of the moe group draws the numbers of the whole
-group (world_size times its own token count, from the generator all ranks seed alike) and keeps its own
-slice (group rank r: rows r*n .. (r+1)*n). One process holding all experts and the group's tokens
-concatenated in rank order therefore draws the same number for every token; Paddle draws only the local
-rows, so its numbers depend on the expert-parallel degree.
+Random numbers when the batch is split over ranks: every rank draws the numbers of the whole batch
+(from the generator all ranks seed alike) and keeps its own rows (moe_batch.batch_rand). The whole batch
+is `batch_group`'s (the ranks holding equal consecutive shares of it, in rank order: with expert and data
+parallelism, every data rank), by default the moe group's. One process holding all experts and the
+tokens concatenated in rank order therefore draws the same number for every token; Paddle draws only the
+local rows, so its numbers depend on the layout.
+
+The aux loss: Paddle's gates compute it from the rank's own tokens, which is the default here too. With
+`global_aux=True` the statistics it multiplies -- the per-expert counts, the token count and the sums of
+the gate probabilities -- are summed over the batch group first (the probabilities differentiably,
+moe_batch.sum_over), so every rank's aux loss is the whole batch's, as one process computes it.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import oarlock
 import oarlock.nn as nn
 import oarlock.nn.functional as F
 
+from oarlock_parallel.moe_batch import batch_rand, check_batch_group, sum_over, whole_batch_counts
 from oarlock_parallel.moe_routing import limit_by_capacity, random_routing
 
 __all__ = ["BaseGate", "NaiveGate", "GShardGate", "SwitchGate"]
@@ -60,13 +67,23 @@ def _moe_group(owner: str, group, world_size: int):
     return group
 
 
-def _group_slice_rand(shape: list, group, world_size: int) -> oarlock.Tensor:
-    """Uniform [0, 1) numbers of `shape` for this rank: the group's draw, this rank's rows (module doc)."""
-    if world_size <= 1 or group is None:
-        return oarlock.rand(shape, dtype="float32")
-    rows = shape[0]
-    every = oarlock.rand([rows * world_size, *shape[1:]], dtype="float32")
-    return every[group.rank * rows:(group.rank + 1) * rows]
+class _BatchAware:
+    """The batch-group options of GShardGate and SwitchGate (module docstring)."""
+
+    def _set_batch(self, owner: str, batch_group, global_aux) -> None:
+        self.batch_group = check_batch_group(owner, batch_group)
+        self.global_aux = bool(global_aux)
+
+    @property
+    def tokens_group(self):
+        """The ranks whose tokens make up the batch: batch_group, else the moe group (None: this rank alone)."""
+        if self.batch_group is not None:
+            return self.batch_group
+        return self.group if self.world_size > 1 else None
+
+    def _stats_group(self):
+        """The group the aux loss statistics are summed over (None: this rank's own, as Paddle's)."""
+        return self.tokens_group if self.global_aux else None
 
 
 class BaseGate(nn.Layer):
@@ -123,38 +140,50 @@ def _capacity(factors: tuple, training: bool, tokens: int) -> int:
     return math.ceil(factors[0 if training else 1] * tokens)
 
 
-class GShardGate(NaiveGate):
-    """Top-2 gate with GShard's auxiliary loss, capacity and random routing (module docstring)."""
+class GShardGate(_BatchAware, NaiveGate):
+    """Top-2 gate with GShard's auxiliary loss, capacity and random routing (module docstring).
+
+    batch_group: the ranks holding equal consecutive shares of the batch, in rank order (default: the moe
+    group); random routing draws the whole batch's numbers. global_aux: the aux loss is the whole batch's
+    (counts and mean probabilities summed over batch_group); False (Paddle's): this rank's tokens'."""
 
     def __init__(self, d_model, num_expert, world_size, topk=2, capacity=(1.2, 2.4), random_routing=True,
-                 group=None):
+                 group=None, batch_group=None, global_aux=False):
         if topk != 2:
             raise ValueError(f"GShardGate(): topk must be 2 (GShard routes every token to two experts), got {topk!r}")
         super().__init__(d_model, num_expert, world_size, topk=topk)
         self.capacity = _capacity_factors("GShardGate()", capacity)
         self.random_routing = bool(random_routing)
         self.group = _moe_group("GShardGate()", group, self.world_size)
+        self._set_batch("GShardGate()", batch_group, global_aux)
 
     def forward(self, x):
         topk_val, topk_idx, gate_score = super().forward(x, return_all_scores=True)
         s = gate_score.shape[0]
-        counts = np.bincount(topk_idx.numpy().reshape(-1), minlength=self.tot_expert).astype(np.float32)
-        c_e = oarlock.to_tensor(counts / s)
-        m_e = oarlock.mean(F.softmax(gate_score, axis=1), axis=0)
+        counts = np.bincount(topk_idx.numpy().reshape(-1), minlength=self.tot_expert)
+        probs, group = F.softmax(gate_score, axis=1), self._stats_group()
+        if group is None:
+            c_e, m_e = oarlock.to_tensor((counts / s).astype(np.float32)), oarlock.mean(probs, axis=0)
+        else:   # the whole batch's counts and mean probabilities
+            total = whole_batch_counts(np.append(counts, s), group)
+            c_e = oarlock.to_tensor((total[:-1] / total[-1]).astype(np.float32))
+            m_e = sum_over(probs.sum(axis=0), group) / float(total[-1])
         self.set_loss(oarlock.mean(c_e * m_e) * (self.num_expert ** 2))
 
         capacity = _capacity(self.capacity, self.training, x.shape[0])
         _, _, topk_idx = limit_by_capacity(topk_idx, self.num_expert, self.world_size, capacity, group=self.group)
         if self.random_routing:
-            prob = _group_slice_rand([s], self.group, self.world_size)
+            prob = batch_rand([s], self.tokens_group)
             topk_idx = random_routing(topk_idx, topk_val, prob)
         return topk_val, topk_idx
 
 
-class SwitchGate(NaiveGate):
-    """Top-1 gate of the Switch Transformer: noisy softmax scores, capacity and load-balancing loss."""
+class SwitchGate(_BatchAware, NaiveGate):
+    """Top-1 gate of the Switch Transformer: noisy softmax scores, capacity and load-balancing loss.
+    batch_group and global_aux as GShardGate's (the noise is drawn for the whole batch)."""
 
-    def __init__(self, d_model, num_expert, world_size, topk=1, switch_eps=0.1, capacity=(1.2, 2.4), group=None):
+    def __init__(self, d_model, num_expert, world_size, topk=1, switch_eps=0.1, capacity=(1.2, 2.4), group=None,
+                 batch_group=None, global_aux=False):
         if topk != 1:
             raise ValueError(f"SwitchGate(): topk must be 1 (a switch routes every token to one expert), "
                              f"got {topk!r}")
@@ -162,12 +191,13 @@ class SwitchGate(NaiveGate):
         self.switch_eps = float(switch_eps)
         self.capacity = _capacity_factors("SwitchGate()", capacity)
         self.group = _moe_group("SwitchGate()", group, self.world_size)
+        self._set_batch("SwitchGate()", batch_group, global_aux)
 
     def forward(self, inp):
         self._check_input(inp)
         score = self.gate(inp)
         if self.training:
-            noise = _group_slice_rand(list(score.shape), self.group, self.world_size)
+            noise = batch_rand(list(score.shape), self.tokens_group)
             score = score + (noise * 2 * self.switch_eps + 1.0 - self.switch_eps)
         score = F.softmax(score, axis=-1)
         top1_score, top1_idx = oarlock.topk(score, k=1, axis=-1, largest=True)
@@ -176,8 +206,11 @@ class SwitchGate(NaiveGate):
         _, _, top1_idx = limit_by_capacity(top1_idx, self.num_expert, self.world_size, capacity, group=self.group)
         valid = top1_idx.numpy().reshape(-1)
         valid = valid[valid > -1]
-        fraction_expert = oarlock.to_tensor(
-            (np.bincount(valid, minlength=self.tot_expert) / max(valid.size, 1)).astype(np.float32))
-        prob_expert = score.sum(axis=0) / max(valid.size, 1)
+        counts = np.append(np.bincount(valid, minlength=self.tot_expert), valid.size)
+        group = self._stats_group()   # None: this rank's tokens; else the whole batch's (module docstring)
+        counts = whole_batch_counts(counts, group)
+        kept = max(counts[-1], 1)
+        fraction_expert = oarlock.to_tensor((counts[:-1] / kept).astype(np.float32))
+        prob_expert = sum_over(score.sum(axis=0), group) / float(kept)
         self.set_loss((fraction_expert * prob_expert).sum() * self.tot_expert)
         return top1_score, top1_idx

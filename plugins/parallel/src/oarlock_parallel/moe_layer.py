@@ -88,7 +88,9 @@ class MoELayer(nn.Layer):
 
     experts: nn.LayerList of this rank's experts (num_expert = len(experts); moe_group.nranks ranks hold
     num_expert each). gate: a BaseGate (NaiveGate and its subclasses), or a dict {"type": "naive" |
-    "gshard" | "switch" (default "gshard"), "top_k": k (default 2)}. After forward, gate.get_loss() is
+    "gshard" | "switch" (default "gshard"), "top_k": k (default 2), and for the GShard and Switch gates
+    optionally "batch_group" and "global_aux" (their keywords: the whole batch's random numbers and aux
+    loss when the batch is split over more ranks than the moe group's)}. After forward, gate.get_loss() is
     the auxiliary loss (GShard / Switch gates). recompute_interval > 0 recomputes the experts in backward
     (oarlock's recompute; recompute_ctx, Paddle's options of recompute_hybrid, is kept but not read)."""
 
@@ -117,7 +119,8 @@ class MoELayer(nn.Layer):
             kind = gate.get("type", "gshard")
             if kind not in _GATES:
                 raise ValueError(f"MoELayer(): gate type must be 'naive', 'gshard' or 'switch', got {kind!r}")
-            extra = {} if _GATES[kind] is NaiveGate else {"group": self.group}
+            extra = {} if _GATES[kind] is NaiveGate else {"group": self.group, **{
+                key: gate[key] for key in ("batch_group", "global_aux") if key in gate}}
             gate = _GATES[kind](self.d_model, num_expert=self.num_expert, world_size=self.world_size,
                                 topk=self.top_k, **extra)
         elif isinstance(gate, NaiveGate):

@@ -64,7 +64,7 @@ class MoEGPT(GPT):
     """model.GPT whose blocks' MLPs are MoELayers (see the module docstring). forward and loss are GPT's
     (loss: the cross entropy only); after a forward, `aux_loss()` is the sum of the gates' aux losses."""
 
-    def __init__(self, cfg: GPTConfig, moe: MoEConfig, moe_group=None):
+    def __init__(self, cfg: GPTConfig, moe: MoEConfig, moe_group=None, batch_group=None):
         from oarlock.incubate.distributed.models.moe import MoELayer
 
         ranks = 1 if moe_group is None else moe_group.nranks
@@ -76,7 +76,7 @@ class MoEGPT(GPT):
         def block(block_cfg):
             experts = build_experts(block_cfg, moe, local)
             return Block(block_cfg, mlp=MoELayer(block_cfg.width, experts, gate=_gate(block_cfg.width, moe, local,
-                                                                                       moe_group),
+                                                                                       moe_group, batch_group),
                                                  moe_group=moe_group))
 
         super().__init__(cfg, make_block=block)
@@ -89,9 +89,9 @@ class MoEGPT(GPT):
 
         Paddle's GShardGate scales its loss by num_expert ** 2 with num_expert the experts of ONE rank, so
         under --ep N it would be N ** 2 times smaller; it is multiplied back by N ** 2 here, so that it is
-        GShard's loss with every expert counted (k = 2 when balanced) whatever the layout. It still comes
-        from each rank's own tokens, as Paddle computes it: with a weight > 0 an --ep run's losses differ
-        slightly from one process's."""
+        GShard's loss with every expert counted (k = 2 when balanced) whatever the layout. The gates are
+        built with global_aux: their statistics are the whole batch's (summed over batch_group), so every
+        rank's aux loss is the one process's, not its own tokens' as Paddle's default computes it."""
         losses = [loss for loss in (b.mlp.gate.get_loss() for b in self.blocks) if loss is not None]
         if not losses:
             return None
@@ -134,11 +134,13 @@ def _renumber(name: str, offset: int) -> str:
     return _EXPERT.sub(lambda m: f"{m.group(1)}{int(m.group(2)) + offset}{m.group(3)}", name)
 
 
-def _gate(width: int, moe: MoEConfig, local: int, moe_group):
+def _gate(width: int, moe: MoEConfig, local: int, moe_group, batch_group):
     """The gate of one MoELayer. Paddle's capacity factors (1.2 in training, 2.4 in eval) multiply the
     tokens of the rank the gate runs on; they are scaled by the expert-parallel ranks here, so an expert takes
     at most 1.2 x the tokens of the whole group, whose tokens it serves -- the same capacity as one process
-    holding every expert and all those tokens (which keeps an --ep run's routing equal to one process's)."""
+    holding every expert and all those tokens (which keeps an --ep run's routing equal to one process's).
+    batch_group (the ranks holding the shares of each batch, when it is split) and global_aux make the random
+    routing numbers and the aux loss those of one process holding the whole batch."""
     from oarlock.incubate.distributed.models.moe import GShardGate, SwitchGate
 
     if moe.gate_type == "naive":
@@ -146,7 +148,8 @@ def _gate(width: int, moe: MoEConfig, local: int, moe_group):
     ranks = 1 if moe_group is None else moe_group.nranks
     capacity = tuple(factor * ranks for factor in CAPACITY)
     kind = GShardGate if moe.gate_type == "gshard" else SwitchGate
-    return kind(width, local, ranks, topk=moe.top_k, capacity=capacity, group=moe_group)
+    return kind(width, local, ranks, topk=moe.top_k, capacity=capacity, group=moe_group, batch_group=batch_group,
+                global_aux=True)
 
 
 def build_model(cfg: GPTConfig, moe: MoEConfig | None):

@@ -18,6 +18,9 @@ training loop with a ParallelTrainer:
   gradients are synchronised by sync_moe_gradients (dense ones over every rank, experts over their dp
   replicas) and clipped by ClipGradForMOEByGlobalNorm on a plain optimizer (no fleet wrappers), and
   evaluation runs the gathered full model on every rank (no all-to-all in evaluation).
+* the MoE GPT under --ep or --dp: its gates get the group of every data rank (batch_group) with global_aux,
+  so random routing and the aux loss are one process's over the whole batch; plain --dp MoE runs also
+  synchronise by sync_moe_gradients rather than fleet's DataParallel.
 """
 
 from __future__ import annotations
@@ -164,17 +167,38 @@ class ParallelTrainer(Trainer):
         ep_rank = 0 if self.moe_group is None else self.moe_group.rank
         self.data_rank = ((hcg.get_data_parallel_rank() * layout.ep + ep_rank) * layout.sharding
                           + hcg.get_sharding_parallel_rank())
+        # a MoE model whose batch is split over ranks: its gates see the whole batch through batch_group, and
+        # sync_moe_gradients synchronises its gradients (fleet's DataParallel is not used: see _distribute)
+        self.moe_split = bool(cfg.moe_experts) and layout.data_ranks > 1
+        self.batch_group = self._make_batch_group(hcg) if self.moe_split else None
+        if self.moe_split and self.moe_group is None:   # plain --dp: the experts are replicated like the rest
+            self._expert_dp_group = self._dense_group = hcg.get_data_parallel_group()
         self.mp_rank = hcg.get_model_parallel_rank()
         self._data_groups = [g for g in (hcg.get_data_parallel_group(), self.moe_group,
                                          hcg.get_sharding_parallel_group()) if g is not None and g.nranks > 1]
         super().__init__(cfg, corpus)
 
+    def _make_batch_group(self, hcg):
+        """The group whose rank i holds data share i of every batch (what the MoE gates' batch_group needs):
+        the moe group under --ep alone, the data-parallel group under --dp alone, every rank under both."""
+        if self.layout.dp == 1:
+            group = self.moe_group
+        elif self.layout.ep == 1:
+            group = hcg.get_data_parallel_group()
+        else:
+            group = self._dense_group if self._dense_group is not None else self.dist.new_group(
+                list(range(self.dist.get_world_size())))
+        if group.nranks != self.layout.data_ranks or group.rank != self.data_rank:
+            raise RuntimeError(f"ParallelTrainer: the MoE batch group (rank {group.rank} of {group.nranks}) does "
+                               f"not follow the data ranks (data rank {self.data_rank} of {self.layout.data_ranks})")
+        return group
+
     def _local_model(self, full: GPT):
         self.full_names = list(full.state_dict())
         model = full
-        if self.moe_group is not None:   # this rank's experts, taken from the full model's
+        if self.moe_split:   # this rank's experts, taken from the full model's; gates over the whole batch
             state = oarlock.get_rng_state()
-            model = MoEGPT(full.cfg, full.moe, moe_group=self.moe_group)
+            model = MoEGPT(full.cfg, full.moe, moe_group=self.moe_group, batch_group=self.batch_group)
             oarlock.set_rng_state(state)
             model.load_full_state_dict(full.state_dict())
         if self.layout.mp > 1:
@@ -212,7 +236,8 @@ class ParallelTrainer(Trainer):
     def _eval_model(self):
         # an expert-parallel model runs all-to-alls in every forward, which ranks evaluating different numbers
         # of chunks cannot do together: each rank evaluates the gathered full model
-        return self.full_model(everywhere=True) if self.moe_group is not None else super()._eval_model()
+        # (and the gates of a model whose batch is split sum over batch_group in every forward, too)
+        return self.full_model(everywhere=True) if self.moe_split else super()._eval_model()
 
     def _dropout_stream(self):
         # The batch indices come from the default stream, the same on every rank; dropout must not: data
@@ -229,8 +254,8 @@ class ParallelTrainer(Trainer):
         return tracker.rng_state(DROPOUT_RNG)
 
     def _distribute(self, model, optimizer):
-        if self.moe_group is not None:   # _sync_gradients synchronises, the optimizer's clip is the MoE one
-            return model, optimizer
+        if self.moe_split:   # _sync_gradients synchronises (the gates' all-reduces run inside backward, which
+            return model, optimizer   # DataParallel's buckets, launched as gradients arrive, could cross)
         from oarlock.distributed import fleet
         return fleet.distributed_model(model), fleet.distributed_optimizer(optimizer)
 
@@ -242,7 +267,7 @@ class ParallelTrainer(Trainer):
         return super()._valid_chunks()[self.data_rank::self.data_ranks]
 
     def _sync_gradients(self) -> None:
-        if self.moe_group is None:
+        if not self.moe_split:
             return   # fleet's DataParallel (or the hybrid optimizer) has synchronised them
         # dense gradients averaged over every rank, each expert's summed over its data-parallel replicas
         from oarlock.incubate.distributed.models.moe import sync_moe_gradients

@@ -240,7 +240,7 @@ class Trainer:
         self.step += 1
         aux = getattr(self, "last_aux", None)
         # every data rank's loss is the mean over an equal share of the batch: their mean is the batch's (the
-        # aux loss is each rank's over its own tokens, as Paddle's gates compute it: the mean is logged)
+        # aux loss is the whole batch's on every rank, moe_model's gates having global_aux: the mean is it too)
         values = self._sum_over_data(float(loss.item()), *([] if aux is None else [float(aux.item())]))
         value = values[0] / self.data_ranks
         self.history.train.append(value)
