@@ -109,6 +109,19 @@ class DistTensor(Tensor):
     def _is_initialized(self) -> bool:
         return self._mesh.contains(_rank())
 
+    def backward(self, grad_tensor=None, retain_graph=False):
+        """Tensor.backward; on a rank outside the mesh (an empty piece) the backward still runs, seeded with an
+        empty gradient, so a cross-mesh reshard on the way (a pipeline stage's output) gets its gradient."""
+        if grad_tensor is None and not self._mesh.contains(_rank()):
+            grad_tensor = oarlock.zeros(self._local.shape, dtype=self._local.dtype)
+        if isinstance(grad_tensor, DistTensor):
+            grad_tensor = grad_tensor._local
+        if grad_tensor is None:
+            return super().backward(None, retain_graph)
+        if self._local.stop_gradient:
+            return None
+        return self._local.backward(grad_tensor, retain_graph)
+
     def detach(self):
         return DistTensor.make(self._local.detach(), self._mesh, self._placements, self._global_shape)
 

@@ -4,7 +4,11 @@ On one mesh the data moves as reshard_local.py describes. Between meshes:
 - the same processes in another shape: nothing moves when every process's piece is already the one it
   needs; otherwise the tensor is replicated on the source mesh and cut for the target;
 - meshes of one shape over other processes: the pieces are resharded on the source mesh, then the process
-  at each mesh coordinate sends its piece to the target's process at that coordinate (not differentiable);
+  at each mesh coordinate sends its piece to the target's process at that coordinate (point to point). This is
+  differentiable (how a pipeline moves activations between stages): the backward sends each gradient piece the
+  other way. A rank of the source mesh only learns that gradient by running backward too, so every rank calls
+  loss.backward(): ranks outside a mesh compute nothing but keep the autograd chain (spmd.py's _empty_outputs)
+  down to this move, whose backward then receives the gradient;
 - other meshes: an error (no rule, as Paddle).
 
 Gradients have Paddle's global meaning: the gradient of a tensor with placements p is laid out as p with
@@ -56,23 +60,49 @@ def _pieces_match(src_mesh, src, dst_mesh, dst, global_shape) -> bool:
                == region(dst_mesh, dst, global_shape, dst_mesh.coordinate(r)) for r in src_mesh.process_ids)
 
 
-def _move(local, src_mesh, dst_mesh, received_shape, dtype, rank):
-    """The piece at each mesh coordinate sent from src_mesh's process to dst_mesh's (same shape); this rank,
-    if in dst_mesh, receives a piece of `received_shape`."""
+def _peers(rank, src_mesh, dst_mesh):
+    """(the dst process this rank's piece goes to, the src process this rank's piece comes from); None where
+    this rank is not in that mesh. Pieces pair up by mesh coordinate (the meshes have one shape)."""
     src_ids, dst_ids = src_mesh.process_ids, dst_mesh.process_ids
+    to = dst_ids[src_ids.index(rank)] if rank in src_ids else None
+    frm = src_ids[dst_ids.index(rank)] if rank in dst_ids else None
+    return to, frm
+
+
+def _exchange(piece, to, frm, rank, shape, dtype):
+    """Send `piece` to process `to` and receive a tensor of `shape` from process `frm` (None: that side is
+    skipped; this rank itself: no message). Returns the received (or kept) tensor, or None."""
     tasks, out = [], None
-    if rank in src_ids:
-        peer = dst_ids[src_ids.index(rank)]
-        if peer == rank:
-            out = local.detach()
+    if to is not None:
+        if to == rank:
+            out = piece.detach()
         else:
-            tasks.append(dist.isend(local.detach().clone(), peer))
-    if rank in dst_ids and out is None:
-        out = oarlock.empty(received_shape, dtype=dtype)
-        tasks.append(dist.irecv(out, src_ids[dst_ids.index(rank)]))
+            tasks.append(dist.isend(piece.detach().clone(), to))
+    if frm is not None and frm != rank:
+        out = oarlock.empty(shape, dtype=dtype)
+        tasks.append(dist.irecv(out, frm))
     for task in tasks:
         task.wait()
     return out
+
+
+class _Move(PyLayer):
+    """The piece at each mesh coordinate sent from src_mesh's process to dst_mesh's; backward: the gradient
+    piece sent back. A rank outside dst_mesh returns an empty piece (its gradient is ignored), a rank outside
+    src_mesh returns a zero gradient for its (empty) input."""
+
+    @staticmethod
+    def forward(ctx, local, src_mesh, dst_mesh, received_shape, rank):
+        to, frm = _peers(rank, src_mesh, dst_mesh)
+        ctx.plan = (to, frm, rank, list(local.shape), local.dtype)
+        out = _exchange(local, to, frm, rank, received_shape, local.dtype)
+        return out if out is not None else empty_local(local.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        to, frm, rank, shape, dtype = ctx.plan
+        back = _exchange(grad, frm, to, rank, shape, dtype)      # the same messages, the other way
+        return back if back is not None else oarlock.zeros(shape, dtype=dtype)
 
 
 def reshard(dist_tensor, mesh, placements):
@@ -97,8 +127,9 @@ def reshard(dist_tensor, mesh, placements):
         moved = _on_mesh(local, src_mesh, src, dst, shape, rank)
         coord = mesh.coordinate(rank)
         received = None if coord is None else [hi - lo for lo, hi in region(mesh, dst, shape, coord)]
-        out = _move(moved, src_mesh, mesh, received, local.dtype, rank)
-        return DistTensor.make(out if out is not None else empty_local(local.dtype), mesh, dst, shape)
+        if not (src_mesh.contains(rank) or mesh.contains(rank)):
+            return DistTensor.make(empty_local(local.dtype), mesh, dst, shape)
+        return DistTensor.make(_Move.apply(moved, src_mesh, mesh, received, rank), mesh, dst, shape)
     raise ValueError(f"reshard(): no rule moves a tensor from mesh {src_mesh} to mesh {mesh}: they have other "
                      f"processes and other shapes ({src_mesh.shape} vs {mesh.shape}); supported: one mesh, meshes "
                      f"of the same processes, or meshes of the same shape")

@@ -30,7 +30,7 @@ slice per rank and all-gather the parameter: ZeRO stage 1 falls out of the place
 from __future__ import annotations
 
 import oarlock
-from oarlock import Tensor
+from oarlock import PyLayer, Tensor
 from oarlock.dispatch import apply
 
 from oarlock_autoparallel.spmd_rules import RULES
@@ -152,7 +152,7 @@ def dispatch(op, args, attrs):
         result = fallback_rule(specs, full_attrs)
     local_args = [_localise(a, s, mesh) for a, s in zip(args, result.inputs)]
     if not mesh.contains(_rank()):
-        return _empty_outputs(op, dists[0], mesh, result)
+        return _empty_outputs(op, dists[0], mesh, result, local_args)
     if oarlock.is_grad_enabled() and result.outputs is not None:
         local_args = _sync_gradients(local_args, result, mesh)
     if result.local_attrs is not None:
@@ -298,13 +298,38 @@ def _wrap(out, specs, mesh, first):
     return type(out)(wrapped) if isinstance(out, tuple) else wrapped
 
 
-def _empty_outputs(op, first, mesh, result):
-    """A rank outside the mesh computes nothing: empty local pieces with the rule's global shapes."""
+def _empty_outputs(op, first, mesh, result, local_args):
+    """A rank outside the mesh computes nothing: empty local pieces with the rule's global shapes. While
+    gradients are recorded they hang on the inputs' pieces (_Carry), so loss.backward() on this rank still
+    walks back to a cross-mesh reshard whose backward receives this rank's gradient (reshard._Move)."""
     from oarlock_autoparallel.dtensor import DistTensor
     specs = result.outputs or [Spec.replicated(first.shape, mesh.shape)] * max(op.n_outputs or 1, 1)
-    outs = [DistTensor.make(oarlock.zeros([0], dtype=first.dtype), mesh, placements_of(s), list(s.shape))
-            for s in specs]
+    carried = [t for t in _flat_tensors(local_args) if not t.stop_gradient] if oarlock.is_grad_enabled() else []
+    outs = [DistTensor.make(_Carry.apply(first.dtype, *carried) if carried else oarlock.zeros([0], dtype=first.dtype),
+                            mesh, placements_of(s), list(s.shape)) for s in specs]
     return outs[0] if op.n_outputs == 1 else (tuple(outs) if op.n_outputs else outs)
+
+
+def _flat_tensors(items):
+    for a in items:
+        if isinstance(a, (list, tuple)):
+            yield from _flat_tensors(a)
+        elif isinstance(a, Tensor):
+            yield a
+
+
+class _Carry(PyLayer):
+    """An empty piece depending on `inputs` (the pieces of a rank outside the mesh): backward gives them zero
+    gradients of their own (empty) shapes."""
+
+    @staticmethod
+    def forward(ctx, dtype, *inputs):
+        ctx.shapes = [(list(t.shape), t.dtype) for t in inputs]
+        return oarlock.zeros([0], dtype=dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return tuple(oarlock.zeros(shape, dtype=dtype) for shape, dtype in ctx.shapes)
 
 
 def _replicate():
@@ -324,4 +349,4 @@ def _coord(mesh) -> tuple:
 
 def _rank() -> int:
     import oarlock.distributed as dist
-    return dist.get_rank() if dist.is_initialized() else 0
+    return dist.get_rank()      # the launcher's rank even before init_parallel_env (as reshard.py reads it)
