@@ -3,13 +3,15 @@
 - a few steps in one process log the gates' aux loss (progress line, train/aux_loss in --log-dir), which
   equals GShard's loss written here in float64 numpy from Paddle's gate code, summed over the blocks, and
   enters the objective times --moe-aux-weight;
-- `--ep 2` (a real MPI job through `oarlock launch`) gives the per-step and validation losses of one process
-  holding every expert within 1e-5 relative, and a checkpoint of the full model in the one-process format
-  (with --moe-aux-weight 0: Paddle's gates compute the aux loss from each rank's own tokens, so with a
-  weight the layouts' objectives differ);
+- `--ep 2`, `--ep 4`, `--nproc 4 --ep 2` (ep 2 x dp 2) and `--nproc 2` (dp 2), real MPI jobs through
+  `oarlock launch` with the default aux weight, give the per-step losses, aux losses and validation loss of
+  one process holding every expert within 1e-5 relative over 20 steps (the gates draw random routing for the
+  whole batch and compute the aux loss over it: batch_group, global_aux); the ep2 job's checkpoint holds the
+  full model in the one-process format;
 - bad option combinations are refused before any rank starts.
 
-The runs are test_train_parallel's small ones (4 steps of 4 x 32-byte rows, seed 3, no dropout).
+The aux-loss checks run test_train_parallel's small runs (4 steps of 4 x 32-byte rows, seed 3, no dropout);
+the layouts run a tinier one (20 steps of 4 x 16-byte rows, 4 experts of hidden width 32).
 """
 
 from __future__ import annotations
@@ -26,31 +28,66 @@ from oarlock_train.moe_model import MoEConfig, MoEGPT
 
 # the launched-run helpers of test_train_parallel (pytest imports test files with importlib: not on sys.path)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_train_parallel import RTOL, SMALL, STEPS, assert_same_losses, history, launched, one_process
+from test_train_parallel import RTOL, SMALL, STEPS, history, launched, one_process
 
 MOE = ["--moe-experts", "4", "--moe-top-k", "2"]
+# the layouts' runs: 20 steps (options after SMALL's override them), the default aux weight
+TINY_STEPS = 20
+TINY = ["--steps", str(TINY_STEPS), "--eval-every", str(TINY_STEPS), "--seq-len", "16", *MOE,
+        "--moe-expert-hidden", "32"]
+LAYOUTS = {"ep2": (["--ep", "2"], "2 ranks (dp 1 x ep 2 x mp 1)"),
+           "ep4": (["--ep", "4"], "4 ranks (dp 1 x ep 4 x mp 1)"),
+           "ep2xdp2": (["--nproc", "4", "--ep", "2"], "4 ranks (dp 2 x ep 2 x mp 1)"),
+           "dp2": (["--nproc", "2"], "2 ranks (dp 2 x mp 1)")}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The one-process run and the --ep 2 job with the same options (each started once)."""
+    """One-process runs (each started once): `one`, SMALL without the aux loss; `tiny`, TINY (the layouts'
+    reference)."""
     root = tmp_path_factory.mktemp("moe")
-    no_aux = [*MOE, "--moe-aux-weight", "0"]
-    out = {"one": one_process(root / "one", *no_aux), "one_dir": root / "one", "ep2_dir": root / "ep2"}
-    out["ep2"], out["ep2_stdout"], _ = launched(root / "ep2", "--ep", "2", *no_aux)
-    return out
+    return {"one": one_process(root / "one", *MOE, "--moe-aux-weight", "0"), "tiny": one_process(root / "tiny", *TINY),
+            "tiny_dir": root / "tiny"}
 
 
-def test_ep2_losses_equal_one_process(runs):
-    assert_same_losses(runs["ep2"], runs["one"])
-    assert "2 ranks (dp 1 x ep 2 x mp 1)" in runs["ep2_stdout"]
-    # the aux loss is logged per step in both (the mean of the ranks' own losses under --ep)
-    assert len(runs["ep2"]["train"]) == STEPS
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory):
+    """layout(name): (history, stdout, out dir) of the TINY job on LAYOUTS[name], started once."""
+    done: dict = {}
+
+    def run(name):
+        if name not in done:
+            out = tmp_path_factory.mktemp("moe") / name
+            saved, stdout, _ = launched(out, *TINY, *LAYOUTS[name][0])
+            done[name] = (saved, stdout, out)
+        return done[name]
+    return run
 
 
-def test_ep2_checkpoint_holds_the_full_model(runs, tmp_path):
-    one = oarlock.load(str(runs["one_dir"] / "model.safetensors"))
-    ep2 = oarlock.load(str(runs["ep2_dir"] / "model.safetensors"))
+def _max_relative(got, want) -> float:
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    return float(np.max(np.abs(got - want) / np.abs(want)))
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_layout_losses_equal_one_process_with_the_aux_loss(runs, layout, name):
+    saved, stdout, _ = layout(name)
+    want = runs["tiny"]
+    assert LAYOUTS[name][1] in stdout
+    assert len(saved["train"]) == len(saved["aux"]) == len(want["train"]) == TINY_STEPS
+    # the per-step losses (the cross entropy), the logged aux losses (the whole batch's on every rank, so
+    # their mean is one process's) and the validation loss
+    for key in ("train", "aux"):
+        assert _max_relative(saved[key], want[key]) <= RTOL, (key, saved[key], want[key])
+    assert [s for s, _ in saved["valid"]] == [s for s, _ in want["valid"]] == [TINY_STEPS]
+    assert _max_relative([v for _, v in saved["valid"]], [v for _, v in want["valid"]]) <= RTOL
+    assert min(want["aux"]) > 0 and want["train"][-1] < want["train"][0]
+
+
+def test_ep2_checkpoint_holds_the_full_model(runs, layout, tmp_path):
+    one = oarlock.load(str(runs["tiny_dir"] / "model.safetensors"))
+    ep2_saved, _, ep2_dir = layout("ep2")
+    ep2 = oarlock.load(str(ep2_dir / "model.safetensors"))
     assert list(ep2) == list(one)   # every expert, under the one-process names and order
     assert "blocks.3.mlp.experts.3.proj.weight" in one and "blocks.0.mlp.gate.gate.weight" in one
     for name in one:
@@ -63,12 +100,12 @@ def test_ep2_checkpoint_holds_the_full_model(runs, tmp_path):
     from oarlock_train import checkpoint
     from oarlock_train.corpus import build_corpus
     from oarlock_train.trainer import Trainer, TrainConfig
-    cfg = TrainConfig(steps=STEPS, seed=3, batch_size=4, seq_len=32, warmup=0, moe_experts=4, moe_top_k=2,
-                      moe_aux_weight=0.0)
+    cfg = TrainConfig(steps=TINY_STEPS, seed=3, batch_size=4, seq_len=16, warmup=1, moe_experts=4, moe_top_k=2,
+                      moe_expert_hidden=32)
     trainer = Trainer(cfg, build_corpus(cfg.seq_len))
-    checkpoint.load(trainer, runs["ep2_dir"])
-    assert trainer.step == STEPS and len(trainer.optimizer.state_dict()) > len(one)
-    np.testing.assert_allclose(trainer.evaluate(), runs["ep2"]["valid"][-1][1], rtol=RTOL)
+    checkpoint.load(trainer, ep2_dir)
+    assert trainer.step == TINY_STEPS and len(trainer.optimizer.state_dict()) > len(one)
+    np.testing.assert_allclose(trainer.evaluate(), ep2_saved["valid"][-1][1], rtol=RTOL)
 
 
 def _gshard_aux(logits: np.ndarray) -> float:
