@@ -19,7 +19,7 @@ whose entry is 0 (BLOCK_MASK); a tile all of whose blocks are 0 for every batch 
 Algorithm. Batch and key heads are flattened into one axis f = b * Hk + h ("heads"), and the query heads of a
 key/value group are folded into the rows: head f's query rows are [Sq * G, D] with row s * G + g, so grouped heads
 never repeat K/V. The working layouts are made per head on the workers: Q (pre-multiplied by scale * log2(e):
-scores are in base 2) with one extra column (kept 0), K^T and V^T with one extra row of ones
+scores are in base 2), K^T, V^T with one extra row of ones (the backward's dO V^T against dO's column of -D)
 (the score matmuls read K^T; their rows padded off power-of-two strides), K, and V (in the forward with an extra
 column of ones, so that the weights-by-values matmul also sums the weights' rows). They and the other O(S) working
 arrays are reused across calls (_scratch), as fresh multi-MiB arrays pay a page fault per page every call.
@@ -413,13 +413,15 @@ def _rows_from(dst, x, f, hk, g):
 
 
 def _keys_t_into(xp, dst, k, f, hk):
-    """dst [D + 1, Sk] <- K^T of head f of k [B, Sk, Hk, D], with a last row of ones. The score matmuls read K^T:
+    """dst [D or D + 1, Sk] <- K^T of head f of k [B, Sk, Hk, D], with a last row of ones when dst has D + 1 rows
+    (V^T in the backward, against dO's column of -D). The score matmuls read K^T:
     BLAS is about 10% faster on this layout than on a transposed view of [Sk, D + 1]. A contiguous copy of the
     head first, then a 2-D transpose (twice as fast as one strided transpose)."""
     b, h = divmod(f, hk)
     d = k.shape[3]
     dst[:d] = xp.ascontiguousarray(k[b, :, h]).T
-    dst[d] = 1
+    if dst.shape[0] > d:
+        dst[d] = 1
 
 
 def _take_t(xp, nf, rows, s, ct):
@@ -508,16 +510,16 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     seed, offset = _seed(xp, fixed_seed_offset, dropout, generator)
     bq, bk = BLOCK_Q, BLOCK_K
     mask = _Mask(xp, startend_row_indices, causal, window_left, window_right, b, sq, sk, hk, g, bq, bk, block_mask)
-    # Scores in base 2 (exp2 is cheaper than exp): Q carries scale * log2(e). Q has an extra last column against
-    # K^T's row of ones, kept 0 (see _forward_rows): the row's reference m, while not 0, is subtracted by a pass.
-    q = _scratch.take(xp, (nf, sq * g, d + 1), ct)
-    kt = _take_t(xp, nf, d + 1, sk, ct)
+    # Scores in base 2 (exp2 is cheaper than exp): Q carries scale * log2(e). The score matmul's inner dimension
+    # is D itself (an odd 65 ran OpenBLAS's kernels 7% slower): a row's reference m, while not 0, is subtracted
+    # by a pass (see _forward_rows).
+    q = _scratch.take(xp, (nf, sq * g, d), ct)
+    kt = _take_t(xp, nf, d, sk, ct)
     v = _scratch.take(xp, (nf, sk, dv + 1), ct)   # V with a last column of ones: P [V | 1] also sums P's rows
     vabs = xp.zeros((nf,), dtype=ct)   # max |V| per head (NaN propagates), for the fast step's overflow bound
 
     def prepare(f):
         _rows_into(q[f], query, f, hk, g, scale * LOG2E)
-        q[f, :, d] = 0
         _keys_t_into(xp, kt[f], key, f, hk)
         _rows_into(v[f], value, f, hk, 1)
         if sk and dv:
@@ -554,8 +556,8 @@ def _forward_rows(ctx, item, flat, span, exact=False):
 
     Each row keeps a reference m (0 at first), the sum `total` of 2^(s - m) and acc = sum 2^(s - m) v, side by
     side in accx = [acc | total]: one matmul of the weights by [V | 1] gives a run's weighted values and its row
-    sums (pvx), and one addition updates both. m enters the score matmul through Q's last column, so a run's
-    scores arrive as s - m. Two kinds of step:
+    sums (pvx), and one addition updates both. While m is 0 the scores need no pass; once a row has moved it, m is
+    subtracted from the run's scores by a pass. Two kinds of step:
     - fast (no max and no subtraction pass over the scores): exp2 straight away. Overflow (a score more than
       ~128 above m, or a sum past the float range) shows up as a non-finite total, or as a total above
       float max / (2 max|v|), with which acc could overflow; the run is then redone with the exact step. When
@@ -572,7 +574,7 @@ def _forward_rows(ctx, item, flat, span, exact=False):
     r0, r1 = i * bq, min((i + 1) * bq, sq)
     n = (r1 - r0) * g
     rs = slice(r0 * g, r1 * g)
-    qi, mcol = q[f0:f1, rs], q[f0:f1, rs, d:]
+    qi = q[f0:f1, rs]
     ktf, vf = kt[f0:f1], v[f0:f1]
     # A fast step's acc grows to at most total * max|v| (/ (1 - dropout)): a finite total can still overflow it
     # (one score ~88 nats above the reference gives a total just under the float32 range), so past this bound
@@ -583,7 +585,6 @@ def _forward_rows(ctx, item, flat, span, exact=False):
     fast_limit = float(xp.finfo(ct).max) / 2 / max(vmax, 1.0)
     m = xp.zeros((nf, n, 1), dtype=ct)
     moved = False   # m is 0 until a row is re-centred; from then on the scores are shifted by a separate pass
-    mcol[...] = 0   # Q's extra column stays 0: the scores' rounding is then exactly the backward's (see there)
     accx = xp.zeros((nf, n, dv + 1), dtype=ct)
     acc, total = accx[..., :dv], accx[..., dv:]
     pvx = xp.empty((nf, n, dv + 1), dtype=ct)
@@ -662,21 +663,21 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     seed, offset = _seed(xp, seed_offset, 0.0, None)
     bq, bk = BLOCK_Q, BLOCK_K
     mask = _Mask(xp, startend_row_indices, causal, window_left, window_right, b, sq, sk, hk, g, bq, bk, block_mask)
-    # As in the forward, scores are in base 2. Q's last column is 0, as the forward's, so Q K^T rounds every score
-    # exactly as the forward did, and lse (base 2) is subtracted by a separate pass: folded into the matmul (a
+    # As in the forward, scores are in base 2, and Q K^T (the same inner dimension D) rounds every score exactly
+    # as the forward did, and lse (base 2) is subtracted by a separate pass: folded into the matmul (a
     # column of -lse) it changed each score's rounding by up to half an ulp of the score, and those independent
     # errors between forward and backward, amplified by |K|, cost dQ 40x PyTorch's error at scores of ~200 nats
     # (the error of P by a common factor per row, as the pass gives, cancels). dO's last column is -D
     # against V^T's ones, so dO V^T gives dP - D (with dropout, dP is scaled by the keep mask before D is
     # subtracted, so there the column is 0 and D is subtracted per tile). dK and dV are built as [Sk, D]
     # (dS^T Q, P^T dO: BLAS reads the transposes as views).
-    q = _scratch.take(xp, (nf, sq * g, d + 1), ct)
+    q = _scratch.take(xp, (nf, sq * g, d), ct)
     do = _scratch.take(xp, (nf, sq * g, dv + 1), ct)
     delta = _scratch.take(xp, (nf, sq * g, 1), ct)
     lse2 = _scratch.take(xp, (nf, sq * g, 1), ct)
     centres = xp.empty((nf, 1, d), dtype=ct)
     k = _scratch.take(xp, (nf, sk, d), ct)
-    kt, vt = _take_t(xp, nf, d + 1, sk, ct), _take_t(xp, nf, dv + 1, sk, ct)
+    kt, vt = _take_t(xp, nf, d, sk, ct), _take_t(xp, nf, dv + 1, sk, ct)
     dq, dk, dv_ = (_scratch.take(xp, shape, ct) for shape in ((nf, sq * g, d), (nf, sk, d), (nf, sk, dv)))
 
     def prepare(f):
@@ -694,7 +695,6 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
         lse_f = lse[b_, h * g:(h + 1) * g].T.reshape(-1).astype(ct)
         # rows that saw no key (lse -inf) get a huge finite lse: P = 0 there without inf arithmetic
         lse2[f, :, 0] = xp.where(xp.isfinite(lse_f), lse_f * LOG2E, xp.asarray(_HUGE, dtype=ct))
-        q[f, :, d] = 0
         _rows_into(k[f], key, f, hk, 1)
         # dQ = scale (dS K) is computed as dS (K - c) + c rowsum(dS), with c the mean key and rowsum(dS) = dlse
         # exactly (softmax is blind to a shift of every key): when keys share a large common part, dS's rounding
@@ -788,7 +788,7 @@ def _backward_cols(ctx, item, dq, bufs, span):
         dq_part = _view(flat_dq, (nf, n, d))
         xp.matmul(dp, kj, out=dq_part)
         dqf[:, rs] += dq_part
-        xp.matmul(dp.swapaxes(-1, -2), qf[:, rs, :d], out=dk_part)
+        xp.matmul(dp.swapaxes(-1, -2), qf[:, rs], out=dk_part)
         dkj += dk_part
 
 
