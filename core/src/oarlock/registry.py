@@ -41,6 +41,7 @@ PADDLE_PRIVATE_NAMES = frozenset({
     "oarlock.base.framework._dygraph_tracer",
     "Tensor._md5sum", "Tensor._numel", "Tensor._is_initialized", "Tensor._inplace_version", "Tensor._copy_to",
     "Tensor._place_str",
+    "Tensor._local_value",     # a dist tensor's local piece; None on a plain tensor (exported by oarlock-autoparallel)
     # model-parallel helpers Paddle's tensor-parallel layers and PaddleFormers call (exported by oarlock-parallel)
     "oarlock.distributed.fleet.layers.mpu.mp_ops._c_identity", "oarlock.distributed.fleet.layers.mpu.mp_ops._c_concat",
     "oarlock.distributed.fleet.layers.mpu.mp_ops._c_split", "oarlock.distributed.fleet.layers.mpu.mp_ops._mp_allreduce",

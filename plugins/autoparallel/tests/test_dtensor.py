@@ -122,3 +122,27 @@ def test_bad_input(call, error, parts):
         call()
     for part in parts:
         assert part in str(info.value)
+
+
+def test_a_plain_tensors_local_value_is_none_as_in_paddle():
+    assert oarlock.to_tensor(whole())._local_value() is None
+    paddle = pytest.importorskip("paddle")
+    assert paddle.to_tensor(whole())._local_value() is None
+
+
+@pytest.mark.parametrize("make", [oarlock.zeros_like, oarlock.ones_like, oarlock.empty_like, oarlock.randn_like,
+                                  oarlock.rand_like, lambda x, **kw: oarlock.full_like(x, 7.0, **kw)])
+def test_like_functions_keep_the_mesh_and_placements(make):
+    x = dist.shard_tensor(whole(), MESH2, [dist.Shard(1), dist.Replicate()])
+    y = make(x, dtype="float64")
+    assert isinstance(y, DistTensor) and y.process_mesh == MESH2 and y.shape == [3, 4]
+    assert y.placements == [dist.Shard(1), dist.Replicate()] and y.dtype == oarlock.float64
+    assert y._local_value().shape == [3, 4] and y.stop_gradient
+    assert not make(x, requires_grad=True).stop_gradient
+
+
+def test_like_of_a_partial_tensor_is_replicated_with_the_fill():
+    x = dist.shard_tensor(whole(), MESH2, [dist.Partial(), dist.Shard(0)])
+    y = oarlock.full_like(x, 2.5)
+    assert y.placements == [dist.Replicate(), dist.Shard(0)]
+    np.testing.assert_array_equal(dist.unshard_dtensor(y).numpy(), np.full((3, 4), 2.5, np.float32))

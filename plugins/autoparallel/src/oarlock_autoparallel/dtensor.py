@@ -63,6 +63,28 @@ class DistTensor(Tensor):
         from oarlock_autoparallel import spmd
         return spmd.dispatch(op, args, attrs)
 
+    @classmethod
+    def __oarlock_like__(cls, x, build, random):
+        """zeros_like / full_like / randn_like ... of a distributed tensor (oarlock-ops' hook): a DistTensor
+        on x's mesh with x's placements, Partial read as Replicate (every rank holds the fill, as Paddle).
+        A fill is built at the local piece's size; random draws are drawn whole and cut, so replicas agree
+        and the values equal one process's for the same seed."""
+        from oarlock_autoparallel.reshard import gradient_placements
+        from oarlock_autoparallel.reshard_local import region
+        placements = gradient_placements(x._placements)
+        coord = x._mesh.coordinate(_rank())
+        if coord is None:
+            local = build([0])
+        else:
+            bounds = region(x._mesh, placements, x._global_shape, coord)
+            if random:
+                whole = build(x._global_shape)
+                local = whole[tuple(slice(lo, hi) for lo, hi in bounds)].detach().clone() if bounds else whole
+                local.stop_gradient = whole.stop_gradient
+            else:
+                local = build([hi - lo for lo, hi in bounds])
+        return cls.make(local, x._mesh, placements, x._global_shape)
+
     # -- the distributed view ------------------------------------------------------------------------
     @property
     def shape(self) -> list:
@@ -112,14 +134,13 @@ class DistTensor(Tensor):
     def backward(self, grad_tensor=None, retain_graph=False):
         """Tensor.backward; on a rank outside the mesh (an empty piece) the backward still runs, seeded with an
         empty gradient, so a cross-mesh reshard on the way (a pipeline stage's output) gets its gradient."""
-        if grad_tensor is None and not self._mesh.contains(_rank()):
-            grad_tensor = oarlock.zeros(self._local.shape, dtype=self._local.dtype)
         if isinstance(grad_tensor, DistTensor):
             grad_tensor = grad_tensor._local
-        if grad_tensor is None:
-            return super().backward(None, retain_graph)
-        if self._local.stop_gradient:
-            return None
+        if not self._mesh.contains(_rank()):
+            if self._local.stop_gradient:      # nothing here needs a gradient (no chain to a cross-mesh move)
+                return None
+            if grad_tensor is None:
+                grad_tensor = oarlock.zeros(self._local.shape, dtype=self._local.dtype)
         return self._local.backward(grad_tensor, retain_graph)
 
     def detach(self):

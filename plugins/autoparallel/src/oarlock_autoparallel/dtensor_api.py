@@ -9,7 +9,6 @@ from __future__ import annotations
 import oarlock
 import oarlock.distributed as dist
 from oarlock import Tensor
-from oarlock.registry import PADDLE_PRIVATE_TENSOR
 
 from oarlock_autoparallel.dtensor import DistTensor
 from oarlock_autoparallel.mesh import ProcessMesh
@@ -115,7 +114,8 @@ def unshard_dtensor(dist_tensor):
 
 
 def _plain_local_value(self):
-    return self
+    """Tensor._local_value() of a plain (not distributed) tensor: None, as Paddle 3.2 answers."""
+    return None
 
 
 API = {"ProcessMesh": ProcessMesh, "Placement": Placement, "Shard": Shard, "Replicate": Replicate,
@@ -140,5 +140,4 @@ def register(api) -> None:
     # DistTensor's own definitions override these
     api.export("Tensor", "placements", property(lambda self: None, doc="None: a plain tensor is not distributed"))
     api.export("Tensor", "process_mesh", property(lambda self: None, doc="None: a plain tensor is not distributed"))
-    if "_local_value" in PADDLE_PRIVATE_TENSOR:   # the core allows the private Paddle name (requested)
-        api.export("Tensor", "_local_value", _plain_local_value)
+    api.export("Tensor", "_local_value", _plain_local_value)

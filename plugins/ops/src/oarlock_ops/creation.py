@@ -11,7 +11,10 @@ they are given, which is what makes `oarlock.seed(n)` reproduce their results.
 
 The *_like functions are plain functions over the fill ops rather than ops of their own: an op takes
 its place from its tensor inputs, and `zeros_like(x, device=...)` must be able to put the result
-somewhere else.
+somewhere else. Being no op, they never reach a Tensor subclass's `__oarlock_dispatch__`; a subclass
+that lays its results out itself (a distributed tensor) defines instead
+`__oarlock_like__(x, build, random) -> Tensor`, where `build(shape)` makes the plain filled tensor of
+that shape (with every other argument applied) and `random` says whether its values are random draws.
 """
 
 from __future__ import annotations
@@ -384,8 +387,9 @@ def _like(fill: str, what: str, floating: bool = False):
             raise TypeError(f"{public}(): random samples need a floating-point dtype, and "
                             f"{'x has' if dtype is None else 'dtype is'} {dt.name}; pass dtype='float32' (or "
                             f"another float dtype)")
-        return make_filled(public, fill, x.shape, None, dt, place_arg(public, device, x.place), requires_grad,
-                           pin_memory)
+        place = place_arg(public, device, x.place)
+        return _laid_out_like(x, lambda shape: make_filled(public, fill, shape, None, dt, place, requires_grad,
+                                                           pin_memory), floating)
 
     like.__name__ = like.__qualname__ = f"{fill}_like"
     like.__doc__ = (f"{public}(x, dtype=None, name=None, *, device=None, requires_grad=False, pin_memory=False): "
@@ -401,8 +405,17 @@ def full_like(x=_UNSET, fill_value=_UNSET, dtype=None, name=None, *, input=_UNSE
     x = tensor_arg(public, x, input)
     if fill_value is _UNSET:
         raise TypeError(f"{public}() missing required argument 'fill_value'")
-    return make_filled(public, "full", x.shape, fill_arg(public, fill_value), dtype_arg(public, dtype, x.dtype),
-                       place_arg(public, device, x.place), requires_grad, pin_memory)
+    value, dt = fill_arg(public, fill_value), dtype_arg(public, dtype, x.dtype)
+    place = place_arg(public, device, x.place)
+    return _laid_out_like(x, lambda shape: make_filled(public, "full", shape, value, dt, place, requires_grad,
+                                                       pin_memory), False)
+
+
+def _laid_out_like(x, build, random: bool):
+    """build(x.shape), or what x's class makes of `build` when it lays its results out itself (the module
+    docstring's `__oarlock_like__`)."""
+    hook = getattr(type(x), "__oarlock_like__", None)
+    return build(x.shape) if hook is None else hook(x, build, random)
 
 
 def as_tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
