@@ -261,12 +261,30 @@ class TwoRanks:
     (lambda: ClipGradForMOEByGlobalNorm(1.0, moe_group=TwoRanks()), ValueError, ["is_expert_param_func", "2 ranks"]),
     (lambda: GShardGate(D, E, 2), ValueError, ["GShardGate()", "world_size=2 needs group", "None"]),
     (lambda: SwitchGate(D, E, 4, group=TwoRanks()), ValueError, ["SwitchGate()", "a group of 2 ranks"]),
+    (lambda: MoELayer(D, nn.LayerList([Expert()]), gate={"type": "switch", "top_k": 1, "batch_group": "all"}),
+     TypeError, ["SwitchGate()", "batch_group must be an oarlock.distributed Group", "got str"]),
 ])
 def test_bad_input_errors(make, kind, parts):
     with pytest.raises(kind) as error:
         make()
     for part in parts:
         assert part in str(error.value)
+
+
+@pytest.mark.parametrize("kind, k", [("gshard", 2), ("switch", 1)])
+def test_moe_layer_passes_the_whole_batch_options_to_its_gate(kind, k):
+    """gate={..., "global_aux": True} reaches the gate; in one process (no group) the whole batch is the
+    process's, so the aux loss is the one Paddle's local gate computes."""
+    losses = []
+    for global_aux in (False, True):
+        oarlock.seed(5)
+        layer = MoELayer(D, nn.LayerList([Expert() for _ in range(E)]),
+                         gate={"type": kind, "top_k": k, "global_aux": global_aux})
+        assert layer.gate.global_aux is global_aux and layer.gate.tokens_group is None
+        oarlock.seed(6)
+        layer(oarlock.to_tensor(tokens(12, seed=2).reshape(2, 6, D)))
+        losses.append(float(layer.gate.get_loss()))
+    assert losses[0] == losses[1] > 0
 
 
 def test_bad_forward_input_errors():
