@@ -26,11 +26,13 @@ from oarlock_autoparallel.planner_model import ModelSpec
 @dataclass(frozen=True)
 class Cost:
     """seconds: forward + backward; saved: bytes the forward keeps for backward; transient: bytes above that
-    at the peak of backward."""
+    at the peak of backward; fixed: bytes the first block of a model keeps beyond what each later one adds (the
+    kernels' scratch arrays, reused by every block: held once, not per block)."""
 
     seconds: float
     saved: int
     transient: int
+    fixed: int = 0
 
 
 class _LocalBlock(nn.Layer):
@@ -76,14 +78,26 @@ def _rope(seq: int, head_dim: int):
     return oarlock.to_tensor(cos.astype(np.float32)), oarlock.to_tensor(sin.astype(np.float32))
 
 
-def _timed(run, reps: int) -> tuple[float, int, int]:
-    """(median seconds of `reps` runs after one warm-up, saved bytes, transient bytes) of run(), which returns the
-    loss whose backward it times. Memory from the device's allocation counters in the warm-up run, on layers whose
-    gradients do not exist yet, as in a training step after clear_grad (later runs, with the gradients in place,
-    hold less: measured 10 MiB against 22 for a block of 16 x 128 tokens)."""
+def _timed(run, reps: int, clear, marks: list | None = None) -> tuple[float, int, int, int]:
+    """(median seconds of `reps` runs after one warm-up, saved bytes, transient bytes, fixed bytes) of run(), which
+    returns the loss whose backward it times; clear() drops the gradients, as a training step's clear_grad does.
+    `marks`: a list run() appends device.memory_allocated() to after its first layer's forward, when it stacks two
+    layers: then saved is what the second one adds (a layer in the middle of a model) and fixed the first one's
+    excess over it.
+
+    Memory comes from the device's allocation counters in the warm-up run: the kernels keep arrays from one call
+    to the next (flashmask's scratch, the gradients' buffers) and hand them out again, so a later run of the same
+    layers allocates less than a model's forward does (measured, 16 x 128 tokens: one block 20 MiB in its first
+    run, 5 MiB in the next; the whole GPT's forward keeps 64-79 MiB for 4 blocks). What the second of two stacked
+    blocks adds is the same whatever was measured before in the process (17.0 MiB there, cold or after other
+    shapes); the first block's excess (`fixed`) is the kernels' scratch, which an earlier, larger shape's scratch
+    may already cover (then it reads lower: the probe measures the largest shapes first)."""
     device = oarlock.device
-    seconds, saved, transient = [], 0, 0
+    seconds, saved, transient, fixed = [], 0, 0, 0
     for i in range(reps + 1):
+        clear()
+        if marks is not None:
+            marks.clear()
         base = device.memory_allocated()
         device.reset_max_memory_allocated()
         t0 = time.perf_counter()
@@ -94,20 +108,44 @@ def _timed(run, reps: int) -> tuple[float, int, int]:
         peak = device.max_memory_allocated() - base
         if i == 0:
             saved, transient = held, peak - held
+            if marks:
+                first = marks[0] - base
+                saved, fixed = held - first, max(0, 2 * first - held)
         del loss
-    return statistics.median(seconds[1:]), saved, transient
+    return statistics.median(seconds[1:]), saved, transient, fixed
+
+
+def _clear(layer, *inputs):
+    """A clear() for _timed: the layer's and the inputs' gradients."""
+    def clear():
+        layer.clear_gradients()
+        for x in inputs:
+            x.clear_gradient()
+    return clear
 
 
 def measure_block(spec: ModelSpec, rows: int, mp: int, reps: int = 3) -> Cost:
-    """One block's forward + backward on `rows` sequences at mp-way tensor parallelism."""
+    """One block's forward + backward on `rows` sequences at mp-way tensor parallelism: two blocks stacked, so
+    that the memory is what a block in a model adds (Cost.saved) apart from what the first keeps once
+    (Cost.fixed); the time is half the pair's."""
     oarlock.seed(0)
-    block = _LocalBlock(spec, mp)
+    first, second = _LocalBlock(spec, mp), _LocalBlock(spec, mp)
     cos, sin = _rope(spec.seq_len, spec.width // spec.heads)
     x = oarlock.randn([rows, spec.seq_len, spec.width])
     x.stop_gradient = False
     mask = oarlock.to_tensor(np.full([rows, 1, spec.seq_len, 1], spec.seq_len, dtype=np.int32))
-    result = _timed(lambda: block(x, cos, sin, mask).sum(), reps)
-    return Cost(*result)
+    marks: list = []
+
+    def run():
+        h = first(x, cos, sin, mask)
+        marks.append(oarlock.device.memory_allocated())
+        return second(h, cos, sin, mask).sum()
+
+    def clear():
+        _clear(first, x)()
+        second.clear_gradients()
+    seconds, saved, transient, fixed = _timed(run, reps, clear, marks)
+    return Cost(seconds / 2, saved, transient, fixed)
 
 
 def measure_ends(spec: ModelSpec, rows: int, mp: int, reps: int = 3) -> Cost:
@@ -117,7 +155,7 @@ def measure_ends(spec: ModelSpec, rows: int, mp: int, reps: int = 3) -> Cost:
     local_vocab = spec.vocab // mp
     tokens = oarlock.to_tensor(np.random.default_rng(0).integers(0, local_vocab, [rows, spec.seq_len]))
     targets = oarlock.to_tensor(np.random.default_rng(1).integers(0, local_vocab, [rows, spec.seq_len]))
-    return Cost(*_timed(lambda: ends(tokens, targets, lambda x: x), reps))
+    return Cost(*_timed(lambda: ends(tokens, targets, lambda x: x), reps, _clear(ends)))
 
 
 def measure_optimizer(spec: ModelSpec, mp: int, reps: int = 3) -> tuple[float, float]:
@@ -136,3 +174,4 @@ def measure_optimizer(spec: ModelSpec, mp: int, reps: int = 3) -> tuple[float, f
             opt.clear_grad()
         results.append(statistics.median(times[1:]))
     return results[0], results[1]
+

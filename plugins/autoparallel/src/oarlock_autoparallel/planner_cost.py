@@ -1,21 +1,28 @@
 """The planner's cost model: a layout's step time and peak memory per rank from a Calibration.
 
 Time (seconds per step, the slowest rank):
-* compute: contention x (layers x block(rows, mp) + ends(rows, mp)), the forward + backward measured at the rows
-  one rank takes (batch / data ranks) and its 1/mp share of the widths;
+* compute: layers x block(rows, mp) + ends(rows, mp), the forward + backward at the rows one rank takes (batch /
+  data ranks) and its 1/mp share of the widths, timed with all N ranks computing that shape at once (they share
+  the machine's cores; the probe's `concurrent` figures, not the time alone scaled by one contention factor);
 * tensor parallel (mp > 1): 4 all-reduces of the activations [rows, seq, width] per block (two in forward, two in
-  backward) and 2 for the embedding and head, over mp ranks;
+  backward) and 2 for the embedding and head, over mp ranks, each costing the collective alone plus the probe's
+  synchronisation wait (`sync`: an all-reduce between compute segments waits for the slowest rank of its group,
+  which back-to-back collectives do not show when ranks time-share cores);
 * data parallel (dp x sharding > 1): one all-reduce of the rank's gradients over the data ranks (sharding stage 1
   is costed the same: reduce-scatter + all-gather move the same bytes); expert parallel adds 4 all-to-alls of the
   routed tokens per block (dispatch and combine, forward and backward), costed as all-gathers of those bytes;
-* pipeline (pp > 1, 1F1B over M micro-batches): (M + pp - 1) slots, each the slowest stage's forward + backward of
-  one micro-batch plus a send and a receive of its activations;
-* the AdamW step over the rank's parameters / sharding.
+* pipeline (pp > 1, 1F1B over M micro-batches): M slots of the slowest stage's forward + backward of one
+  micro-batch with every rank busy, and pp - 1 fill / drain slots in which on average half the ranks compute
+  (the idle stages give their cores to the busy ones: the slot's time interpolated between alone and all at
+  once by the busy ranks), plus a send and a receive per slot;
+* the AdamW step over the rank's parameters / sharding (times the contention factor).
 
 Memory (bytes, the fullest rank): parameters (float32) + AdamW's two moments / sharding + the corpus oarlock train
-holds + the larger of (the activations the forward keeps, measured per block and for the ends, times the
-micro-batches in flight on the first pipeline stage, min(M, pp), + the largest backward transient measured) and
-the gradients (cleared after every step: they grow as backward frees the activations).
+holds + the larger of (the activations the forward keeps: what each block adds in a model, times the micro-batches
+in flight on the first pipeline stage, min(M, pp), + the ends' + once the first block's excess (the kernels'
+scratch, reused by every block) + the largest backward transient) and the gradients with, over data ranks,
+DataParallel's flat bucket and its all-reduced copy (cleared after every step: they grow as backward frees the
+activations).
 """
 
 from __future__ import annotations
@@ -63,6 +70,20 @@ def rank_parameters(spec: ModelSpec, layout: Layout) -> int:
                spec.parameters(1, layout.ep, blocks, embed=False, head=True))
 
 
+def busy_slot(cal: Calibration, spec: ModelSpec, layout: Layout, busy_ranks: float) -> float:
+    """Seconds of one stage's forward + backward of a micro-batch while `busy_ranks` of the N ranks compute:
+    interpolated between the time alone (1 busy) and the time with all N busy (the probe's two measurements)."""
+    rows, mp = shape_of(spec, layout)
+    blocks = spec.layers // layout.pp
+    block, ends = cal.busy_seconds(rows, mp)
+    together = blocks * block + ends
+    alone = blocks * cal.block(rows, mp).seconds + cal.end(rows, mp).seconds
+    if layout.ranks <= 1:
+        return alone
+    share = min(1.0, max(0.0, (busy_ranks - 1) / (layout.ranks - 1)))
+    return alone + (together - alone) * share
+
+
 def predict(spec: ModelSpec, layout: Layout, cal: Calibration) -> Prediction:
     rows, mp = shape_of(spec, layout)
     block, ends = cal.block(rows, mp), cal.end(rows, mp)
@@ -72,31 +93,35 @@ def predict(spec: ModelSpec, layout: Layout, cal: Calibration) -> Prediction:
     grad_bytes = params * FLOAT_BYTES
     opt_block, opt_ends = cal.optimizer[str(mp)]
     parts = {"optimizer": cal.contention * (blocks * opt_block + opt_ends) / layout.sharding}
-    stage = cal.contention * (blocks * block.seconds + ends.seconds)
-    parts["mp comm"] = (4 * blocks + 2) * collective(cal, "all_reduce", mp, activation_bytes) * layout.micro_batches
+    stage = busy_slot(cal, spec, layout, layout.ranks)
+    all_reduce = collective(cal, "all_reduce", mp, activation_bytes) + cal.synchronisation(mp)
+    parts["mp comm"] = (4 * blocks + 2) * all_reduce * layout.micro_batches
     if layout.ep > 1:
         routed = activation_bytes * spec.top_k
         parts["ep comm"] = 4 * blocks * collective(cal, "all_gather", layout.ep, routed / layout.ep)
     if layout.pp > 1:
         p2p = cal.p2p[0] + cal.p2p[1] * activation_bytes
-        slots = layout.micro_batches + layout.pp - 1
-        parts["compute"] = slots * stage
-        parts["pp comm"] = slots * 2 * p2p
+        bubble = layout.pp - 1
+        parts["compute"] = layout.micro_batches * stage
+        parts["pp bubble"] = bubble * busy_slot(cal, spec, layout, layout.ranks / 2)
+        parts["pp comm"] = (layout.micro_batches + bubble) * 2 * p2p
     else:
         parts["compute"] = stage
     data = layout.dp * layout.sharding * layout.ep
     parts["dp comm"] = collective(cal, "all_reduce", data, grad_bytes)
     in_flight = min(layout.micro_batches, layout.pp)
+    buckets = 2 * grad_bytes if data > 1 else 0
     memory = {
         "parameters": params * FLOAT_BYTES,
         "optimizer states": 2 * params * FLOAT_BYTES // layout.sharding,
         "corpus": CORPUS_TOKENS * 8 * (spec.seq_len + 1) // spec.seq_len,
-        "activations": in_flight * (blocks * block.saved + ends.saved),
+        "activations": in_flight * (blocks * block.saved + ends.saved) + block.fixed,
         "backward transient": max(block.transient, ends.transient),
+        "gradient buckets": buckets,
     }
-    # the gradients (cleared after every step) grow while backward frees the activations: the peak holds the
-    # larger of the two
+    # the gradients (cleared after every step) grow while backward frees the activations; DataParallel's fused
+    # buckets (a flat copy, and the all-reduced copy) exist only once the gradients do: the peak holds the larger
     peak = (memory["parameters"] + memory["optimizer states"] + memory["corpus"]
-            + max(memory["activations"] + memory["backward transient"], grad_bytes))
+            + max(memory["activations"] + memory["backward transient"], grad_bytes + buckets))
     memory["gradients (not at the peak unless larger)"] = grad_bytes
     return Prediction(layout, sum(parts.values()), int(peak), parts, memory)

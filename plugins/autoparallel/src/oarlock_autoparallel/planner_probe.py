@@ -1,10 +1,14 @@
 """The planner's calibration: a short probe of this machine, kept as a Calibration (JSON-serialisable).
 
-* compute (one process, planner_compute): one block's and the ends' forward + backward time and memory at every
-  (rows per micro-batch, mp) the candidate layouts need, and the AdamW step per mp;
-* communication (planner_comm_job on N ranks under `oarlock launch`): all_reduce / all_gather per group size and
-  send/recv, each fitted to latency + bytes / bandwidth (least squares, both terms >= 0);
-* contention: the block timed by all N ranks at once against alone (the ranks share this machine's cores).
+* compute alone (one process, planner_compute): one block's (two stacked, for what a block adds in a model) and
+  the ends' forward + backward time and memory at every (rows per micro-batch, mp) the candidate layouts need,
+  largest first, and the AdamW step per mp;
+* on N ranks (planner_comm_job under `oarlock launch`): all_reduce / all_gather per group size and send/recv, each
+  fitted to latency + bytes / bandwidth (least squares, both terms >= 0); the same block and ends timed with all
+  N ranks computing the same shape at once (`concurrent`: the ranks share this machine's cores, so this, not the
+  time alone, is a step's compute); the wait a synchronising all-reduce between compute segments adds per
+  group size (`sync`); and the contention factor (a small block all at once against alone), kept as a summary
+  and for calibrations without `concurrent`.
 
 A progress bar on stderr counts the probe's measurements.
 """
@@ -33,7 +37,9 @@ JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "planner_comm_job
 class Calibration:
     """What the cost model reads. Keys of blocks / ends: "rows,mp"; of optimizer: "mp" -> [block s, ends s];
     comm: op -> group size (str) -> [latency s, s per byte]; p2p: [latency s, s per byte]; contention: how many
-    times slower a rank computes when all ranks compute at once (1 on one rank)."""
+    times slower a rank computes a small block when all ranks compute at once (1 on one rank); concurrent:
+    "rows,mp" -> [block s, ends s] with all ranks computing that shape at once; sync: group size (str) -> the
+    seconds an all-reduce between compute segments adds to the collective alone."""
 
     blocks: dict = field(default_factory=dict)
     ends: dict = field(default_factory=dict)
@@ -41,6 +47,8 @@ class Calibration:
     comm: dict = field(default_factory=dict)
     p2p: list = field(default_factory=lambda: [0.0, 0.0])
     contention: float = 1.0
+    concurrent: dict = field(default_factory=dict)
+    sync: dict = field(default_factory=dict)
     ranks: int = 1
     seq_len: int = 0
     seconds: float = 0.0
@@ -50,6 +58,18 @@ class Calibration:
 
     def end(self, rows: int, mp: int) -> Cost:
         return Cost(*self.ends[f"{rows},{mp}"])
+
+    def busy_seconds(self, rows: int, mp: int) -> tuple[float, float]:
+        """(block, ends) forward + backward seconds with every rank computing at once: measured when the probe
+        ran on N ranks, else the time alone x the contention factor."""
+        key = f"{rows},{mp}"
+        if key in self.concurrent:
+            return tuple(self.concurrent[key])
+        return self.contention * self.block(rows, mp).seconds, self.contention * self.end(rows, mp).seconds
+
+    def synchronisation(self, group: int) -> float:
+        """The wait a synchronising all-reduce over `group` ranks adds between compute segments (0 if unmeasured)."""
+        return self.sync.get(str(group), 0.0) if group > 1 else 0.0
 
     def save(self, path: str) -> None:
         with open(path, "w") as fh:
@@ -92,10 +112,12 @@ class _Bar:
         self.stream.flush()
 
 
-def _comm_probe(ranks: int, reps: int, timeout: float) -> dict:
+def _comm_probe(ranks: int, reps: int, timeout: float, spec: ModelSpec, shapes) -> dict:
     with tempfile.TemporaryDirectory(prefix="oarlock-plan-") as tmp:
-        out = os.path.join(tmp, "comm.json")
-        command = [sys.executable, "-m", "oarlock.cli", "launch", "-n", str(ranks), JOB, out, str(reps)]
+        out, request = os.path.join(tmp, "comm.json"), os.path.join(tmp, "shapes.json")
+        with open(request, "w") as fh:
+            json.dump({"model": spec.to_dict(), "shapes": [list(s) for s in sorted(shapes)]}, fh)
+        command = [sys.executable, "-m", "oarlock.cli", "launch", "-n", str(ranks), JOB, out, str(reps), request]
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0 or not os.path.exists(out):
             raise RuntimeError(f"plan(): the communication probe on {ranks} ranks failed ({done.returncode}):\n"
@@ -110,7 +132,7 @@ def probe(spec: ModelSpec, ranks: int, shapes: set, reps: int = 3, stream=None, 
     mps = sorted({mp for _, mp in shapes})
     bar = _Bar(2 * len(shapes) + len(mps) + 1 + (ranks > 1), stream)
     cal = Calibration(ranks=ranks, seq_len=spec.seq_len)
-    for rows, mp in sorted(shapes):
+    for rows, mp in sorted(shapes, key=lambda shape: (-shape[0] / shape[1], shape)):   # largest first
         cal.blocks[f"{rows},{mp}"] = list(asdict(measure_block(spec, rows, mp, reps)).values())
         bar.step(f"block, {rows} rows, mp {mp}")
         cal.ends[f"{rows},{mp}"] = list(asdict(measure_ends(spec, rows, mp, reps)).values())
@@ -121,11 +143,12 @@ def probe(spec: ModelSpec, ranks: int, shapes: set, reps: int = 3, stream=None, 
     alone = measure_block(CONTENTION_SPEC, CONTENTION_ROWS, 1, reps).seconds
     bar.step("block alone (for contention)")
     if ranks > 1:
-        report = _comm_probe(ranks, reps, timeout)
+        report = _comm_probe(ranks, reps, timeout, spec, shapes)
         cal.comm = {op: {g: fit_alpha_beta(points) for g, points in report[op].items()}
                     for op in ("all_reduce", "all_gather")}
         cal.p2p = fit_alpha_beta(report["p2p"])
         cal.contention = max(1.0, report["concurrent_block_s"] / alone)
-        bar.step(f"communication on {ranks} ranks")
+        cal.concurrent, cal.sync = report["concurrent"], report["sync"]
+        bar.step(f"communication on {ranks} ranks, and compute all at once")
     cal.seconds = time.perf_counter() - t0
     return cal
