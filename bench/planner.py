@@ -10,7 +10,9 @@ its TensorBoard scalars give the measured figures:
   stage, which keeps the most activations in flight).
 
 The table gives both with their ratio, and for each size the planner's top choice against the fastest measured
-layout: the top choice passes when its measured step time is within 15% of the fastest's.
+layout: the top choice passes when its measured step time is within 15% of the fastest's. At the end the same
+rows are printed as the README's Markdown table (Planner section), with the probe's time and contention factor
+and the 15% check per size.
 
     python bench/planner.py [--sizes tiny small medium] [--ranks 4] [--steps 6] [--json OUT]
 """
@@ -98,6 +100,36 @@ def _line(r: dict) -> str:
             f"{r['predicted_memory_bytes'] / r['memory_bytes']:>6.2f}")
 
 
+def markdown(results: list) -> str:
+    """The README's table of predicted against measured, and its 15% check line, for `results`."""
+    lines = ["| size (batch x seq) | planner rank | layout | predicted ms | measured ms | ratio | predicted MiB | "
+             "measured MiB | ratio |", "|---|---|---|---|---|---|---|---|---|"]
+    checks = []
+    for res in results:
+        size = f"{res['size']} ({res['model']['batch']} x {res['model']['seq_len']})"
+        for r in res["rows"]:
+            if "error" in r:
+                lines.append(f"| {size} | {r['planner_rank']} | {r['layout']} | "
+                             f"{r['predicted_step_seconds'] * 1e3:.0f} | failed | | | | |")
+                continue
+            lines.append(f"| {size} | {r['planner_rank']} | {r['layout']} | {r['predicted_step_seconds'] * 1e3:.0f} | "
+                         f"{r['step_seconds'] * 1e3:.0f} | {r['predicted_step_seconds'] / r['step_seconds']:.2f} | "
+                         f"{r['predicted_memory_bytes'] / MIB:.1f} | {r['memory_bytes'] / MIB:.1f} | "
+                         f"{r['predicted_memory_bytes'] / r['memory_bytes']:.2f} |")
+        ok = [r for r in res["rows"] if "error" not in r]
+        v = res["top_vs_fastest"]
+        if v is None or not ok:
+            checks.append(f"{res['size']}: n/a")
+            continue
+        top, fastest = res["rows"][0], min(ok, key=lambda r: r["step_seconds"])
+        checks.append(f"{res['size']}: {top['layout']} {top['step_seconds'] * 1e3:,.0f} ms against {fastest['layout']} "
+                      f"{fastest['step_seconds'] * 1e3:,.0f} ms, {v:+.1%}, "
+                      f"**{'within' if v <= 0.15 else 'not within'} 15%**")
+    probes = ", ".join(f"{res['size']} {res['calibration_seconds']:.1f} s (contention x{res['contention']:.1f})"
+                       for res in results)
+    return "\n".join(lines) + "\n\nprobe: " + probes + "\n\nThe 15% check: " + "; ".join(checks) + "."
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="+", default=["tiny", "small", "medium"])
@@ -112,6 +144,8 @@ def main() -> None:
     for res in results:
         v = res["top_vs_fastest"]
         print(f"  {res['size']:<7} {'n/a' if v is None else f'{v:+.1%}'}")
+    print("\nfor the README (Planner section):\n")
+    print(markdown(results))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1)

@@ -17,16 +17,18 @@ Enumerate the layouts (dp x mp x pp x sharding x ep) of the GPT that `oarlock tr
 share the batch; ep only with --model experts=E), predict each one's step time and peak memory per rank, drop
 those over --memory-per-rank, and print them fastest first.
 
-The predictions come from a short probe of this machine (a progress bar on stderr): one transformer block's and
-the embedding + head's forward and backward time and memory measured in this process at each layout's shapes,
-the AdamW step, and a job on --ranks ranks (`oarlock launch`) timing all_reduce, all_gather and send/recv
-(fitted to latency + bytes / bandwidth) and how much the ranks slow each other's compute. The model: compute x
-contention + tensor-parallel all-reduces of the activations + the gradient all-reduce over the data ranks +
-the 1F1B pipeline's (micro-batches + stages - 1) slots and sends + the optimizer step; memory: parameters,
-AdamW moments / sharding, the corpus, and the larger of the gradients and the measured activations (times the
-micro-batches in flight on a pipeline's first stage) plus the largest backward transient. Not modelled: --sp,
---vpp, other pipeline schedules, --recompute, --memory-budget; a mixture-of-experts block is costed as a dense
-one of top_k x the MLP width.
+The predictions come from a short probe of this machine (a progress bar on stderr): one transformer block's (two
+stacked: what a block adds in a model) and the embedding + head's forward and backward time and memory measured
+in this process at each layout's shapes, the AdamW step, and a job on --ranks ranks (`oarlock launch`) timing
+all_reduce, all_gather and send/recv (fitted to latency + bytes / bandwidth), the same shapes computed by all ranks
+at once (they share the cores), and the wait an all-reduce between compute segments adds. The model: the
+all-at-once compute + tensor-parallel all-reduces of the activations (each with that wait) + the gradient
+all-reduce over the data ranks + the 1F1B pipeline's micro-batch slots and its stages - 1 fill / drain slots (at
+the speed of the ranks busy then) and sends + the optimizer step; memory: parameters, AdamW moments / sharding,
+the corpus, and the larger of the gradients (with DataParallel's bucket copies) and the measured activations
+(times the micro-batches in flight on a pipeline's first stage) plus the largest backward transient. Not
+modelled: --sp, --vpp, other pipeline schedules, --recompute, --memory-budget; a mixture-of-experts block is
+costed as a dense one of top_k x the MLP width.
 
 --model takes a preset (tiny: batch 8 x seq-len 64; small: 16 x 128; medium: 32 x 256; all the GPT of oarlock
 train: width 128, 4 layers, 4 heads, vocab 256) and/or comma-separated key=value overrides of width, layers,
