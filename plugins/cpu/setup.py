@@ -43,5 +43,12 @@ setup(
             include_dirs=[numpy.get_include()],
             extra_compile_args=kernel_compile_args + ([] if os.name == "nt" else ["-ffp-contract=off"]),
         ),
-    ],
+    ] + ([] if os.name == "nt" else [
+        Extension(   # matmul through a cblas opened at run time with dlopen (MKL's libmkl_rt): no BLAS to build
+            "oarlock_cpu._gemm",
+            sources=["src/oarlock_cpu/_gemm.c"],
+            include_dirs=[numpy.get_include()],
+            extra_compile_args=kernel_compile_args,
+        ),
+    ]),
 )

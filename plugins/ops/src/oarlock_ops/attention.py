@@ -225,10 +225,10 @@ def _accumulate_keys(xp, grad5, left, right, filled, kend, partial):
             continue
         product = left[..., lo:hi].swapaxes(-1, -2)
         if not add and left.shape[2] == 1:
-            xp.matmul(product, right, out=grad5[..., lo:hi, :])
+            xp_function(xp, "matmul")(product, right, out=grad5[..., lo:hi, :])
             continue
         term = partial[:math.prod(left.shape[:3]) * (hi - lo) * cols].reshape(*left.shape[:3], hi - lo, cols)
-        xp.matmul(product, right, out=term)
+        xp_function(xp, "matmul")(product, right, out=term)
         if left.shape[2] > 1:
             term = term.sum(axis=2, keepdims=True)
         if add:
@@ -264,7 +264,7 @@ def _row_bounds(xp, q, k, scale, float_bias, blocks):
 
 def _block_scores(xp, q5, kt, bias, causal, tri, r0, kend, out):
     """The masked scores of the query rows [r0, r0 + rows) against keys [0, kend), written into out."""
-    xp.matmul(q5[..., r0:r0 + out.shape[-2], :], kt[..., :kend], out=out)
+    xp_function(xp, "matmul")(q5[..., r0:r0 + out.shape[-2], :], kt[..., :kend], out=out)
     if bias is not None:
         out += _bias_block(bias, r0, r0 + out.shape[-2], kend)
     if causal:
@@ -322,7 +322,7 @@ def _sdpa(xp, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
             weights *= _dropout_scale(rate)
         else:
             weights = pb
-        xp.matmul(weights, v5[..., :kend, :], out=out5[..., r0:r1, :])
+        xp_function(xp, "matmul")(weights, v5[..., :kend, :], out=out5[..., r0:r1, :])
     out = out.astype(query.dtype, copy=False)
     return (out[0] if unbatched else out), p, keep
 
@@ -369,7 +369,7 @@ def _sdpa_backward(xp, grad, query, key, value, out, probs, keep, dropout_p=0.0,
             dq5[..., r0:r1, :] = 0
             continue
         ds = scratch(r1 - r0, kend)
-        xp.matmul(g5[..., r0:r1, :], vt[..., :kend], out=ds)  # scale * dP
+        xp_function(xp, "matmul")(g5[..., r0:r1, :], vt[..., :kend], out=ds)  # scale * dP
         pb = p[..., r0:r1, :kend]
         if keep is not None:
             kb = keep[..., r0:r1, :kend]
@@ -381,7 +381,7 @@ def _sdpa_backward(xp, grad, query, key, value, out, probs, keep, dropout_p=0.0,
             wb = pb
         ds -= delta[..., r0:r1, :]
         ds *= pb
-        xp.matmul(ds, k5[..., :kend, :], out=dq5[..., r0:r1, :])
+        xp_function(xp, "matmul")(ds, k5[..., :kend, :], out=dq5[..., r0:r1, :])
         for grad5, left, right in ((dv5, wb, g5), (dk5, ds, q5)):
             _accumulate_keys(xp, grad5, left, right[..., r0:r1, :], filled, kend, partial)
         filled = max(filled, kend)
