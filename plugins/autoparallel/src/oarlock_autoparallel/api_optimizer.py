@@ -4,8 +4,9 @@ states (moments) are placed by shard_fn(state_name, param, state) when they are 
 The update itself needs nothing special: optimizer steps are in-place ops, which spmd.py runs in the most
 sharded layout among the tensors they write and reshards back (see spmd.py). So with ShardingStage1 on mesh dim
 "dp", moments are Shard(0) over dp, each rank updates its slice of a replicated parameter and the parameter is
-all-gathered: ZeRO stage 1. Stage 2 is the same here (the gradient, already summed over dp by the forward's
-gradient sync, is sliced, not reduce-scattered); stage 3 also shards the parameters on that mesh dim, so each op
+all-gathered: ZeRO stage 1. Stage 2 also keeps the gradients sharded: their sum over dp is taken out of backward
+and done as a reduce-scatter at its end, each rank keeping only its shard as .grad (sharded_grads.py); stage 3
+also shards the parameters on that mesh dim, so each op
 gathers them where its rule needs them (and the gradient is sliced back)."""
 
 from __future__ import annotations
@@ -70,7 +71,12 @@ class ShardingStage1(_ShardingStageBase):
 
 
 class ShardingStage2(ShardingStage1):
-    """Stage 1 plus sharded gradients; here computed as stage 1 (see the module docstring)."""
+    """Stage 1 plus sharded gradients: each rank reduce-scatters the gradients over the sharding mesh dim and
+    keeps only its shard (sharded_grads.py), applied when shard_optimizer wraps."""
+
+    def shard_gradients(self, params):
+        from oarlock_autoparallel.sharded_grads import ShardedGradients
+        return ShardedGradients(params, lambda p: self._axis(p.process_mesh), self.sharded_placements)
 
 
 class ShardingStage3(_ShardingStageBase):
@@ -111,11 +117,16 @@ class _ShardOptimizer:
         optimizer._new_state = new_state
         if isinstance(shard_fn, ShardingStage3):
             shard_fn.shard_parameters(optimizer._parameters())
+        if isinstance(shard_fn, ShardingStage2):
+            self._sharded_grads = shard_fn.shard_gradients(optimizer._parameters())
 
     def step(self, closure=None):
         return self._inner_opt.step(closure)
 
     def clear_grad(self, set_to_zero=True):
+        sharded = self.__dict__.get("_sharded_grads")
+        if sharded is not None:
+            sharded.clear()
         return self._inner_opt.clear_grad(set_to_zero)
 
     def __getattr__(self, name):

@@ -208,12 +208,14 @@ def _sync_gradients(local_args, result, mesh):
         return local_args
     from oarlock.distributed.fleet.layers.mpu.mp_ops import _c_identity
 
+    from oarlock_autoparallel.sharded_grads import deferred_sum_dims
+
     def sync(local, spec):
         if isinstance(local, list):
             return [sync(x, s) for x, s in zip(local, spec)]
         if not isinstance(local, Tensor) or local.stop_gradient or not isinstance(spec, Spec):
             return local
-        for m in sorted(split - spec.used() - set(spec.partial_map)):
+        for m in sorted(split - spec.used() - set(spec.partial_map) - deferred_sum_dims(local)):
             if mesh.shape[m] > 1:
                 local = _c_identity(local, group=mesh.get_group(mesh.dim_names[m]))
         return local

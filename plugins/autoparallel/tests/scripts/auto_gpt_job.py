@@ -8,7 +8,9 @@ batches. The oracle: the same model trained with plain tensors in this process. 
   shard_layer  -- shard_fn: qkv / fc1 / head column parallel over mp, out / fc2 row parallel, the rest
                   replicated; the batch Shard(0) over dp;
   parallelize  -- the same plan as a Paddle mp_config (ColWiseParallel / RowWiseParallel) with dp_config;
-  stage1       -- shard_layer's model with shard_optimizer(AdamW, ShardingStage1("dp")): moments sharded on dp.
+  stage1       -- shard_layer's model with shard_optimizer(AdamW, ShardingStage1("dp")): moments sharded on dp;
+  stage2       -- the same with ShardingStage2("dp"): after each backward every gradient of a parameter
+                  replicated on dp is a DistTensor holding only this rank's dp shard (reduce-scattered).
 Each step's loss must be within 1e-5 relative of one process's; the final parameters (unsharded) too, except
 the qkv biases (see main).
 Rank 0 writes {"size", "losses": {run: [...]}, "failures": {check: [...]}} as JSON to OUT.
@@ -112,7 +114,7 @@ def shard_fn(name, layer, mesh):
         layer.weight = dist.shard_tensor(layer.weight, mesh, [R, dist.Shard(0)])
 
 
-def train(model, optimizer, distributed: bool) -> list:
+def train(model, optimizer, distributed: bool, after_backward=None) -> list:
     losses = []
     for step in range(STEPS):
         tokens, labels = (oarlock.to_tensor(a) for a in batch(step))
@@ -121,6 +123,8 @@ def train(model, optimizer, distributed: bool) -> list:
             labels = dist.shard_tensor(labels, MESH, [dist.Shard(0), R])
         loss = F.cross_entropy(model(tokens), labels)
         loss.backward()
+        if after_backward is not None:
+            after_backward(model)
         optimizer.step()
         optimizer.clear_grad()
         value = dist.unshard_dtensor(loss) if distributed else loss
@@ -158,7 +162,35 @@ def run_stage1():
     return losses, final_params(model)
 
 
-RUNS = {"shard_layer": run_shard_layer, "parallelize": run_parallelize, "stage1": run_stage1}
+def only_gradient_shards(model):
+    """ShardingStage2: every gradient of a parameter replicated on dp is this rank's dp shard, nothing more
+    (except where no tensor dim is left to split: a bias already split on its one dim over mp)."""
+    checked = 0
+    for name, p in model.named_parameters():
+        if p.placements[0].is_shard() or not dist.ShardingStage2("dp").sharded_placements(p)[0].is_shard():
+            continue
+        checked += 1
+        g = p.grad
+        if not (g.is_dist() and g.placements[0].is_shard()):
+            raise AssertionError(f"ShardingStage2: the gradient of {name} is not sharded over dp: "
+                                 f"{g.placements if g.is_dist() else 'a plain tensor'}")
+        whole = p._local_value().shape
+        d = g.placements[0].get_dim()
+        if g._local_value().shape[d] * 2 != whole[d] or g.shape != p.shape:
+            raise AssertionError(f"ShardingStage2: {name}'s gradient piece {g._local_value().shape} is not half "
+                                 f"of its piece {whole} on dim {d}")
+    if checked < 20:
+        raise AssertionError(f"ShardingStage2: only {checked} gradients checked")
+
+
+def run_stage2():
+    model = dist.shard_layer(new_model(), MESH, shard_fn)
+    optimizer = dist.shard_optimizer(new_optimizer(model), dist.ShardingStage2("dp"))
+    return train(model, optimizer, True, only_gradient_shards), final_params(model)
+
+
+RUNS = {"shard_layer": run_shard_layer, "parallelize": run_parallelize, "stage1": run_stage1,
+        "stage2": run_stage2}
 
 
 def main(out):
