@@ -64,6 +64,10 @@ def _load() -> str | None:
     if path is None:
         return None
     openmp = _installed_file("intel-openmp", "libiomp5.so")
+    # Intel's OpenMP keeps its workers spinning for KMP_BLOCKTIME ms (200 by default) after each product: on
+    # 2 cores that takes the core our other threads (the elementwise split, a pipeline's copies, other ranks)
+    # would use. 1 ms still covers the gap between the GEMMs of one layer. Read when the runtime starts.
+    os.environ.setdefault("KMP_BLOCKTIME", "1")
     try:
         if openmp is not None:
             ctypes.CDLL(openmp, mode=os.RTLD_LOCAL)

@@ -48,6 +48,7 @@ import numpy as np
 
 import oarlock
 from oarlock.nn import functional as F
+from oarlock.plugin_api import xp_function
 from oarlock_ops.linalg import compute_dtype
 
 LAYOUTS = {1: ("NCL", "NLC"), 2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}  # spatial rank -> (first, last)
@@ -330,7 +331,7 @@ def _conv_nchw(xp, x, w, geom, groups):
     cols = _im2col(xp, _batch_inner(xp, x, groups), geom).reshape(groups, k, size)
     weight = w.reshape((groups, o // groups, c // groups) + geom.kernel)
     weight = weight.transpose((0, 1) + tuple(range(3, 3 + nd)) + (2,))
-    out = xp.matmul(weight.reshape(groups, o // groups, k), cols)  # [groups, O/groups, N*prod(out)]
+    out = xp_function(xp, "matmul")(weight.reshape(groups, o // groups, k), cols)  # [groups, O/groups, N*prod(out)]
     return _batch_outer(xp, out.reshape((groups, o // groups, n) + geom.out))
 
 
@@ -340,7 +341,7 @@ def _conv_transpose_nchw(xp, x, w, geom, groups):
     weight = weight.transpose((0,) + tuple(range(3, 3 + nd)) + (2, 1))
     weight = weight.reshape(groups, math.prod(geom.kernel) * per_group, c_in // groups)
     inner = _batch_inner(xp, x, groups).reshape(groups, c_in // groups, n * math.prod(geom.out))
-    cols = xp.matmul(weight, inner).reshape((groups,) + geom.kernel + (per_group, n) + geom.out)
+    cols = xp_function(xp, "matmul")(weight, inner).reshape((groups,) + geom.kernel + (per_group, n) + geom.out)
     return _batch_outer(xp, _col2im(xp, lambda offset: cols[(slice(None),) + offset], (groups, per_group, n), geom,
                                     x.dtype))
 
@@ -351,7 +352,7 @@ def _conv_weight_grad_nchw(xp, x, grad, geom, groups):
     cols = _im2col(xp, _batch_inner(xp, x, groups), geom).reshape(groups, k, size)
     g = _batch_inner(xp, grad, groups).reshape(groups, o // groups, size)
     # cols @ g^T rather than g @ cols^T: OpenBLAS runs this orientation markedly faster
-    dw = xp.matmul(cols, g.swapaxes(-1, -2))  # [groups, prod(kernel)*C/groups, O/groups]
+    dw = xp_function(xp, "matmul")(cols, g.swapaxes(-1, -2))  # [groups, prod(kernel)*C/groups, O/groups]
     dw = dw.reshape((groups,) + geom.kernel + (c // groups, o // groups))
     dw = dw.transpose((0, nd + 2, nd + 1) + tuple(range(1, nd + 1)))
     return dw.reshape((o, c // groups) + geom.kernel)
