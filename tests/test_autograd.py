@@ -178,6 +178,33 @@ def test_pylayer_without_grad_records_nothing():
     assert Cube.apply(x).stop_gradient
 
 
+class TwoOutputs(PyLayer):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2.0, x * 3.0
+
+    @staticmethod
+    def backward(ctx, g1, g2):   # materialize_grads: an unused output's gradient arrives as zeros
+        return g1 * 2.0 + g2 * 3.0
+
+
+def test_a_pylayer_output_frees_its_graph_without_the_cyclic_collector():
+    """A PyLayer's backward rule must not hold its outputs: output -> node -> rule -> output was a cycle that
+    kept every upstream activation alive until Python's cyclic GC ran (tensor-parallel training, whose
+    collectives are PyLayers, held several steps of activations)."""
+    gc.disable()
+    try:
+        x = leaf(np.ones(1 << 16))
+        y, z = TwoOutputs.apply(x * x)
+        refs = weakref.ref(y), weakref.ref(z)
+        y.sum().backward()          # z's gradient is materialized as zeros of z's shape
+        np.testing.assert_allclose(x.grad.numpy(), np.full(1 << 16, 4.0))
+        del y, z
+        assert refs[0]() is None and refs[1]() is None, "a PyLayer's outputs (and graph) outlived their names"
+    finally:
+        gc.enable()
+
+
 def test_the_graph_does_not_keep_intermediate_tensors_alive():
     x = leaf(np.ones(4))
     h = x * 2.0
