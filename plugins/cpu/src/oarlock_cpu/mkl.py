@@ -12,6 +12,8 @@ matrices, go to MKL through oarlock_cpu._gemm (C, the GIL released), and so does
 row-major result (a slice of rows included) that overlaps neither operand; anything else goes to numpy, so the
 drop-in accepts and returns what numpy's does. The thread count of each product is the BLAS thread policy's
 (oarlock_cpu.blas: by size, or by load under OARLOCK_BLAS_THREADS=auto).
+`matmul_serial(a, b, out=None)` is the same on one thread (the calling one), for kernels that run their own
+threads (oarlock-flashmask's tile pool): the policy's count would oversubscribe the cores there.
 
 Loading: libmkl_rt.so.2 and Intel's OpenMP runtime libiomp5.so are located through the installed
 distributions' file lists (importlib.metadata), so a virtual environment's copy is found without
@@ -84,15 +86,27 @@ LIBRARY = _load()
 _numpy_matmul = np.matmul
 
 
-def matmul(a, b, out=None):
-    """numpy.matmul(a, b, out=None), by MKL where the operands allow (see the module docstring)."""
+def _product(a, b, out, threads):
     if a.__class__ is np.ndarray and b.__class__ is np.ndarray and a.ndim >= 2 and b.ndim >= 2:
-        threads = blas.policy().threads_for(a.shape[-2], a.shape[-1], b.shape[-1],
-                                            max(blas._batch(a.shape), blas._batch(b.shape)))
+        if threads is None:
+            threads = blas.policy().threads_for(a.shape[-2], a.shape[-1], b.shape[-1],
+                                                max(blas._batch(a.shape), blas._batch(b.shape)))
         result = _gemm.matmul(a, b, threads) if out is None else _gemm.matmul(a, b, threads, out)
         if result is not None:
             return result
     return _numpy_matmul(a, b) if out is None else _numpy_matmul(a, b, out=out)
 
 
-FUNCTIONS = {} if LIBRARY is None else {"matmul": matmul}
+def matmul(a, b, out=None):
+    """numpy.matmul(a, b, out=None), by MKL where the operands allow (see the module docstring)."""
+    return _product(a, b, out, None)
+
+
+def matmul_serial(a, b, out=None):
+    """numpy.matmul(a, b, out=None), by MKL on the calling thread alone where the operands allow: for kernels
+    that run products on threads of their own (oarlock-flashmask's tile pool), where the policy's count would
+    oversubscribe the cores. What goes to numpy runs on OpenBLAS's count, which such kernels set themselves."""
+    return _product(a, b, out, 1)
+
+
+FUNCTIONS = {} if LIBRARY is None else {"matmul": matmul, "matmul_serial": matmul_serial}
