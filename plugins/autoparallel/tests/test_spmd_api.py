@@ -103,8 +103,8 @@ def test_parallelize_plans_and_optimizer_rebinding():
 
 
 def test_parallelize_bad_input():
-    with pytest.raises(NotImplementedError, match="pp_config"):
-        dist.parallelize(MLP(), None, MESH, {"pp_config": {"split_spec": "x"}})
+    with pytest.raises(NotImplementedError, match="cp_config"):      # pp_config's are in test_pipeline.py
+        dist.parallelize(MLP(), None, MESH, {"cp_config": {"parallelize_plan": {}}})
     with pytest.raises(ValueError, match="unknown keys"):
         dist.parallelize(MLP(), None, MESH, {"tp": {}})
     with pytest.raises(TypeError, match="ColWiseParallel"):

@@ -1,10 +1,13 @@
 """parallelize (Paddle 3.2's intermediate API, paddle.distributed.parallelize) with its tensor-parallel plans
 ColWiseParallel / RowWiseParallel, and set_mesh / get_mesh (the global mesh parallelize uses when given none).
 
-config = {"dp_config": {"sharding_level": 0|1|2|3}, "mp_config": {"parallelize_plan": {name: plan}}}; a plan key
-is a sublayer name or a regular expression matching whole names ("blocks.*.fc1"), or a parameter name ending in
-its attribute ("head.weight"). The mesh must name its tensor-parallel dim "mp" and its data-parallel dim "dp"
-(Paddle's convention). Pipeline (pp_config) and context parallel (cp_config) are not supported: a clear error."""
+config = {"dp_config": {"sharding_level": 0|1|2|3}, "mp_config": {"parallelize_plan": {name: plan}},
+"pp_config": {"split_spec": ...}}; a plan key is a sublayer name or a regular expression matching whole names
+("blocks.*.fc1"), or a parameter name ending in its attribute ("head.weight"). The mesh must name its
+tensor-parallel dim "mp", its data-parallel dim "dp" and its pipeline dim "pp" (Paddle's convention). With
+pp_config (pipeline.py) each sublayer's parameters live on its stage's sub-mesh, where the mp plans and dp apply.
+Context parallel (cp_config: Paddle 3.2 merges its plans, PrepareContextParallel ..., into the mp plans) is not
+supported: a clear error."""
 
 from __future__ import annotations
 
@@ -124,7 +127,7 @@ def _match(plan_key, layer, name):
     return None
 
 
-def _tensor_parallel(model, mesh, plan: dict):
+def _tensor_parallel(model, mesh_of, plan: dict):
     if not isinstance(plan, dict):
         raise TypeError(f"parallelize(): mp_config['parallelize_plan'] must be a dict of layer name -> plan, got "
                         f"{type(plan).__name__}")
@@ -139,7 +142,7 @@ def _tensor_parallel(model, mesh, plan: dict):
             if params is None:
                 continue
             for p in plans if isinstance(plans, list) else [plans]:
-                p.apply(layer, mesh, params)
+                p.apply(layer, mesh_of(layer), params)
 
 
 def _param_slots(model) -> dict:
@@ -162,10 +165,12 @@ def _rebind(optimizer, mapping: dict) -> None:
 
 
 def parallelize(model, optimizer=None, mesh=None, config=None):
-    """Paddle's parallelize: tensor-parallel plans (mp_config), then data parallel (dp_config: the parameters
-    replicated over dp; sharding_level 1/2/3 wraps the optimizer with shard_optimizer(ShardingStage1/2/3("dp"))).
-    Every parameter left plain is replicated. Returns (model, optimizer). The batch must be sharded over "dp"
-    by the caller (shard_dataloader / shard_tensor), as in Paddle."""
+    """Paddle's parallelize: pipeline stages (pp_config), tensor-parallel plans (mp_config), then data parallel
+    (dp_config: the parameters replicated over dp; sharding_level 1/2/3 wraps the optimizer with
+    shard_optimizer(ShardingStage1/2/3("dp"))). Every parameter left plain is replicated (on its stage's mesh
+    with pp_config). Returns (model, optimizer). The batch must be sharded over "dp" by the caller
+    (shard_dataloader / shard_tensor), as in Paddle; with pp_config the inputs go on the first stage's mesh and
+    the labels on the last's."""
     what = "parallelize()"
     if config is None:
         warnings.warn("parallelize(): config is None: the model and optimizer are returned unchanged", stacklevel=2)
@@ -175,21 +180,29 @@ def parallelize(model, optimizer=None, mesh=None, config=None):
                         f"{type(config).__name__}")
     unknown = set(config) - {"dp_config", "mp_config", "pp_config", "cp_config"}
     if unknown:
-        raise ValueError(f"{what}: config has unknown keys {sorted(unknown)}; accepted: dp_config, mp_config")
-    for key in ("pp_config", "cp_config"):
-        if config.get(key) is not None:
-            raise NotImplementedError(f"{what}: {key} is not supported by oarlock (dp_config and mp_config are)")
+        raise ValueError(f"{what}: config has unknown keys {sorted(unknown)}; accepted: dp_config, mp_config, "
+                         f"pp_config (cp_config is refused)")
+    if config.get("cp_config") is not None:
+        raise NotImplementedError(f"{what}: cp_config (context parallel) is not supported by oarlock (dp_config, "
+                                  f"mp_config and pp_config are)")
     if mesh is not None:
         set_mesh(mesh)
     mesh = get_mesh()
     if mesh is None:
         raise ValueError(f"{what}: no mesh: pass mesh= or call set_mesh first")
     before = _param_slots(model)
+    stage_mesh = {}
+    if config.get("pp_config") is not None:
+        from oarlock_autoparallel.pipeline import pipeline
+        stage_mesh = pipeline(model, mesh, config["pp_config"])
+
+    def mesh_of(layer):
+        return stage_mesh.get(id(layer), mesh)
     mp = config.get("mp_config")
     if mp is not None:
-        _tensor_parallel(model, mesh, mp.get("parallelize_plan", {}))
+        _tensor_parallel(model, mesh_of, mp.get("parallelize_plan", {}))
     for _, layer in model.named_sublayers(include_self=True):
-        replicate_rest(layer, mesh)
+        replicate_rest(layer, mesh_of(layer))
     if optimizer is not None:      # it was built on the plain parameters: point it at the distributed ones
         after = _param_slots(model)
         _rebind(optimizer, {id(p): after[slot] for slot, p in before.items() if after.get(slot) is not p})

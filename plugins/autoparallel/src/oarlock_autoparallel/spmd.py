@@ -306,8 +306,13 @@ def _empty_outputs(op, first, mesh, result, local_args):
     walks back to a cross-mesh reshard whose backward receives this rank's gradient (reshard._Move)."""
     from oarlock_autoparallel.dtensor import DistTensor
     specs = result.outputs or [Spec.replicated(first.shape, mesh.shape)] * max(op.n_outputs or 1, 1)
-    carried = [t for t in _flat_tensors(local_args) if not t.stop_gradient] if oarlock.is_grad_enabled() else []
-    outs = [DistTensor.make(_Carry.apply(first.dtype, *carried) if carried else oarlock.zeros([0], dtype=first.dtype),
+    tensors = list(_flat_tensors(local_args))
+    # the outputs' dtype without computing: the first floating input's (embedding: the weight's, not the ids'),
+    # else the first input's; a cross-mesh move of a result of another dtype (argmax) fails with a clear
+    # mismatch error from the receive
+    dtype = next((t.dtype for t in tensors if t.dtype.is_floating_point), first.dtype)
+    carried = [t for t in tensors if not t.stop_gradient] if oarlock.is_grad_enabled() else []
+    outs = [DistTensor.make(_Carry.apply(dtype, *carried) if carried else oarlock.zeros([0], dtype=dtype),
                             mesh, placements_of(s), list(s.shape)) for s in specs]
     return outs[0] if op.n_outputs == 1 else (tuple(outs) if op.n_outputs else outs)
 
