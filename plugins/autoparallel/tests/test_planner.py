@@ -14,7 +14,7 @@ import pytest
 
 import oarlock
 from oarlock_autoparallel.planner import plan
-from oarlock_autoparallel.planner_cost import busy_slot, collective, predict
+from oarlock_autoparallel.planner_cost import busy_slot, collective, predict, stages
 from oarlock_autoparallel.planner_layouts import Layout, enumerate_layouts
 from oarlock_autoparallel.planner_model import CORPUS_TOKENS, ModelSpec, parse_model
 from oarlock_autoparallel.planner_probe import Calibration, fit_alpha_beta
@@ -150,6 +150,17 @@ def test_synchronisation_wait_costs_tensor_parallel_only():
     assert wider > predict(spec, Layout(mp=2, sharding=2), waiting).step_seconds
 
 
+@pytest.mark.parametrize("layers, pp", [(4, 2), (4, 4), (6, 4), (5, 3), (8, 2)])
+def test_stages_are_oarlock_trains(layers, pp):
+    """The planner's stages against the pipeline's own segmentation (oarlock_parallel's "uniform" over the
+    embedding, the blocks and the head, oarlock train's PipelineLayer descriptions)."""
+    from oarlock_parallel.pipeline_segment import uniform
+    bounds = uniform(layers + 2, pp)
+    found = stages(ModelSpec(layers=layers), pp)
+    assert [s.blocks + s.embed + s.head for s in found] == [b - a for a, b in zip(bounds, bounds[1:])]
+    assert found[0].embed and found[-1].head and sum(s.blocks for s in found) == layers
+
+
 def test_memory_terms():
     shapes = {(r, m) for r in (1, 2, 4, 8, 16) for m in (1, 2, 4)}
     spec = ModelSpec(batch=16)
@@ -158,13 +169,17 @@ def test_memory_terms():
     # the first block's excess (the kernels' scratch) is held once per rank, not once per block
     cal.blocks["16,4"] = cal.blocks["16,4"][:3] + [5 * 10**6]
     assert predict(spec, Layout(mp=4), cal).memory_bytes == base + 5 * 10**6
-    # the first pipeline stage holds min(M, pp) micro-batches' activations
-    two, four = Layout(dp=2, pp=2, micro_batches=4), Layout(pp=4, micro_batches=8)
-    for layout, in_flight in ((two, 2), (four, 4)):
-        rows = 16 // layout.dp // layout.micro_batches
-        block, ends = cal.block(rows, 1), cal.end(rows, 1)
-        expected = in_flight * (spec.layers // layout.pp * block.saved + ends.saved) + block.fixed
-        assert predict(spec, layout, cal).memory_parts["activations"] == expected
+    # stage s of a 1F1B pipeline holds min(M, pp - s) micro-batches' activations of its own blocks (and the head's)
+    two = Layout(dp=2, pp=2, micro_batches=4)
+    block, ends = cal.block(2, 1), cal.end(2, 1)
+    fullest = predict(spec, two, cal)
+    first = 2 * (2 * block.saved) + block.fixed
+    last = 1 * (2 * block.saved + ends.saved) + block.fixed
+    assert fullest.memory_parts["activations"] == max(first, last)
+    # pp4 of 4 layers: the first stage is the embedding alone (no activations kept but the embedding's output,
+    # which the next stage holds), far below the fullest stage
+    four = predict(spec, Layout(pp=4, micro_batches=8), cal)
+    assert four.memory_parts["first stage (rank 0)"] < four.memory_bytes
     # over data ranks the gradients' peak carries DataParallel's flat bucket and its all-reduced copy
     tiny_acts = _calibration(spec, shapes)
     for key in tiny_acts.blocks:

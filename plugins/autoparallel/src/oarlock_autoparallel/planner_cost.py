@@ -61,36 +61,95 @@ def collective(cal: Calibration, op: str, group: int, nbytes: float) -> float:
     return alpha + beta * nbytes
 
 
-def rank_parameters(spec: ModelSpec, layout: Layout) -> int:
-    """Parameters of the fullest rank: the first or last pipeline stage (embedding or head with its blocks)."""
-    blocks = spec.layers // layout.pp
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage's layers: its blocks, and whether it holds the embedding or the head (with the final
+    norm and the loss)."""
+
+    blocks: int
+    embed: bool
+    head: bool
+
+
+def stages(spec: ModelSpec, pp: int) -> list[Stage]:
+    """oarlock train's pipeline stages: its PipelineLayer cuts [embedding, the blocks, head] into pp parts by
+    Paddle's "uniform" rule (floor(n / pp) items each, the remainder one by one on the last parts), so with
+    4 layers over 4 stages the first holds the embedding alone and the last two blocks each side of the head."""
+    items = spec.layers + 2
+    sizes = [items // pp + (1 if part >= pp - items % pp else 0) for part in range(pp)]
+    found, start = [], 0
+    for size in sizes:
+        end = start + size
+        found.append(Stage(sum(1 for i in range(start, end) if 0 < i <= spec.layers), start == 0, end == items))
+        start = end
+    return found
+
+
+def stage_parameters(spec: ModelSpec, layout: Layout, stage: Stage) -> int:
     if layout.pp == 1:
         return spec.parameters(layout.mp, layout.ep)
-    return max(spec.parameters(1, layout.ep, blocks, embed=True, head=False),
-               spec.parameters(1, layout.ep, blocks, embed=False, head=True))
+    return spec.parameters(1, layout.ep, stage.blocks, embed=stage.embed, head=stage.head)
+
+
+def rank_parameters(spec: ModelSpec, layout: Layout) -> int:
+    """Parameters of the fullest rank (the fullest pipeline stage)."""
+    return max(stage_parameters(spec, layout, stage) for stage in stages(spec, layout.pp))
+
+
+def _stage_seconds(cal: Calibration, spec: ModelSpec, layout: Layout, stage: Stage, together: bool) -> float:
+    """One stage's forward + backward of a micro-batch, alone or with all ranks computing. The ends' measured
+    cost is charged to the stage with the head (the embedding's lookup is a small part of it)."""
+    rows, mp = shape_of(spec, layout)
+    block, ends = cal.busy_seconds(rows, mp) if together else (cal.block(rows, mp).seconds, cal.end(rows, mp).seconds)
+    return stage.blocks * block + (ends if stage.head else 0.0)
 
 
 def busy_slot(cal: Calibration, spec: ModelSpec, layout: Layout, busy_ranks: float) -> float:
-    """Seconds of one stage's forward + backward of a micro-batch while `busy_ranks` of the N ranks compute:
-    interpolated between the time alone (1 busy) and the time with all N busy (the probe's two measurements)."""
-    rows, mp = shape_of(spec, layout)
-    blocks = spec.layers // layout.pp
-    block, ends = cal.busy_seconds(rows, mp)
-    together = blocks * block + ends
-    alone = blocks * cal.block(rows, mp).seconds + cal.end(rows, mp).seconds
+    """Seconds of the slowest stage's forward + backward of a micro-batch while `busy_ranks` of the N ranks
+    compute: interpolated between the time alone (1 busy) and the time with all N busy (the probe's two
+    measurements)."""
+    parts = stages(spec, layout.pp)
+    together = max(_stage_seconds(cal, spec, layout, stage, True) for stage in parts)
+    alone = max(_stage_seconds(cal, spec, layout, stage, False) for stage in parts)
     if layout.ranks <= 1:
         return alone
     share = min(1.0, max(0.0, (busy_ranks - 1) / (layout.ranks - 1)))
     return alone + (together - alone) * share
 
 
-def predict(spec: ModelSpec, layout: Layout, cal: Calibration) -> Prediction:
+def _stage_memory(spec: ModelSpec, layout: Layout, cal: Calibration, index: int, stage: Stage) -> dict:
+    """The memory terms of pipeline stage `index` (the whole model without pp)."""
     rows, mp = shape_of(spec, layout)
     block, ends = cal.block(rows, mp), cal.end(rows, mp)
-    blocks = spec.layers // layout.pp
-    activation_bytes = rows * spec.seq_len * spec.width * FLOAT_BYTES
-    params = rank_parameters(spec, layout)
+    params = stage_parameters(spec, layout, stage)
     grad_bytes = params * FLOAT_BYTES
+    data = layout.dp * layout.sharding * layout.ep
+    in_flight = min(layout.micro_batches, layout.pp - index)   # 1F1B: pp - stage forwards before a backward
+    ends_saved = ends.saved if stage.head else 0
+    return {
+        "parameters": params * FLOAT_BYTES,
+        "optimizer states": 2 * params * FLOAT_BYTES // layout.sharding,
+        "corpus": CORPUS_TOKENS * 8 * (spec.seq_len + 1) // spec.seq_len,
+        "activations": in_flight * (stage.blocks * block.saved + ends_saved) + (block.fixed if stage.blocks else 0),
+        "backward transient": max(block.transient if stage.blocks else 0, ends.transient if stage.head else 0),
+        "gradient buckets": 2 * grad_bytes if data > 1 else 0,
+        "gradients (not at the peak unless larger)": grad_bytes,
+    }
+
+
+def _peak(memory: dict) -> int:
+    # the gradients (cleared after every step) grow while backward frees the activations; DataParallel's fused
+    # buckets (a flat copy, and the all-reduced copy) exist only once the gradients do: the peak holds the larger
+    grads = memory["gradients (not at the peak unless larger)"]
+    return int(memory["parameters"] + memory["optimizer states"] + memory["corpus"]
+               + max(memory["activations"] + memory["backward transient"], grads + memory["gradient buckets"]))
+
+
+def predict(spec: ModelSpec, layout: Layout, cal: Calibration) -> Prediction:
+    rows, mp = shape_of(spec, layout)
+    blocks = max(stage.blocks for stage in stages(spec, layout.pp))
+    activation_bytes = rows * spec.seq_len * spec.width * FLOAT_BYTES
+    grad_bytes = rank_parameters(spec, layout) * FLOAT_BYTES
     opt_block, opt_ends = cal.optimizer[str(mp)]
     parts = {"optimizer": cal.contention * (blocks * opt_block + opt_ends) / layout.sharding}
     stage = busy_slot(cal, spec, layout, layout.ranks)
@@ -109,19 +168,9 @@ def predict(spec: ModelSpec, layout: Layout, cal: Calibration) -> Prediction:
         parts["compute"] = stage
     data = layout.dp * layout.sharding * layout.ep
     parts["dp comm"] = collective(cal, "all_reduce", data, grad_bytes)
-    in_flight = min(layout.micro_batches, layout.pp)
-    buckets = 2 * grad_bytes if data > 1 else 0
-    memory = {
-        "parameters": params * FLOAT_BYTES,
-        "optimizer states": 2 * params * FLOAT_BYTES // layout.sharding,
-        "corpus": CORPUS_TOKENS * 8 * (spec.seq_len + 1) // spec.seq_len,
-        "activations": in_flight * (blocks * block.saved + ends.saved) + block.fixed,
-        "backward transient": max(block.transient, ends.transient),
-        "gradient buckets": buckets,
-    }
-    # the gradients (cleared after every step) grow while backward frees the activations; DataParallel's fused
-    # buckets (a flat copy, and the all-reduced copy) exist only once the gradients do: the peak holds the larger
-    peak = (memory["parameters"] + memory["optimizer states"] + memory["corpus"]
-            + max(memory["activations"] + memory["backward transient"], grad_bytes + buckets))
-    memory["gradients (not at the peak unless larger)"] = grad_bytes
-    return Prediction(layout, sum(parts.values()), int(peak), parts, memory)
+    per_stage = [_stage_memory(spec, layout, cal, i, st) for i, st in enumerate(stages(spec, layout.pp))]
+    fullest = max(per_stage, key=_peak)
+    memory = dict(fullest)
+    if layout.pp > 1:   # what the benchmark measures: rank 0, the first stage
+        memory["first stage (rank 0)"] = _peak(per_stage[0])
+    return Prediction(layout, sum(parts.values()), _peak(fullest), parts, memory)
