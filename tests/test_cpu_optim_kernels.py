@@ -1,4 +1,4 @@
-"""oarlock-cpu's fused Adam kernels (oarlock_cpu._optim) against the generic numpy kernel of oarlock-ops.
+"""oarlock-cpu's fused Adam and SGD kernels (oarlock_cpu._optim) against the generic numpy kernel of oarlock-ops.
 
 The C loops use the generic kernel's operations, order and scalars, so on the same inputs they must
 give the same bits (no tolerance): parameter, both moments and the amsgrad maximum, for Adam's coupled
@@ -13,7 +13,7 @@ import pytest
 
 import oarlock
 from oarlock.registry import default_registry
-from oarlock_ops.optimizer_update import _adam_kernel
+from oarlock_ops.optimizer_update import _adam_kernel, _sgd_kernel
 
 _optim = pytest.importorskip("oarlock_cpu._optim", reason="oarlock-cpu's C extension _optim is not built")
 from oarlock_cpu import optim_kernels  # noqa: E402
@@ -80,3 +80,33 @@ def test_the_cpu_device_uses_the_fused_kernels_and_the_optimizer_matches_torch()
         topt.step()
     for p, t in zip(ours, theirs):
         np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("weight_decay", [0.0, 0.05])
+def test_sgd_matches_the_generic_kernel_bit_for_bit(dtype, weight_decay):
+    """SGD's one pass (p - (g + p wd) lr) against the generic kernel's two passes: the same bits, for
+    contiguous, strided (transposed) and empty parameters, directly and through sgd_steps_ on the device."""
+    rng = np.random.default_rng(10)
+    attrs = dict(lr=0.1, weight_decay=weight_decay)
+    for shape in [(1001,), (7, 33), (0,), ()]:
+        param, grad = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
+        ref = param.copy()
+        _sgd_kernel(np, ref, grad, **attrs)
+        optim_kernels.sgd(np, param, grad, **attrs)
+        np.testing.assert_array_equal(param, ref, err_msg=str(shape))
+    base = rng.standard_normal((40, 30)).astype(dtype)
+    grad = rng.standard_normal((30, 40)).astype(dtype)
+    ref = base.T.copy()
+    _sgd_kernel(np, ref, grad, **attrs)
+    optim_kernels.sgd(np, base.T, grad, **attrs)
+    np.testing.assert_array_equal(base.T, ref)
+    f32 = oarlock.dtypes.convert_dtype(dtype)
+    assert default_registry().find_kernel("sgd_steps_", "cpu", f32) is optim_kernels.sgd_many
+    p = oarlock.to_tensor(rng.standard_normal((6, 5)).astype(dtype), stop_gradient=False)
+    expected = p.numpy().copy()
+    g = rng.standard_normal((6, 5)).astype(dtype)
+    _sgd_kernel(np, expected, g, **attrs)
+    p.grad = oarlock.to_tensor(g)
+    oarlock.optimizer.SGD(learning_rate=0.1, parameters=[p], weight_decay=weight_decay or None).step()
+    np.testing.assert_array_equal(p.numpy(), expected)

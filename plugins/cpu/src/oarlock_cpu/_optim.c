@@ -1,5 +1,5 @@
 /*
- * oarlock_cpu._optim: the Adam / AdamW update as numpy ufuncs, one pass over the parameter, its
+ * oarlock_cpu._optim: the Adam / AdamW (and SGD) updates as numpy ufuncs, one pass over the parameter, its
  * gradient and its moments instead of the dozen array passes of the generic kernel (torch's fused
  * Adam does the same).  Paddle's formula, as oarlock_ops.optimizer_update spells it:
  *
@@ -117,6 +117,39 @@ DEFINE_LOOP(adam_f64, double, sqrt, 0)
 DEFINE_LOOP(adam_amsgrad_f32, float, sqrtf, 1)
 DEFINE_LOOP(adam_amsgrad_f64, double, sqrt, 1)
 
+/* SGD: p = p - (g + p * weight_decay) * lr (g alone when weight_decay is 0), the generic kernel's
+ * operations in its order: sgd(p, g, weight_decay, lr, out=p).  The contiguous in-place call, scalars with
+ * stride 0, gets a loop gcc vectorises. */
+#define DEFINE_SGD(NAME, T)                                                                          \
+    CLONES static void NAME(char **args, const npy_intp *dimensions, const npy_intp *steps, void *data) \
+    {                                                                                                \
+        (void)data;                                                                                  \
+        const npy_intp n = dimensions[0];                                                            \
+        if (steps[0] == sizeof(T) && steps[1] == sizeof(T) && steps[2] == 0 && steps[3] == 0 &&      \
+            steps[4] == sizeof(T) && args[0] == args[4]) {                                           \
+            T *restrict p = (T *)args[4];                                                            \
+            const T *restrict g = (const T *)args[1];                                                \
+            const T wd = *(T *)args[2], lr = *(T *)args[3];                                          \
+            if (wd != 0)                                                                             \
+                for (npy_intp i = 0; i < n; i++) p[i] = p[i] - (p[i] * wd + g[i]) * lr;              \
+            else                                                                                     \
+                for (npy_intp i = 0; i < n; i++) p[i] = p[i] - g[i] * lr;                            \
+            return;                                                                                  \
+        }                                                                                            \
+        for (npy_intp i = 0; i < n; i++) {                                                           \
+            T p = *(T *)(args[0] + i * steps[0]), g = *(T *)(args[1] + i * steps[1]);                \
+            T wd = *(T *)(args[2] + i * steps[2]), lr = *(T *)(args[3] + i * steps[3]);              \
+            T s = wd != 0 ? p * wd + g : g;                                                          \
+            *(T *)(args[4] + i * steps[4]) = p - s * lr;                                             \
+        }                                                                                            \
+    }
+
+DEFINE_SGD(sgd_f32, float)
+DEFINE_SGD(sgd_f64, double)
+
+static PyUFuncGenericFunction sgd_loops[] = {sgd_f32, sgd_f64};
+static char sgd_types[2 * 5];
+
 static PyUFuncGenericFunction adam_loops[] = {adam_f32, adam_f64};
 static PyUFuncGenericFunction adam_amsgrad_loops[] = {adam_amsgrad_f32, adam_amsgrad_f64};
 static void *no_data[] = {NULL, NULL};
@@ -147,6 +180,7 @@ PyMODINIT_FUNC PyInit__optim(void)
         return NULL;
     fill_types(adam_types, 14);
     fill_types(adam_amsgrad_types, 16);
+    fill_types(sgd_types, 5);
     PyObject *adam = PyUFunc_FromFuncAndData(
         adam_loops, no_data, adam_types, 2, 11, 3, PyUFunc_None, "adam",
         "adam(p, g, m1, m2, decay, l2, 1 - beta1, beta2, 1 - beta2, eps_scaled, step_size, out=(p, m1, m2))", 0);
@@ -154,10 +188,13 @@ PyMODINIT_FUNC PyInit__optim(void)
         adam_amsgrad_loops, no_data, adam_amsgrad_types, 2, 12, 4, PyUFunc_None, "adam_amsgrad",
         "adam_amsgrad(p, g, m1, m2, v, decay, l2, 1 - beta1, beta2, 1 - beta2, eps_scaled, step_size, "
         "out=(p, m1, m2, v))", 0);
-    if (adam == NULL || amsgrad == NULL || PyModule_AddObject(m, "adam", adam) < 0 ||
-        PyModule_AddObject(m, "adam_amsgrad", amsgrad) < 0) {
+    PyObject *sgd = PyUFunc_FromFuncAndData(sgd_loops, no_data, sgd_types, 2, 4, 1, PyUFunc_None, "sgd",
+                                            "sgd(p, g, weight_decay, lr, out=p)", 0);
+    if (adam == NULL || amsgrad == NULL || sgd == NULL || PyModule_AddObject(m, "adam", adam) < 0 ||
+        PyModule_AddObject(m, "adam_amsgrad", amsgrad) < 0 || PyModule_AddObject(m, "sgd", sgd) < 0) {
         Py_XDECREF(adam);
         Py_XDECREF(amsgrad);
+        Py_XDECREF(sgd);
         Py_DECREF(m);
         return NULL;
     }

@@ -1,8 +1,8 @@
-"""Fused one-pass Adam / AdamW kernels of the "cpu" device, over the C ufuncs of oarlock_cpu._optim.
+"""Fused one-pass Adam / AdamW and SGD kernels of the "cpu" device, over the C ufuncs of oarlock_cpu._optim.
 
-They replace, for float32 and float64, the generic kernels of oarlock-ops' adam_step_ and adam_steps_
-(a dozen numpy passes, run over cache-sized chunks): one pass reads each parameter, gradient and
-moment element once, in the generic kernel's order of operations and with its scalars, so the results
+They replace, for float32 and float64, the generic kernels of oarlock-ops' adam_step_, adam_steps_, sgd_step_
+and sgd_steps_ (a dozen numpy passes for Adam, run over cache-sized chunks; two passes and a temporary for
+SGD): one pass reads each parameter, gradient and moment element once, in the generic kernel's order of operations and with its scalars, so the results
 are the same bits. Other dtypes (bfloat16, float16), and a source tree whose extension was never built, keep
 the generic kernels.
 """
@@ -45,8 +45,23 @@ def adam_many(xp, params, grads, moment1, moment2, **attrs):
         adam(xp, p, g, m1, m2, None, **attrs)
 
 
+def sgd(xp, param, grad, *, lr, weight_decay):
+    """One SGD step of one parameter, in place (weight_decay: Paddle's coupled L2)."""
+    kind = param.dtype.type
+    _optim.sgd(param, grad, kind(weight_decay), kind(lr), out=param)
+
+
+def sgd_many(xp, params, grads, **attrs):
+    """sgd over lists (sgd_steps_)."""
+    if len(grads) != len(params):
+        raise ValueError(f"sgd_steps_(): every tensor list must have one tensor per parameter ({len(params)}), "
+                         f"got {len(grads)} gradients")
+    for p, g in zip(params, grads):
+        sgd(xp, p, g, **attrs)
+
+
 def register(ops):
-    """Register the fused Adam kernels for device "cpu" (float32, float64); nothing when the extension is
-    missing."""
+    """Register the fused Adam and SGD kernels for device "cpu" (float32, float64); nothing when the extension
+    is missing."""
     if _optim is not None:
-        register_all(ops, {"adam_step_": adam, "adam_steps_": adam_many})
+        register_all(ops, {"adam_step_": adam, "adam_steps_": adam_many, "sgd_step_": sgd, "sgd_steps_": sgd_many})
