@@ -128,8 +128,10 @@ def test_compute_all_at_once_and_the_pipeline_bubble():
     # the bubble's pp - 1 slots run with half the ranks idle: cheaper than M busy slots' worth, dearer than alone
     p = predict(spec, pipe, cal)
     busy = busy_slot(cal, spec, pipe, 4)
-    assert p.time_parts["compute"] == pytest.approx(8 * busy)
-    assert 3 * alone < p.time_parts["pp bubble"] < 3 * busy
+    # the stages of 4 layers over 4 ranks are unequal (embedding; a block; two blocks; a block and the head): the
+    # lighter ones wait part of each slot, so fewer than all 4 ranks compute at once, and fewer in the bubble
+    assert 8 * alone < p.time_parts["compute"] < 8 * busy
+    assert 3 * alone < p.time_parts["pp bubble"] < p.time_parts["compute"] * 3 / 8
     # on an idle machine (all at once as fast as alone) the bubble is the classic (pp - 1) slots
     idle = predict(spec, pipe, _busy(_calibration(spec, shapes), 1.0))
     assert idle.time_parts["pp bubble"] == pytest.approx(3 * alone)

@@ -11,10 +11,12 @@ Time (seconds per step, the slowest rank):
 * data parallel (dp x sharding > 1): one all-reduce of the rank's gradients over the data ranks (sharding stage 1
   is costed the same: reduce-scatter + all-gather move the same bytes); expert parallel adds 4 all-to-alls of the
   routed tokens per block (dispatch and combine, forward and backward), costed as all-gathers of those bytes;
-* pipeline (pp > 1, 1F1B over M micro-batches): M slots of the slowest stage's forward + backward of one
-  micro-batch with every rank busy, and pp - 1 fill / drain slots in which on average half the ranks compute
-  (the idle stages give their cores to the busy ones: the slot's time interpolated between alone and all at
-  once by the busy ranks), plus a send and a receive per slot;
+* pipeline (pp > 1, 1F1B over M micro-batches, the stages cut as oarlock train's PipelineLayer cuts them): M
+  slots of the slowest stage's forward + backward of one micro-batch and pp - 1 fill / drain slots, each at the
+  speed of the ranks busy then (the slot's time interpolated between alone and all at once by the busy ranks:
+  an idle stage gives its core to the busy ones). In the M slots the busy ranks are dp x the stages' work over
+  the slowest stage's (a lighter stage waits part of each slot), in the fill / drain half of that; plus a send
+  and a receive per slot;
 * the AdamW step over the rank's parameters / sharding (times the contention factor).
 
 Memory (bytes, the fullest rank): parameters (float32) + AdamW's two moments / sharding + the corpus oarlock train
@@ -161,8 +163,12 @@ def predict(spec: ModelSpec, layout: Layout, cal: Calibration) -> Prediction:
     if layout.pp > 1:
         p2p = cal.p2p[0] + cal.p2p[1] * activation_bytes
         bubble = layout.pp - 1
-        parts["compute"] = layout.micro_batches * stage
-        parts["pp bubble"] = bubble * busy_slot(cal, spec, layout, layout.ranks / 2)
+        # a stage with less work than the slowest waits part of each slot: the ranks busy at once are the
+        # stages' work over the slowest's (times the dp replicas), half of that in the fill and drain
+        work = [_stage_seconds(cal, spec, layout, st, False) for st in stages(spec, layout.pp)]
+        busy = layout.dp * sum(work) / max(work)
+        parts["compute"] = layout.micro_batches * busy_slot(cal, spec, layout, busy)
+        parts["pp bubble"] = bubble * busy_slot(cal, spec, layout, busy / 2)
         parts["pp comm"] = (layout.micro_batches + bubble) * 2 * p2p
     else:
         parts["compute"] = stage
