@@ -17,7 +17,8 @@ Time (seconds per step, the slowest rank):
   an idle stage gives its core to the busy ones). In the M slots the busy ranks are dp x the stages' work over
   the slowest stage's (a lighter stage waits part of each slot), in the fill / drain half of that; plus a send
   and a receive per slot;
-* the AdamW step over the rank's parameters / sharding (times the contention factor).
+* the AdamW step over the rank's parameters / sharding, measured alone, slowed as the rank's block is when all
+  ranks compute at once.
 
 Memory (bytes, the fullest rank): parameters (float32) + AdamW's two moments / sharding + the corpus oarlock train
 holds + the larger of (the activations the forward keeps: what each block adds in a model, times the micro-batches
@@ -153,7 +154,9 @@ def predict(spec: ModelSpec, layout: Layout, cal: Calibration) -> Prediction:
     activation_bytes = rows * spec.seq_len * spec.width * FLOAT_BYTES
     grad_bytes = rank_parameters(spec, layout) * FLOAT_BYTES
     opt_block, opt_ends = cal.optimizer[str(mp)]
-    parts = {"optimizer": cal.contention * (blocks * opt_block + opt_ends) / layout.sharding}
+    # every rank steps its optimizer at the same time: slowed as its block is when all ranks compute at once
+    slowdown = max(1.0, cal.busy_seconds(rows, mp)[0] / cal.block(rows, mp).seconds)
+    parts = {"optimizer": slowdown * (blocks * opt_block + opt_ends) / layout.sharding}
     stage = busy_slot(cal, spec, layout, layout.ranks)
     all_reduce = collective(cal, "all_reduce", mp, activation_bytes) + cal.synchronisation(mp)
     parts["mp comm"] = (4 * blocks + 2) * all_reduce * layout.micro_batches
