@@ -1,8 +1,8 @@
 """The tiny GPT trained 20 steps under auto parallel on a 2x2 (dp x mp) mesh in one 4-rank MPI job
 (scripts/auto_gpt_job.py): under shard_layer with a column / row parallel shard_fn, under parallelize with
-ColWiseParallel / RowWiseParallel plans, with shard_optimizer(ShardingStage1("dp")) and ShardingStage2("dp")
-(whose gradients must be dp shards after each backward); every step's loss within 1e-5 relative of the same
-model trained in one process."""
+ColWiseParallel / RowWiseParallel plans, with shard_optimizer(ShardingStage1("dp")), ShardingStage2("dp")
+(whose gradients must be dp shards after each backward) and ShardingStage3("dp"); every step's loss within
+1e-5 relative of the same model trained in one process."""
 
 import os
 import sys
@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))   # spmd_jobs, next to this file
 from spmd_jobs import launch  # noqa: E402
 
-RUNS = ["shard_layer", "parallelize", "stage1", "stage2"]
+RUNS = ["shard_layer", "parallelize", "stage1", "stage2", "stage3"]
 
 
 @pytest.fixture(scope="module")

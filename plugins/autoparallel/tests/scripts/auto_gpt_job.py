@@ -10,7 +10,9 @@ batches. The oracle: the same model trained with plain tensors in this process. 
   parallelize  -- the same plan as a Paddle mp_config (ColWiseParallel / RowWiseParallel) with dp_config;
   stage1       -- shard_layer's model with shard_optimizer(AdamW, ShardingStage1("dp")): moments sharded on dp;
   stage2       -- the same with ShardingStage2("dp"): after each backward every gradient of a parameter
-                  replicated on dp is a DistTensor holding only this rank's dp shard (reduce-scattered).
+                  replicated on dp is a DistTensor holding only this rank's dp shard (reduce-scattered);
+  stage3       -- ShardingStage3("dp"): the parameters themselves dp shards (gathered where an op needs them),
+                  their gradients shards too.
 Each step's loss must be within 1e-5 relative of one process's; the final parameters (unsharded) too, except
 the qkv biases (see main).
 Rank 0 writes {"size", "losses": {run: [...]}, "failures": {check: [...]}} as JSON to OUT.
@@ -189,8 +191,27 @@ def run_stage2():
     return train(model, optimizer, True, only_gradient_shards), final_params(model)
 
 
+def only_parameter_shards(model):
+    """ShardingStage3: every parameter it could split holds only its dp shard, and so does its gradient."""
+    checked = 0
+    for name, p in model.named_parameters():
+        if p.placements[0].is_shard():
+            checked += 1
+            if p.grad is None or list(p.grad.shape) != list(p._local_value().shape):
+                raise AssertionError(f"ShardingStage3: {name}'s gradient is not its shard's shape "
+                                     f"{p._local_value().shape}")
+    if checked < 20:
+        raise AssertionError(f"ShardingStage3: only {checked} parameters are sharded over dp")
+
+
+def run_stage3():
+    model = dist.shard_layer(new_model(), MESH, shard_fn)
+    optimizer = dist.shard_optimizer(new_optimizer(model), dist.ShardingStage3("dp"))
+    return train(model, optimizer, True, only_parameter_shards), final_params(model)
+
+
 RUNS = {"shard_layer": run_shard_layer, "parallelize": run_parallelize, "stage1": run_stage1,
-        "stage2": run_stage2}
+        "stage2": run_stage2, "stage3": run_stage3}
 
 
 def main(out):
