@@ -620,6 +620,93 @@ UNARY_LOOP(exp2_f, float, exp2_block32)
 UNARY_LOOP(exp2_d, double, exp2_block64)
 
 /* ---------------------------------------------------------------------------------------------
+ * exp2_rows(x, bias, sums): the online-softmax step of attention kernels (oarlock-flashmask) in one pass over
+ * each row: x <- 2^(x - bias[row]) in place, and sums[row] <- the row's sum of the results.  numpy needs three
+ * passes (subtract, exp2, sum; or a matmul against a column of ones, which gives the values-by-weights product
+ * an odd width that OpenBLAS runs slower).  The exponentials are exp2_1_f's (the `exp2` ufunc's, so the same
+ * bits as exp2(x - bias)); the sum is float32 over 16 lanes, then the lanes in order. */
+#define ROW_LANES 16
+
+CLONES static float exp2_row_f(float *RESTRICT x, float b, npy_intp n)
+{
+    float part[ROW_LANES] = {0.0f};
+    npy_intp i = 0;
+    for (; i + ROW_LANES <= n; i += ROW_LANES)
+        for (int l = 0; l < ROW_LANES; l++) {
+            float y = exp2_1_f(x[i + l] - b);
+            x[i + l] = y;
+            part[l] += y;
+        }
+    for (int l = 0; i < n; i++, l++) {
+        float y = exp2_1_f(x[i] - b);
+        x[i] = y;
+        part[l] += y;
+    }
+    float s = 0.0f;
+    for (int l = 0; l < ROW_LANES; l++)
+        s += part[l];
+    return s;
+}
+
+/* A float32 [A, R, 1] column (bias or sums) with any strides on its first two axes; NULL for None. */
+static int column_of(PyObject *obj, const char *name, npy_intp a, npy_intp r, int writeable, char **data,
+                     npy_intp *s0, npy_intp *s1)
+{
+    *data = NULL;
+    if (obj == Py_None)
+        return 0;
+    PyArrayObject *c = (PyArrayObject *)obj;
+    if (!PyArray_Check(obj) || PyArray_TYPE(c) != NPY_FLOAT || PyArray_NDIM(c) != 3 || PyArray_DIM(c, 0) != a ||
+        PyArray_DIM(c, 1) != r || PyArray_DIM(c, 2) != 1 || (writeable && !PyArray_ISWRITEABLE(c))) {
+        PyErr_Format(PyExc_TypeError, "exp2_rows(): argument '%s' must be None or a%s float32 array of shape "
+                     "[%zd, %zd, 1]", name, writeable ? " writeable" : "", (Py_ssize_t)a, (Py_ssize_t)r);
+        return -1;
+    }
+    *data = PyArray_DATA(c);
+    *s0 = PyArray_STRIDE(c, 0);
+    *s1 = PyArray_STRIDE(c, 1);
+    return 0;
+}
+
+static PyObject *py_exp2_rows(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *bo, *so;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOO", &xo, &bo, &so))
+        return NULL;
+    PyArrayObject *x = (PyArrayObject *)xo;
+    if (!PyArray_Check(xo) || PyArray_TYPE(x) != NPY_FLOAT || PyArray_NDIM(x) != 3 ||
+        PyArray_STRIDE(x, 2) != (npy_intp)sizeof(float) || !PyArray_ISWRITEABLE(x)) {
+        PyErr_SetString(PyExc_TypeError, "exp2_rows(): argument 'x' must be a writeable 3-D float32 array whose "
+                        "rows are contiguous (last stride 4)");
+        return NULL;
+    }
+    npy_intp a = PyArray_DIM(x, 0), r = PyArray_DIM(x, 1), n = PyArray_DIM(x, 2);
+    npy_intp x0 = PyArray_STRIDE(x, 0), x1 = PyArray_STRIDE(x, 1), b0 = 0, b1 = 0, t0 = 0, t1 = 0;
+    char *xd = PyArray_DATA(x), *bd, *sd;
+    if (column_of(bo, "bias", a, r, 0, &bd, &b0, &b1) < 0 || column_of(so, "sums", a, r, 1, &sd, &t0, &t1) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    for (npy_intp i = 0; i < a; i++)
+        for (npy_intp j = 0; j < r; j++) {
+            float b = bd ? *(const float *)(bd + i * b0 + j * b1) : 0.0f;
+            float s = exp2_row_f((float *)(xd + i * x0 + j * x1), b, n);
+            if (sd)
+                *(float *)(sd + i * t0 + j * t1) = s;
+        }
+    feclearexcept(FE_ALL_EXCEPT);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef METHODS[] = {
+    {"exp2_rows", py_exp2_rows, METH_VARARGS,
+     "exp2_rows(x, bias, sums): x [A, R, N] float32 (rows contiguous) <- 2^(x - bias) in place, bias and sums "
+     "[A, R, 1] float32 or None; sums <- each row's sum of the results."},
+    {NULL, NULL, 0, NULL},
+};
+
+/* ---------------------------------------------------------------------------------------------
  * module
  */
 
@@ -648,8 +735,9 @@ static void *NO_DATA[] = {NULL, NULL};
 
 static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT, "_kernels",
-    "One-pass float32/float64 ufuncs: erf, gelu, gelu_grad, sigmoid, silu, silu_grad, exp, exp2 (see _kernels.c).",
-    -1, NULL, NULL, NULL, NULL, NULL,
+    "One-pass float32/float64 ufuncs: erf, gelu, gelu_grad, sigmoid, silu, silu_grad, exp, exp2, and exp2_rows "
+    "(see _kernels.c).",
+    -1, METHODS, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__kernels(void)

@@ -4,7 +4,9 @@ reach through `oarlock.plugin_api.xp_function(numpy, name)`.
 numpy computes float32 exp2 with libm's scalar exp2f (about 3.6 ns an element here) and float32 exp at about the
 same speed; the vectorised C loops of oarlock_cpu._kernels take 1.4-1.6 ns, within 1 ulp (tests/test_cpu_kernels.py).
 Attention's softmax and the FlashMask kernel spend most of their non-GEMM time there. float64 and every other
-dtype go to numpy's own function, so each drop-in accepts and returns exactly what numpy's does.
+dtype go to numpy's own function, so each drop-in accepts and returns exactly what numpy's does. `exp2_rows` (not a
+numpy name) fuses the FlashMask backward's subtraction of each row's log-sum-exp with exp2 (and can sum the rows):
+one pass, not two.
 OARLOCK_CPU_FASTMATH=0 turns them off (numpy's own everywhere: for comparisons and benchmarks).
 """
 
@@ -33,7 +35,28 @@ def _drop_in(fast, plain):
     return fn
 
 
+def _is_f32(x):
+    return x.__class__ is np.ndarray and x.dtype == _F32
+
+
+def exp2_rows(x, bias=None, sums=None):
+    """x [A, R, N] <- 2^(x - bias) in place (bias [A, R, 1] or None) and sums [A, R, 1] <- each row's sum of the
+    results (None: not wanted); returns x. float32 in one pass by oarlock_cpu._kernels.exp2_rows (the same bits
+    as exp2(x - bias)); other dtypes by numpy's passes."""
+    if _is_f32(x) and x.ndim == 3 and x.strides[2] == 4 and all(c is None or _is_f32(c) for c in (bias, sums)):
+        _kernels.exp2_rows(x, bias, sums)
+        return x
+    if bias is not None:
+        np.subtract(x, bias, out=x)
+    np.exp2(x, out=x)
+    if sums is not None:
+        np.sum(x, axis=-1, keepdims=True, out=sums)
+    return x
+
+
 FUNCTIONS = {} if _kernels is None or os.environ.get("OARLOCK_CPU_FASTMATH") == "0" else {
     "exp": _drop_in(_kernels.exp, np.exp),
     "exp2": _drop_in(_kernels.exp2, np.exp2),
 }
+if FUNCTIONS and hasattr(_kernels, "exp2_rows"):   # an extension built before exp2_rows existed lacks it
+    FUNCTIONS["exp2_rows"] = exp2_rows   # attention's softmax step (oarlock-flashmask)

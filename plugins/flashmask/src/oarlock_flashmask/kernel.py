@@ -40,7 +40,8 @@ there unless scores pass ~64 (base 2), so the usual step is exp2 and the two mat
 pass), with overflow detected from the row sums and redone exactly, and underflowed blocks redone with the standard
 online softmax (see _forward_rows). exp2 is the backend's (plugin_api.xp_function: oarlock-cpu's vectorised float32
 loop). Backward (FlashAttention-2): for each key block, over its runs of query blocks, P = exp2(S - lse) (lse
-subtracted by a pass, so every score rounds as in the forward), dP - D straight from dO V^T with -D in dO's extra
+subtracted after the score matmul, so every score rounds as in the forward; oarlock-cpu's exp2_rows does the
+subtraction and exp2 in one pass), dP - D straight from dO V^T with -D in dO's extra
 column (D = rowsum(dO * O) - dlse), dV += P^T dO, dS = P (dP - D), dQ += dS (K - c) + c dlse with c the mean key
 (rowsum(dS) = dlse; keys' common part then does not amplify dS's rounding), dK += dS^T Q. Extra memory is O(S) plus
 a few tiles; no S x S array.
@@ -490,6 +491,24 @@ def _matmul(xp):
         return xp.matmul
 
 
+def _exp2_rows(xp):
+    """exp2_rows(x, bias, sums): x [A, R, N] <- 2^(x - bias) in place (bias [A, R, 1]), sums <- its row sums
+    (None: not wanted). The backend's one-pass version where it has one (oarlock-cpu, float32), else passes."""
+    try:
+        return xp_function(xp, "exp2_rows")
+    except AttributeError:
+        exp2 = xp_function(xp, "exp2")
+
+        def passes(x, bias=None, sums=None):
+            if bias is not None:
+                x -= bias
+            exp2(x, out=x)
+            if sums is not None:
+                xp.sum(x, axis=-1, keepdims=True, out=sums)
+            return x
+        return passes
+
+
 def _view(flat, shape):
     """A contiguous array of `shape` on the front of the flat buffer `flat` (a reused scratch array)."""
     return flat[:math.prod(shape)].reshape(shape)
@@ -675,7 +694,7 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     bq, bk = BLOCK_Q, BLOCK_K
     mask = _Mask(xp, startend_row_indices, causal, window_left, window_right, b, sq, sk, hk, g, bq, bk, block_mask)
     # As in the forward, scores are in base 2, and Q K^T (the same inner dimension D) rounds every score exactly
-    # as the forward did, and lse (base 2) is subtracted by a separate pass: folded into the matmul (a
+    # as the forward did, and lse (base 2) is subtracted after the matmul (exp2_rows): folded into the matmul (a
     # column of -lse) it changed each score's rounding by up to half an ulp of the score, and those independent
     # errors between forward and backward, amplified by |K|, cost dQ 40x PyTorch's error at scores of ~200 nats
     # (the error of P by a common factor per row, as the pass gives, cancels). dO's last column is -D
@@ -767,7 +786,7 @@ def _backward_cols(ctx, item, dq, bufs, span):
     """One key block of one head group: dK, dV of its columns and its share of dQ, over its runs of non-skipped
     query tiles (FlashAttention-2: P = 2^(s - lse), dV += P^T dO, dS = P (dP - D), dQ += dS K, dK += dS^T Q)."""
     xp, runs, mask, q, do, delta, lse2, k, kt, vt, dk, dv_, ct, dropout, seed, offset, g, sq, sk, d, dv = ctx
-    exp2 = xp_function(xp, "exp2")
+    exp2_rows = _exp2_rows(xp)
     mm = _matmul(xp)
     f0, f1, j = item
     nf, bk = f1 - f0, mask.bk
@@ -783,9 +802,8 @@ def _backward_cols(ctx, item, dq, bufs, span):
         n = (r1 - r0) * g
         p = _view(flat_s, (nf, n, w))
         mm(qf[:, rs], kjt, out=p)                        # s
-        p -= lse2[f0:f1, rs]                                    # s - lse
-        _mask_rows(xp, mask, p, f0, f1, r0, c0, c1, partials, g)
-        exp2(p, out=p)                                          # P
+        _mask_rows(xp, mask, p, f0, f1, r0, c0, c1, partials, g)   # (-inf - lse = -inf)
+        exp2_rows(p, lse2[f0:f1, rs], None)                     # P = 2^(s - lse)
         dp = _view(flat_dp, (nf, n, w))
         mm(dof[:, rs], vjt, out=dp)                      # dP - D (dP without dropout)
         if dropout > 0:
