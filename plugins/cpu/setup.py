@@ -46,8 +46,10 @@ setup(
     ] + ([] if os.name == "nt" else [
         Extension(   # matmul through a cblas opened at run time with dlopen (MKL's libmkl_rt): no BLAS to build
             "oarlock_cpu._gemm",
-            sources=["src/oarlock_cpu/_gemm.c"],
+            sources=["src/oarlock_cpu/_gemm.c", "src/oarlock_cpu/_attention.c"],   # + fused attention over it
+            depends=["src/oarlock_cpu/_gemm.h"],
             include_dirs=[numpy.get_include()],
+            libraries=["m"],
             extra_compile_args=kernel_compile_args,
         ),
     ]),

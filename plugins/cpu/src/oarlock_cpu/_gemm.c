@@ -28,29 +28,22 @@
 
 #define NPY_NO_DEPRECATED_API NPY_1_22_API_VERSION
 #define NPY_TARGET_VERSION NPY_1_22_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL oarlock_cpu_gemm_ARRAY_API
 #include <numpy/arrayobject.h>
 
-/* cblas enums (the values every cblas uses) and the MKL_INT of libmkl_rt's default LP64 interface */
-enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
-typedef int blas_int;
+#include "_gemm.h"
 
-typedef void (*sgemm_t)(int, int, int, blas_int, blas_int, blas_int, float, const float *, blas_int,
-                        const float *, blas_int, float, float *, blas_int);
-typedef void (*dgemm_t)(int, int, int, blas_int, blas_int, blas_int, double, const double *, blas_int,
-                        const double *, blas_int, double, double *, blas_int);
 typedef void (*sgemm_batch_t)(int, int, int, blas_int, blas_int, blas_int, float, const float *, blas_int,
                               blas_int, const float *, blas_int, blas_int, float, float *, blas_int, blas_int,
                               blas_int);
 typedef void (*dgemm_batch_t)(int, int, int, blas_int, blas_int, blas_int, double, const double *, blas_int,
                               blas_int, const double *, blas_int, blas_int, double, double *, blas_int, blas_int,
                               blas_int);
-typedef int (*set_threads_local_t)(int);
-
-static sgemm_t sgemm;
-static dgemm_t dgemm;
+sgemm_t gemm_sgemm;
+dgemm_t gemm_dgemm;
+set_threads_local_t gemm_set_threads_local;
 static sgemm_batch_t sgemm_batch;
 static dgemm_batch_t dgemm_batch;
-static set_threads_local_t set_threads_local;
 
 static PyObject *gemm_load(PyObject *self, PyObject *args) {
     const char *path;
@@ -60,14 +53,14 @@ static PyObject *gemm_load(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_OSError, "oarlock_cpu._gemm.load: cannot open %s: %s", path, dlerror());
         return NULL;
     }
-    sgemm = (sgemm_t)dlsym(lib, "cblas_sgemm");
-    dgemm = (dgemm_t)dlsym(lib, "cblas_dgemm");
+    gemm_sgemm = (sgemm_t)dlsym(lib, "cblas_sgemm");
+    gemm_dgemm = (dgemm_t)dlsym(lib, "cblas_dgemm");
     sgemm_batch = (sgemm_batch_t)dlsym(lib, "cblas_sgemm_batch_strided");
     dgemm_batch = (dgemm_batch_t)dlsym(lib, "cblas_dgemm_batch_strided");
-    set_threads_local = (set_threads_local_t)dlsym(lib, "MKL_Set_Num_Threads_Local");
-    if (!sgemm || !dgemm || !sgemm_batch || !dgemm_batch || !set_threads_local) {
-        sgemm = NULL;
-        dgemm = NULL;
+    gemm_set_threads_local = (set_threads_local_t)dlsym(lib, "MKL_Set_Num_Threads_Local");
+    if (!gemm_sgemm || !gemm_dgemm || !sgemm_batch || !dgemm_batch || !gemm_set_threads_local) {
+        gemm_sgemm = NULL;
+        gemm_dgemm = NULL;
         PyErr_Format(PyExc_OSError, "oarlock_cpu._gemm.load: %s lacks cblas_sgemm, cblas_dgemm, their "
                      "_batch_strided forms or MKL_Set_Num_Threads_Local", path);
         return NULL;
@@ -142,14 +135,14 @@ static void run(int type, int ta, int tb, npy_intp m, npy_intp n, npy_intp k, co
                 npy_intp count) {
     if (type == NPY_FLOAT32) {
         if (count == 1)
-            sgemm(ROW_MAJOR, ta, tb, m, n, k, 1.0f, (const float *)pa, lda, (const float *)pb, ldb, 0.0f,
+            gemm_sgemm(ROW_MAJOR, ta, tb, m, n, k, 1.0f, (const float *)pa, lda, (const float *)pb, ldb, 0.0f,
                   (float *)pc, ldc);
         else
             sgemm_batch(ROW_MAJOR, ta, tb, m, n, k, 1.0f, (const float *)pa, lda, sa, (const float *)pb, ldb, sb,
                         0.0f, (float *)pc, ldc, sc, count);
     } else {
         if (count == 1)
-            dgemm(ROW_MAJOR, ta, tb, m, n, k, 1.0, (const double *)pa, lda, (const double *)pb, ldb, 0.0,
+            gemm_dgemm(ROW_MAJOR, ta, tb, m, n, k, 1.0, (const double *)pa, lda, (const double *)pb, ldb, 0.0,
                   (double *)pc, ldc);
         else
             dgemm_batch(ROW_MAJOR, ta, tb, m, n, k, 1.0, (const double *)pa, lda, sa, (const double *)pb, ldb, sb,
@@ -161,7 +154,7 @@ static PyObject *gemm_matmul(PyObject *self, PyObject *args) {
     PyObject *ao, *bo, *oo = Py_None;
     int threads;
     if (!PyArg_ParseTuple(args, "OOi|O", &ao, &bo, &threads, &oo)) return NULL;
-    if (sgemm == NULL || !PyArray_CheckExact(ao) || !PyArray_CheckExact(bo)) Py_RETURN_NONE;
+    if (gemm_sgemm == NULL || !PyArray_CheckExact(ao) || !PyArray_CheckExact(bo)) Py_RETURN_NONE;
     PyArrayObject *a = (PyArrayObject *)ao, *b = (PyArrayObject *)bo;
     int type = PyArray_TYPE(a);
     if ((type != NPY_FLOAT32 && type != NPY_FLOAT64) || PyArray_TYPE(b) != type) Py_RETURN_NONE;
@@ -235,7 +228,7 @@ static PyObject *gemm_matmul(PyObject *self, PyObject *args) {
     const char *pa = PyArray_BYTES(a), *pb = PyArray_BYTES(b);
     char *pc = PyArray_BYTES(out);
     Py_BEGIN_ALLOW_THREADS
-    if (threads > 0) set_threads_local(threads);
+    if (threads > 0) gemm_set_threads_local(threads);
     npy_intp index[NPY_MAXDIMS] = {0};
     for (npy_intp o = 0; o < outer; o++) {
         npy_intp oa = 0, ob = 0, oc = 0;   /* offsets of this outer position, from its index per loop dim */
@@ -268,7 +261,11 @@ numpy:
 static PyMethodDef methods[] = {
     {"load", gemm_load, METH_VARARGS, "load(path): open a cblas library (Intel MKL's libmkl_rt)."},
     {"matmul", gemm_matmul, METH_VARARGS,
-     "matmul(a, b, threads) -> ndarray or None: a @ b through the loaded cblas, None where not handled."},
+     "matmul(a, b, threads, out=None) -> ndarray or None: a @ b through the loaded cblas, None where not handled."},
+    {"attention_forward", attention_forward, METH_VARARGS,
+     "attention_forward(q, k, v, scale, causal, threads) -> (out, probs) or None: see _attention.c."},
+    {"attention_backward", attention_backward, METH_VARARGS,
+     "attention_backward(g, q, k, v, out, probs, scale, causal, threads) -> (dq, dk, dv) or None: see _attention.c."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -2,9 +2,9 @@
 
 They replace, for float32 and float64, the generic kernels of oarlock-ops' adam_step_, adam_steps_, sgd_step_
 and sgd_steps_ (a dozen numpy passes for Adam, run over cache-sized chunks; two passes and a temporary for
-SGD): one pass reads each parameter, gradient and moment element once, in the generic kernel's order of operations and with its scalars, so the results
-are the same bits. Other dtypes (bfloat16, float16), and a source tree whose extension was never built, keep
-the generic kernels.
+SGD): one pass reads each parameter, gradient and moment element once, in the generic kernel's order of
+operations and with its scalars, so the results are the same bits. Other dtypes (bfloat16, float16), and a
+source tree whose extension was never built, keep the generic kernels.
 """
 
 from __future__ import annotations

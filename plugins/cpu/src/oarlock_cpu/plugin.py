@@ -1,11 +1,11 @@
 """Entry point of oarlock-cpu: registers the "cpu" device, its own C kernels (oarlock_cpu.kernels, and the
 fused RMSNorm / LayerNorm rows of oarlock_cpu.rows), its
 matrix-product kernels that choose the BLAS thread count per call (oarlock_cpu.blas) and its fused Adam
-update (oarlock_cpu.optim_kernels)."""
+update (oarlock_cpu.optim_kernels), and its fused attention over MKL (oarlock_cpu.attention_kernels)."""
 
 from oarlock import hookimpl
 
-from oarlock_cpu import blas, kernels, optim_kernels, rows
+from oarlock_cpu import attention_kernels, blas, kernels, optim_kernels, rows
 from oarlock_cpu.backend import CPUBackend
 
 
@@ -20,3 +20,4 @@ def oarlock_register_ops(ops):
     rows.register(ops)
     blas.register(ops)
     optim_kernels.register(ops)
+    attention_kernels.register(ops)
