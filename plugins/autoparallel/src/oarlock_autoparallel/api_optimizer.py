@@ -6,8 +6,8 @@ sharded layout among the tensors they write and reshards back (see spmd.py). So 
 "dp", moments are Shard(0) over dp, each rank updates its slice of a replicated parameter and the parameter is
 all-gathered: ZeRO stage 1. Stage 2 also keeps the gradients sharded: their sum over dp is taken out of backward
 and done as a reduce-scatter at its end, each rank keeping only its shard as .grad (sharded_grads.py); stage 3
-also shards the parameters on that mesh dim, so each op
-gathers them where its rule needs them (and the gradient is sliced back)."""
+also shards the parameters on that mesh dim, so each op gathers them where its rule needs them, and the
+gradient goes back through that gather unsummed and is reduce-scattered onto the shards (reshard.gather_unsummed)."""
 
 from __future__ import annotations
 
@@ -86,6 +86,7 @@ class ShardingStage3(_ShardingStageBase):
         """Re-lay every distributed parameter sharded over the sharding mesh dim, in place (same object)."""
         import oarlock
         from oarlock_autoparallel.reshard import reshard
+        from oarlock_autoparallel.sharded_grads import defer_gradient_sum
         for p in params:
             if not isinstance(p, DistTensor):
                 continue
@@ -98,6 +99,8 @@ class ShardingStage3(_ShardingStageBase):
             stop = p.stop_gradient
             p._local, p._placements = local, placements
             p.stop_gradient = stop
+            # ops gather it over the sharding dim with a reduce-scatter as the gradient's way back
+            defer_gradient_sum(local, {self._axis(p.process_mesh)})
 
 
 class _ShardOptimizer:

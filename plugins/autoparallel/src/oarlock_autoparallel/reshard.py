@@ -47,6 +47,35 @@ class _Reshard(PyLayer):
         return reshard_local(grad, mesh, gradient_placements(dst), gradient_placements(src), global_shape, rank)
 
 
+class _GatherUnsummed(PyLayer):
+    """Local piece src -> dst on one mesh for an input whose gradient is not yet summed over the mesh dims
+    `unsummed` (src Shard there, dst Replicate: a ZeRO-3 parameter gathered for an op); backward: the gradient,
+    Partial on those dims, reduce-scattered back to src (instead of an all-reduce and a slice)."""
+
+    @staticmethod
+    def forward(ctx, local, mesh, src, dst, global_shape, rank, unsummed):
+        ctx.plan = (mesh, src, dst, global_shape, rank, unsummed)
+        return reshard_local(local, mesh, src, dst, global_shape, rank)
+
+    @staticmethod
+    def backward(ctx, grad):
+        mesh, src, dst, global_shape, rank, unsummed = ctx.plan
+        partial = [Partial() if m in unsummed else p for m, p in enumerate(gradient_placements(dst))]
+        return reshard_local(grad, mesh, partial, gradient_placements(src), global_shape, rank)
+
+
+def gather_unsummed(dist_tensor, placements, unsummed: set):
+    """reshard on the tensor's own mesh for an op input whose gradient the op leaves unsummed over the mesh dims
+    `unsummed` where it goes from Shard to Replicate (spmd.py skips its gradient sum there); other dims as
+    reshard. Returns the local piece."""
+    mesh, src = dist_tensor._mesh, dist_tensor._placements
+    dims = {m for m in unsummed if src[m].is_shard() and placements[m].is_replicated()}
+    rank = dist.get_rank()
+    if not dims or not mesh.contains(rank):
+        return reshard(dist_tensor, mesh, placements)._local
+    return _GatherUnsummed.apply(dist_tensor._local, mesh, src, list(placements), dist_tensor.shape, rank, dims)
+
+
 def _on_mesh(local, mesh, src, dst, global_shape, rank):
     if src == dst or not mesh.contains(rank):
         return local

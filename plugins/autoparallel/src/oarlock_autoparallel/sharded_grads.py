@@ -23,6 +23,12 @@ from oarlock_autoparallel.placements import Partial
 _DEFERRED: dict[int, tuple] = {}      # id(local piece) -> (piece, mesh dims whose gradient sum is deferred)
 
 
+def defer_gradient_sum(local, dims: set) -> None:
+    """The gradient of `local` (a parameter's piece) is summed over mesh `dims` later, not by the ops' gradient
+    sync: by ShardedGradients' reduce-scatter (stage 2) or by the backward of its gather (stage 3)."""
+    _DEFERRED[id(local)] = (local, set(dims))
+
+
 def deferred_sum_dims(local) -> set:
     """The mesh dims over which the gradient of `local` (a parameter's piece) is summed later, not in backward."""
     entry = _DEFERRED.get(id(local))
@@ -41,7 +47,7 @@ class ShardedGradients:
             if not p.placements[axis].is_replicated() or target[axis].is_replicated():
                 continue      # already split on that dim (its gradient is too), or too small to split
             self._params.append((p, axis, target))
-            _DEFERRED[id(p._local)] = (p._local, {axis})
+            defer_gradient_sum(p._local, {axis})
             p._local.register_hook(self._make_hook(p))
 
     def _make_hook(self, param):

@@ -154,7 +154,7 @@ def dispatch(op, args, attrs):
     if not mesh.contains(_rank()):
         return _empty_outputs(op, dists[0], mesh, result, local_args)
     if oarlock.is_grad_enabled() and result.outputs is not None:
-        local_args = _sync_gradients(local_args, result, mesh)
+        local_args = _sync_gradients(local_args, result, mesh, args)
     if result.local_attrs is not None:
         attrs = {**attrs, **result.local_attrs(_coord(mesh))}
     out = apply(op, tuple(local_args), attrs)
@@ -180,6 +180,11 @@ def _localise(a, want, mesh):
         a = DistTensor.make(a, mesh, placements_of(Spec.replicated(a.shape, mesh.shape)), a.shape)
     target = placements_of(want)
     if list(a._placements) != target:
+        from oarlock_autoparallel.sharded_grads import deferred_sum_dims
+        unsummed = deferred_sum_dims(a._local)
+        if unsummed and oarlock.is_grad_enabled():
+            from oarlock_autoparallel.reshard import gather_unsummed
+            return gather_unsummed(a, target, unsummed)
         a = reshard(a, mesh, target)
     return a._local
 
@@ -200,26 +205,29 @@ def _specs_flat(items):
             yield s
 
 
-def _sync_gradients(local_args, result, mesh):
+def _sync_gradients(local_args, result, mesh, args):
     """Each local input replicated on a mesh dim the op runs split over, and wanting a gradient, through
-    _c_identity over that mesh dim (its gradient is summed there)."""
+    _c_identity over that mesh dim (its gradient is summed there), except over the dims where the argument (a
+    ShardingStage2/3 parameter) has its gradient summed later (sharded_grads.py)."""
     split = _split_dims(result)
     if not split:
         return local_args
     from oarlock.distributed.fleet.layers.mpu.mp_ops import _c_identity
 
+    from oarlock_autoparallel.dtensor import DistTensor
     from oarlock_autoparallel.sharded_grads import deferred_sum_dims
 
-    def sync(local, spec):
+    def sync(local, spec, arg):
         if isinstance(local, list):
-            return [sync(x, s) for x, s in zip(local, spec)]
+            return [sync(x, s, a) for x, s, a in zip(local, spec, arg)]
         if not isinstance(local, Tensor) or local.stop_gradient or not isinstance(spec, Spec):
             return local
-        for m in sorted(split - spec.used() - set(spec.partial_map) - deferred_sum_dims(local)):
+        later = deferred_sum_dims(arg._local) if isinstance(arg, DistTensor) else set()
+        for m in sorted(split - spec.used() - set(spec.partial_map) - later):
             if mesh.shape[m] > 1:
                 local = _c_identity(local, group=mesh.get_group(mesh.dim_names[m]))
         return local
-    return [sync(a, s) for a, s in zip(local_args, result.inputs)]
+    return [sync(a, s, o) for a, s, o in zip(local_args, result.inputs, args)]
 
 
 def _inplace(op, args, attrs):
