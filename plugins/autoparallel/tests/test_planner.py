@@ -182,6 +182,12 @@ def test_memory_terms():
     # which the next stage holds), far below the fullest stage
     four = predict(spec, Layout(pp=4, micro_batches=8), cal)
     assert four.memory_parts["first stage (rank 0)"] < four.memory_bytes
+    # ... but not below what it holds at the start, when oarlock train has built the whole GPT to take its share
+    # (measured on 4 ranks, tiny: rank 0 of pp4 5.5 MiB, 0.5 MiB of embedding and 1.6 of corpus)
+    whole = spec.parameters() * 4
+    assert four.memory_parts["first stage (rank 0)"] >= whole + CORPUS_TOKENS * 8
+    assert predict(spec, Layout(dp=4), cal).memory_parts["at start (the whole model built first)"] < whole + \
+        CORPUS_TOKENS * 9   # dp trains the whole model it built: nothing extra
     # over data ranks the gradients' peak carries DataParallel's flat bucket and its all-reduced copy
     tiny_acts = _calibration(spec, shapes)
     for key in tiny_acts.blocks:

@@ -25,7 +25,8 @@ holds + the larger of (the activations the forward keeps: what each block adds i
 in flight on the first pipeline stage, min(M, pp), + the ends' + once the first block's excess (the kernels'
 scratch, reused by every block) + the largest backward transient) and the gradients with, over data ranks,
 DataParallel's flat bucket and its all-reduced copy (cleared after every step: they grow as backward frees the
-activations).
+activations); at least what the rank holds at the start, when oarlock train has built the whole GPT to take its
+share from it (under mp or pp).
 """
 
 from __future__ import annotations
@@ -137,6 +138,11 @@ def _stage_memory(spec: ModelSpec, layout: Layout, cal: Calibration, index: int,
         "backward transient": max(block.transient if stage.blocks else 0, ends.transient if stage.head else 0),
         "gradient buckets": 2 * grad_bytes if data > 1 else 0,
         "gradients (not at the peak unless larger)": grad_bytes,
+        # oarlock train builds the whole GPT on every rank and takes this rank's share of it: under mp or pp
+        # both exist for a moment (the peak of a small stage: pp4's first stage measured 5.5 MiB, 2.1 without it)
+        "at start (the whole model built first)": (spec.parameters() * FLOAT_BYTES if layout.mp > 1 or layout.pp > 1
+                                                   else 0) + params * FLOAT_BYTES
+                                                  + CORPUS_TOKENS * 8 * (spec.seq_len + 1) // spec.seq_len,
     }
 
 
@@ -144,8 +150,9 @@ def _peak(memory: dict) -> int:
     # the gradients (cleared after every step) grow while backward frees the activations; DataParallel's fused
     # buckets (a flat copy, and the all-reduced copy) exist only once the gradients do: the peak holds the larger
     grads = memory["gradients (not at the peak unless larger)"]
-    return int(memory["parameters"] + memory["optimizer states"] + memory["corpus"]
-               + max(memory["activations"] + memory["backward transient"], grads + memory["gradient buckets"]))
+    step = (memory["parameters"] + memory["optimizer states"] + memory["corpus"]
+            + max(memory["activations"] + memory["backward transient"], grads + memory["gradient buckets"]))
+    return int(max(step, memory["at start (the whole model built first)"]))
 
 
 def predict(spec: ModelSpec, layout: Layout, cal: Calibration) -> Prediction:
