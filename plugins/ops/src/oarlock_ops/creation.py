@@ -389,7 +389,7 @@ def _like(fill: str, what: str, floating: bool = False):
                             f"another float dtype)")
         place = place_arg(public, device, x.place)
         return _laid_out_like(x, lambda shape: make_filled(public, fill, shape, None, dt, place, requires_grad,
-                                                           pin_memory), floating)
+                                                           pin_memory), fill in ("rand", "randn"))
 
     like.__name__ = like.__qualname__ = f"{fill}_like"
     like.__doc__ = (f"{public}(x, dtype=None, name=None, *, device=None, requires_grad=False, pin_memory=False): "
