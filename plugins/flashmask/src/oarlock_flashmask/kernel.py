@@ -20,8 +20,7 @@ Algorithm. Batch and key heads are flattened into one axis f = b * Hk + h ("head
 key/value group are folded into the rows: head f's query rows are [Sq * G, D] with row s * G + g, so grouped heads
 never repeat K/V. The working layouts are made per head on the workers: Q (pre-multiplied by scale * log2(e):
 scores are in base 2), K^T, V^T with one extra row of ones (the backward's dO V^T against dO's column of -D)
-(the score matmuls read K^T; their rows padded off power-of-two strides), K, and V (in the forward with an extra
-column of ones, so that the weights-by-values matmul also sums the weights' rows). They and the other O(S) working
+(the score matmuls read K^T; their rows padded off power-of-two strides), K, and V. They and the other O(S) working
 arrays are reused across calls (_scratch), as fresh multi-MiB arrays pay a page fault per page every call.
 Before the loops, for every key block (BLOCK_K columns) and every mask vector the min and max over the block's
 columns (and over batch and mask heads) are computed; with them each (query block, key block) tile is classified
@@ -38,8 +37,9 @@ thread pool (_parallel).
 Forward: for each query block, online softmax in base 2 over its runs. A row's reference m starts at 0 and stays
 there unless scores pass ~64 (base 2), so the usual step is exp2 and the two matmuls only (no max or subtraction
 pass), with overflow detected from the row sums and redone exactly, and underflowed blocks redone with the standard
-online softmax (see _forward_rows). exp2 is the backend's (plugin_api.xp_function: oarlock-cpu's vectorised float32
-loop). Backward (FlashAttention-2): for each key block, over its runs of query blocks, P = exp2(S - lse) (lse
+online softmax (see _forward_rows). exp2 with the row sums is the backend's exp2_rows (plugin_api.xp_function:
+oarlock-cpu's one-pass float32 loop), the products its matmul_serial (MKL on the worker's thread), where it has them.
+Backward (FlashAttention-2): for each key block, over its runs of query blocks, P = exp2(S - lse) (lse
 subtracted after the score matmul, so every score rounds as in the forward; oarlock-cpu's exp2_rows does the
 subtraction and exp2 in one pass), dP - D straight from dO V^T with -D in dO's extra
 column (D = rowsum(dO * O) - dlse), dV += P^T dO, dS = P (dP - D), dQ += dS (K - c) + c dlse with c the mean key
@@ -544,7 +544,7 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     # by a pass (see _forward_rows).
     q = _scratch.take(xp, (nf, sq * g, d), ct)
     kt = _take_t(xp, nf, d, sk, ct)
-    v = _scratch.take(xp, (nf, sk, dv + 1), ct)   # V with a last column of ones: P [V | 1] also sums P's rows
+    v = _scratch.take(xp, (nf, sk, dv), ct)   # (the weights' row sums come from exp2_rows: P V stays D wide)
     vabs = xp.zeros((nf,), dtype=ct)   # max |V| per head (NaN propagates), for the fast step's overflow bound
 
     def prepare(f):
@@ -552,8 +552,7 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
         _keys_t_into(xp, kt[f], key, f, hk)
         _rows_into(v[f], value, f, hk, 1)
         if sk and dv:
-            vabs[f] = xp.maximum(v[f, :, :dv].max(), -v[f, :, :dv].min())
-        v[f, :, dv] = 1
+            vabs[f] = xp.maximum(v[f].max(), -v[f].min())
     _per_head(xp, nf, prepare)
     # blocks write their rows straight into the results; rows no block covers saw no key
     out = xp.zeros((b, sq, hq, dv), dtype=query.dtype)
@@ -583,21 +582,21 @@ def _forward_rows(ctx, item, flat, span, exact=False):
     """One query block of one head group: online softmax (base 2) over its runs of non-skipped key tiles; writes
     its out and lse rows.
 
-    Each row keeps a reference m (0 at first), the sum `total` of 2^(s - m) and acc = sum 2^(s - m) v, side by
-    side in accx = [acc | total]: one matmul of the weights by [V | 1] gives a run's weighted values and its row
-    sums (pvx), and one addition updates both. While m is 0 the scores need no pass; once a row has moved it, m is
-    subtracted from the run's scores by a pass. Two kinds of step:
-    - fast (no max and no subtraction pass over the scores): exp2 straight away. Overflow (a score more than
+    Each row keeps a reference m (0 at first), the sum `total` of 2^(s - m) and acc = sum 2^(s - m) v. One pass
+    (exp2_rows) turns a run's scores into its weights 2^(s - m) and their row sums, and one matmul gives the
+    weighted values. Two kinds of step:
+    - fast (no max pass over the scores): exp2 straight away, the overflow check on the new totals before the
+      values matmul. Overflow (a score more than
       ~128 above m, or a sum past the float range) shows up as a non-finite total, or as a total above
       float max / (2 max|v|), with which acc could overflow; the run is then redone with the exact step. When
       total passes _RENORM, m moves up by floor(log2 total) (total and acc scaled by that power of two,
       exactly). Underflow loses terms below 2^-126 each, negligible unless the row's total ends tiny:
       rows ending below _TINY (including rows that saw no key) make the whole block run again with `exact`.
     - exact (the standard online softmax, every step when `exact`): the run's row max, a shift max(0, max) (the
-      max itself while a row has seen nothing), s -= shift, exp2, total and acc rescaled by 2^-shift.
+      max itself while a row has seen nothing), 2^(s - shift), total and acc rescaled by 2^-shift.
     """
     xp, runs, mask, q, kt, v, vabs, out, lse, ct, dropout, seed, offset, hk, g, sq, sk, d, dv = ctx
-    exp2 = xp_function(xp, "exp2")   # the backend's vectorised one where it has it (numpy's float32 exp2 is scalar)
+    exp2_rows = _exp2_rows(xp)   # the backend's one-pass exp2 with row sums where it has it
     mm = _matmul(xp)
     f0, f1, i = item
     nf, bq = f1 - f0, mask.bq
@@ -614,53 +613,56 @@ def _forward_rows(ctx, item, flat, span, exact=False):
     vmax = float(vabs[f0:f1].max()) / (1.0 - dropout) if dropout < 1.0 else 0.0
     fast_limit = float(xp.finfo(ct).max) / 2 / max(vmax, 1.0)
     m = xp.zeros((nf, n, 1), dtype=ct)
-    moved = False   # m is 0 until a row is re-centred; from then on the scores are shifted by a separate pass
-    accx = xp.zeros((nf, n, dv + 1), dtype=ct)
-    acc, total = accx[..., :dv], accx[..., dv:]
-    pvx = xp.empty((nf, n, dv + 1), dtype=ct)
+    moved = False   # m is 0 until a row is re-centred; from then on it is subtracted from the scores
+    acc = xp.zeros((nf, n, dv), dtype=ct)
+    total = xp.zeros((nf, n, 1), dtype=ct)
+    pv = xp.empty((nf, n, dv), dtype=ct)
+    sums = xp.empty((nf, n, 1), dtype=ct)
     total_new = xp.empty((nf, n, 1), dtype=ct)
 
-    def scores(c0, c1, partials):
+    def scores(c0, c1, partials, centred):
+        """The run's scores, masked; minus m when `centred` (else the caller passes m to exp2_rows)."""
         s = _view(flat, (nf, n, c1 - c0))
         mm(qi, ktf[..., c0:c1], out=s)
-        if moved:
+        if centred and moved:
             s -= m
         _mask_cols(xp, mask, s, f0, f1, r0, r1, c0, partials, g)
         return s
 
     def weigh(s, c0, c1):
-        """pvx = [s V | rowsum(s)], the sums of the undropped weights (lse is that of the undropped scores)."""
+        """pv = s V (s dropped out first; `sums` are those of the undropped weights, as lse is)."""
         if dropout > 0:
-            sums = s.sum(axis=-1, keepdims=True)
             s *= _keep_scale(xp, seed, offset, dropout, g, sq, sk, f0, f1, r0, r1, c0, c1, ct)
-            mm(s, vf[:, c0:c1], out=pvx)
-            pvx[..., dv:] = sums
-        else:
-            mm(s, vf[:, c0:c1], out=pvx)
+        mm(s, vf[:, c0:c1], out=pv)
 
     for c0, c1, partials in runs[i]:
-        s = scores(c0, c1, partials)
         if not exact:
-            exp2(s, out=s)
-            weigh(s, c0, c1)
-            xp.add(total, pvx[..., dv:], out=total_new)
+            s = scores(c0, c1, partials, False)
+            exp2_rows(s, m if moved else None, sums)   # the weights 2^(s - m) and their row sums, one pass
+            xp.add(total, sums, out=total_new)
             top = float(total_new.max())
             if top <= fast_limit:   # also False for inf and nan
-                accx += pvx
+                weigh(s, c0, c1)
+                acc += pv
+                total, total_new = total_new, total
                 if top > _RENORM:
                     shift = xp.where(total > _RENORM, xp.floor(xp.log2(total)), xp.zeros((), ct))
-                    accx *= xp.exp2(-shift)
+                    scale_down = xp.exp2(-shift)
+                    acc *= scale_down
+                    total *= scale_down
                     m += shift
                     moved = True
                 continue
-            s = scores(c0, c1, partials)  # overflow: redo the run exactly
+        s = scores(c0, c1, partials, True)   # the exact step (or overflow: the run redone exactly)
         mx = s.max(axis=-1, keepdims=True)
         shift = xp.where(total > 0, xp.maximum(mx, 0), xp.where(xp.isfinite(mx), mx, xp.zeros((), ct)))
-        s -= shift
-        exp2(s, out=s)
+        exp2_rows(s, shift, sums)
         weigh(s, c0, c1)
-        accx *= xp.exp2(xp.minimum(-shift, 0))  # <= 1; multiplies zeros where the row had seen nothing
-        accx += pvx
+        rescale = xp.exp2(xp.minimum(-shift, 0))  # <= 1; multiplies zeros where the row had seen nothing
+        acc *= rescale
+        total *= rescale
+        acc += pv
+        total += sums
         m += shift
         moved = True
     if not exact and float(total.min()) < _TINY:
