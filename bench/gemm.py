@@ -3,7 +3,9 @@
 Shapes (m x k x n, batch): the MLP's 784 -> 256 layer (forward, and its weight gradient as x^T g), the GPT's
 projections over 16 x 128 tokens (q/k/v 128 -> 384, MLP 128 -> 512 and back), and its attention scores per
 head (64 heads of 128 x 32 x 128). Each library runs in its own process (its own thread pool), on all cores
-(oarlock: the BLAS thread policy's count), median of --repeat timings of enough calls to take ~0.1 s.
+(oarlock: the BLAS thread policy's count; the mkl worker with OARLOCK_CPU_MKL=threads, so MKL's own OpenMP
+team runs the products the policy gives several threads: by default oarlock leaves those to OpenBLAS, see
+oarlock_cpu.mkl), median of --repeat timings of enough calls to take ~0.1 s.
 Prints microseconds per product and GFLOP/s, and each library's time over PyTorch's.
 
     python bench/gemm.py [--repeat 7] [--threads N]
@@ -83,9 +85,10 @@ def main(argv=None) -> None:
         env["OARLOCK_BLAS_THREADS"] = str(args.threads)
     runs = {}
     for library in LIBRARIES:
+        worker_env = {**env, "OARLOCK_CPU_MKL": "threads"} if library == "mkl" else env
         out = subprocess.run([sys.executable, __file__, "--worker", library, "--repeat", str(args.repeat)]
                              + (["--threads", str(args.threads)] if args.threads else []),
-                             env=env, capture_output=True, text=True, check=True).stdout
+                             env=worker_env, capture_output=True, text=True, check=True).stdout
         runs[library] = json.loads(out.strip().splitlines()[-1])
     print(f"{'product':40s} " + " ".join(f"{lib + ' us':>12s}" for lib in LIBRARIES)
           + "  openblas/torch  mkl/torch  mkl GFLOP/s")

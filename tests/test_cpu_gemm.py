@@ -151,3 +151,22 @@ def test_off_switch():
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "OARLOCK_CPU_MKL": "0"},
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == ["None", "True"]
+
+
+def test_products_given_several_threads_stay_on_openblas_unless_asked():
+    """MKL's OpenMP team is used only with OARLOCK_CPU_MKL=threads (see oarlock_cpu.mkl's docstring): by
+    default a product the policy gives 2 threads goes to numpy, a one-thread product to MKL."""
+    code = ("import numpy as np; from oarlock_cpu import mkl, blas; import oarlock_cpu._gemm as g\n"
+            "blas.set_policy(blas.ThreadPolicy(cores=2))\n"
+            "calls = []\n"
+            "class Counting:\n"
+            "    def matmul(self, *args):\n"
+            "        calls.append(args[2]); return g.matmul(*args)\n"
+            "mkl._gemm = Counting()\n"
+            "a = np.ones((512, 512), np.float32)\n"
+            "mkl.matmul(a, a); mkl.matmul(a[:8, :8], a[:8, :8]); mkl.matmul_serial(a, a)\n"
+            "print(calls)")
+    runs = {v: subprocess.run([sys.executable, "-c", code], env={**os.environ, "OARLOCK_CPU_MKL": v},
+                              capture_output=True, text=True, check=True).stdout.strip()
+            for v in ("1", "threads")}
+    assert runs == {"1": "[1, 1]", "threads": "[2, 1, 1]"}

@@ -78,6 +78,6 @@ print(serial, len(os.listdir('/proc/self/task')))
                     reason="counts threads in /proc/self/task; needs 2 usable cores")
 def test_starts_no_mkl_worker_threads():
     run = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, check=True,
-                         env={**os.environ, "OARLOCK_BLAS_THREADS": ""})
+                         env={**os.environ, "OARLOCK_BLAS_THREADS": "", "OARLOCK_CPU_MKL": "threads"})
     serial, policy = (int(x) for x in run.stdout.split()[-2:])
     assert serial < policy, (serial, policy)   # the policy's 2 threads for 1024^3 start an OpenMP worker
