@@ -15,7 +15,7 @@ drop-in accepts and returns what numpy's does. The thread count of each product 
 threads stay on numpy's OpenBLAS unless OARLOCK_CPU_MKL=threads: on this project's 2-vCPU VM (a quarter of its
 time stolen by neighbours) MKL's OpenMP team alone ran the step GEMMs 0.8-1.0x PyTorch's time against
 OpenBLAS's 1.1-1.4x (bench/gemm.py), but inside training steps, beside the elementwise worker and the fused
-kernels' own threads, it made 2 of 3 runs of bench/train_step.py 1.2-4x slower (a thread waiting at the team's
+kernels' own threads, it made 2 of 3 runs of bench/train_step.py 1.4-4x slower (a thread waiting at the team's
 barrier for one the VM descheduled). One-thread products (the policy's choice below 2 * 96^3 flops, every
 product under OARLOCK_BLAS_THREADS=1) and the fused kernels' per-thread products take MKL.
 `matmul_serial(a, b, out=None)` is the same on one thread (the calling one), for kernels that run their own
