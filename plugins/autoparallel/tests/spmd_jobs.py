@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
@@ -20,3 +22,14 @@ def launch(script: str, out: Path, ranks: int = 4, timeout: int = 300) -> dict:
     report = json.loads(out.read_text())
     assert report["size"] == ranks
     return report
+
+
+def assert_run_equals_one_process(report: dict, run: str, steps: int = 20) -> None:
+    """A training job's run `run` raised nothing on any rank and its per-step losses equal the job's
+    one-process reference within 1e-5 relative."""
+    failures = report["failures"][run]
+    assert not failures, "\n".join(failures)
+    reference, losses = report["losses"]["one_process"], report["losses"][run]
+    assert len(losses) == len(reference) == steps
+    for step, (got, want) in enumerate(zip(losses, reference)):
+        assert got == pytest.approx(want, rel=1e-5), f"{run}: step {step}"
