@@ -81,18 +81,6 @@ static int as_view(PyArrayObject *x, int type, view4 *out) {
     return 1;
 }
 
-/* One GEMM in the job's dtype: C = alpha op(A) op(B) + beta C, row-major. */
-static void gemm(int type, int ta, int tb, npy_intp m, npy_intp n, npy_intp k, double alpha, const void *a,
-                 npy_intp lda, const void *b, npy_intp ldb, double beta, void *c, npy_intp ldc) {
-    if (m == 0 || n == 0) return;
-    if (type == NPY_FLOAT32)
-        gemm_sgemm(ROW_MAJOR, ta, tb, (blas_int)m, (blas_int)n, (blas_int)k, (float)alpha, a, (blas_int)lda, b,
-                   (blas_int)ldb, (float)beta, c, (blas_int)ldc);
-    else
-        gemm_dgemm(ROW_MAJOR, ta, tb, (blas_int)m, (blas_int)n, (blas_int)k, alpha, a, (blas_int)lda, b,
-                   (blas_int)ldb, beta, c, (blas_int)ldc);
-}
-
 /* rows [r0, r1) of a causal block see keys [0, min(r1, Sk)); without causal every row sees all Sk */
 static npy_intp keys_of_block(const job *j, npy_intp r1) {
     return j->causal ? (r1 < j->Sk ? r1 : j->Sk) : j->Sk;
@@ -145,7 +133,7 @@ static void forward_unit(const job *j, npy_intp b, npy_intp kv) {
         for (npy_intp r0 = 0; r0 < j->Sq; r0 += block) {
             npy_intp r1 = r0 + block < j->Sq ? r0 + block : j->Sq, kend = keys_of_block(j, r1);
             char *pr = p + r0 * j->Sk * item;
-            gemm(j->type, NO_TRANS, TRANS, r1 - r0, kend, j->D, j->scale, AT(j->q, item, b, r0, h), j->q.ld,
+            gemm_one(j->type, NO_TRANS, TRANS, r1 - r0, kend, j->D, j->scale, AT(j->q, item, b, r0, h), j->q.ld,
                  AT(j->k, item, b, 0, kv), j->k.ld, 0.0, pr, j->Sk);
             for (npy_intp i = r0; i < r1; i++) {
                 char *row = p + i * j->Sk * item;
@@ -158,7 +146,7 @@ static void forward_unit(const job *j, npy_intp b, npy_intp kv) {
                 for (npy_intp i = r0; i < r1; i++) memset(AT(j->o, item, b, i, h), 0, j->Dv * item);
                 continue;
             }
-            gemm(j->type, NO_TRANS, NO_TRANS, r1 - r0, j->Dv, kend, 1.0, pr, j->Sk, AT(j->v, item, b, 0, kv), j->v.ld,
+            gemm_one(j->type, NO_TRANS, NO_TRANS, r1 - r0, j->Dv, kend, 1.0, pr, j->Sk, AT(j->v, item, b, 0, kv), j->v.ld,
                  0.0, AT(j->o, item, b, r0, h), j->o.ld);
         }
     }
@@ -188,7 +176,7 @@ static void backward_unit(const job *j, npy_intp b, npy_intp kv, char *scratch, 
             }
             const char *pr = p + r0 * j->Sk * item;
             /* dP = dO V^T, then dS in place (ld kend) */
-            gemm(j->type, NO_TRANS, TRANS, rows, kend, j->Dv, 1.0, AT(j->g, item, b, r0, h), j->g.ld,
+            gemm_one(j->type, NO_TRANS, TRANS, rows, kend, j->Dv, 1.0, AT(j->g, item, b, r0, h), j->g.ld,
                  AT(j->v, item, b, 0, kv), j->v.ld, 0.0, scratch, kend);
             for (npy_intp i = r0; i < r1; i++) {
                 char *row = scratch + (i - r0) * kend * item;
@@ -199,11 +187,11 @@ static void backward_unit(const job *j, npy_intp b, npy_intp kv, char *scratch, 
                 else
                     score_grad_row_f64((double *)row, (const double *)prow, ((double *)delta)[i], n, kend);
             }
-            gemm(j->type, NO_TRANS, NO_TRANS, rows, j->D, kend, j->scale, scratch, kend, AT(j->k, item, b, 0, kv),
+            gemm_one(j->type, NO_TRANS, NO_TRANS, rows, j->D, kend, j->scale, scratch, kend, AT(j->k, item, b, 0, kv),
                  j->k.ld, 0.0, AT(j->dq, item, b, r0, h), j->dq.ld);
-            gemm(j->type, TRANS, NO_TRANS, kend, j->D, rows, j->scale, scratch, kend, AT(j->q, item, b, r0, h),
+            gemm_one(j->type, TRANS, NO_TRANS, kend, j->D, rows, j->scale, scratch, kend, AT(j->q, item, b, r0, h),
                  j->q.ld, 1.0, AT(j->dk, item, b, 0, kv), j->dk.ld);
-            gemm(j->type, TRANS, NO_TRANS, kend, j->Dv, rows, 1.0, pr, j->Sk, AT(j->g, item, b, r0, h), j->g.ld,
+            gemm_one(j->type, TRANS, NO_TRANS, kend, j->Dv, rows, 1.0, pr, j->Sk, AT(j->g, item, b, r0, h), j->g.ld,
                  1.0, AT(j->dv, item, b, 0, kv), j->dv.ld);
         }
     }

@@ -130,24 +130,29 @@ typedef struct {
     npy_intp count[NPY_MAXDIMS], a[NPY_MAXDIMS], b[NPY_MAXDIMS], c[NPY_MAXDIMS];
 } batch_loop;
 
+void gemm_one(int type, int ta, int tb, npy_intp m, npy_intp n, npy_intp k, double alpha, const void *a,
+              npy_intp lda, const void *b, npy_intp ldb, double beta, void *c, npy_intp ldc) {
+    if (m == 0 || n == 0) return;
+    if (type == NPY_FLOAT32)
+        gemm_sgemm(ROW_MAJOR, ta, tb, (blas_int)m, (blas_int)n, (blas_int)k, (float)alpha, a, (blas_int)lda, b,
+                   (blas_int)ldb, (float)beta, c, (blas_int)ldc);
+    else
+        gemm_dgemm(ROW_MAJOR, ta, tb, (blas_int)m, (blas_int)n, (blas_int)k, alpha, a, (blas_int)lda, b,
+                   (blas_int)ldb, beta, c, (blas_int)ldc);
+}
+
+/* `count` products C_i = op(A_i) op(B_i), the operands `sa`, `sb`, `sc` elements apart (one batched call) */
 static void run(int type, int ta, int tb, npy_intp m, npy_intp n, npy_intp k, const char *pa, npy_intp lda,
                 npy_intp sa, const char *pb, npy_intp ldb, npy_intp sb, char *pc, npy_intp ldc, npy_intp sc,
                 npy_intp count) {
-    if (type == NPY_FLOAT32) {
-        if (count == 1)
-            gemm_sgemm(ROW_MAJOR, ta, tb, m, n, k, 1.0f, (const float *)pa, lda, (const float *)pb, ldb, 0.0f,
-                  (float *)pc, ldc);
-        else
-            sgemm_batch(ROW_MAJOR, ta, tb, m, n, k, 1.0f, (const float *)pa, lda, sa, (const float *)pb, ldb, sb,
-                        0.0f, (float *)pc, ldc, sc, count);
-    } else {
-        if (count == 1)
-            gemm_dgemm(ROW_MAJOR, ta, tb, m, n, k, 1.0, (const double *)pa, lda, (const double *)pb, ldb, 0.0,
-                  (double *)pc, ldc);
-        else
-            dgemm_batch(ROW_MAJOR, ta, tb, m, n, k, 1.0, (const double *)pa, lda, sa, (const double *)pb, ldb, sb,
-                        0.0, (double *)pc, ldc, sc, count);
-    }
+    if (count == 1)
+        gemm_one(type, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, ldc);
+    else if (type == NPY_FLOAT32)
+        sgemm_batch(ROW_MAJOR, ta, tb, m, n, k, 1.0f, (const float *)pa, lda, sa, (const float *)pb, ldb, sb, 0.0f,
+                    (float *)pc, ldc, sc, count);
+    else
+        dgemm_batch(ROW_MAJOR, ta, tb, m, n, k, 1.0, (const double *)pa, lda, sa, (const double *)pb, ldb, sb, 0.0,
+                    (double *)pc, ldc, sc, count);
 }
 
 static PyObject *gemm_matmul(PyObject *self, PyObject *args) {

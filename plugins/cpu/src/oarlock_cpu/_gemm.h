@@ -1,6 +1,6 @@
 /*
  * What the two halves of oarlock_cpu._gemm share: the cblas entry points resolved by load() (_gemm.c) and
- * used by the fused attention kernels (_attention.c).
+ * used by the fused attention kernels (_attention.c). Include it after numpy/arrayobject.h (npy_intp).
  */
 #ifndef OARLOCK_CPU_GEMM_H
 #define OARLOCK_CPU_GEMM_H
@@ -20,6 +20,10 @@ typedef int (*set_threads_local_t)(int);
 extern sgemm_t gemm_sgemm;
 extern dgemm_t gemm_dgemm;
 extern set_threads_local_t gemm_set_threads_local;
+
+/* One GEMM in `type`'s precision (NPY_FLOAT32 or NPY_FLOAT64): C = alpha op(A) op(B) + beta C, row-major */
+void gemm_one(int type, int ta, int tb, npy_intp m, npy_intp n, npy_intp k, double alpha, const void *a,
+              npy_intp lda, const void *b, npy_intp ldb, double beta, void *c, npy_intp ldc);
 
 PyObject *attention_forward(PyObject *self, PyObject *args);
 PyObject *attention_backward(PyObject *self, PyObject *args);
