@@ -14,25 +14,29 @@ Gradient accumulation: a shard already there when the next backward reaches the 
 
 from __future__ import annotations
 
+import weakref
+
 import oarlock
 from oarlock.autograd import queue_callback
 
 from oarlock_autoparallel.dtensor import DistTensor
 from oarlock_autoparallel.placements import Partial
 
-_DEFERRED: dict[int, tuple] = {}      # id(local piece) -> (piece, mesh dims whose gradient sum is deferred)
+# id(local piece) -> (a weak reference to the piece, mesh dims whose gradient sum is deferred): weak, so a model
+# dropped with its optimizer is freed; the reference also tells a reused id from the registered piece
+_DEFERRED: dict[int, tuple] = {}
 
 
 def defer_gradient_sum(local, dims: set) -> None:
     """The gradient of `local` (a parameter's piece) is summed over mesh `dims` later, not by the ops' gradient
     sync: by ShardedGradients' reduce-scatter (stage 2) or by the backward of its gather (stage 3)."""
-    _DEFERRED[id(local)] = (local, set(dims))
+    _DEFERRED[id(local)] = (weakref.ref(local), set(dims))
 
 
 def deferred_sum_dims(local) -> set:
     """The mesh dims over which the gradient of `local` (a parameter's piece) is summed later, not in backward."""
     entry = _DEFERRED.get(id(local))
-    return entry[1] if entry is not None and entry[0] is local else set()
+    return entry[1] if entry is not None and entry[0]() is local else set()
 
 
 class ShardedGradients:
