@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from oarlock_autoparallel.planner_layouts import Layout
 from oarlock_autoparallel.planner_model import CORPUS_TOKENS, FLOAT_BYTES, ModelSpec
 from oarlock_autoparallel.planner_probe import Calibration
+from oarlock_parallel.pipeline_segment import uniform
 
 
 @dataclass(frozen=True)
@@ -80,13 +81,9 @@ def stages(spec: ModelSpec, pp: int) -> list[Stage]:
     Paddle's "uniform" rule (floor(n / pp) items each, the remainder one by one on the last parts), so with
     4 layers over 4 stages the first holds the embedding alone and the last two blocks each side of the head."""
     items = spec.layers + 2
-    sizes = [items // pp + (1 if part >= pp - items % pp else 0) for part in range(pp)]
-    found, start = [], 0
-    for size in sizes:
-        end = start + size
-        found.append(Stage(sum(1 for i in range(start, end) if 0 < i <= spec.layers), start == 0, end == items))
-        start = end
-    return found
+    bounds = uniform(items, pp)   # oarlock-parallel's PipelineLayer rule itself
+    return [Stage(sum(1 for i in range(start, end) if 0 < i <= spec.layers), start == 0, end == items)
+            for start, end in zip(bounds, bounds[1:])]
 
 
 def stage_parameters(spec: ModelSpec, layout: Layout, stage: Stage) -> int:
