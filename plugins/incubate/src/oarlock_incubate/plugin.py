@@ -12,19 +12,26 @@ LAYERS = "oarlock.incubate.nn"
 QUANT = "oarlock.nn.quant"   # Paddle's paddle.nn.quant (weight-only / LLM.int8 quantization) lives here too
 MANIPULATION = "oarlock.incubate.tensor.manipulation"
 LAYER_MODULE = "oarlock.incubate.nn.layer.fused_linear"   # Paddle's module path, imported by PaddleFormers
+FP8 = "oarlock.incubate.fp8"   # FP8 training (TransformerEngine's names: fp8_autocast, recipes, Fp8Linear)
 
 
 @hookimpl
 def oarlock_register_api(api):
-    from oarlock_incubate import (fused_act, fused_linear, fused_norm, fused_rope_partial, moe_aux, moe_combine,
-                                  moe_dispatch, offload, quant, rms_norm, rotary, swiglu)
+    from oarlock_incubate import (fp8_autocast, fp8_fused, fp8_gemm, fp8_quant, fp8_recipe, fused_act, fused_linear,
+                                  fused_norm, fused_rope_partial, moe_aux, moe_combine, moe_dispatch, offload, quant,
+                                  rms_norm, rotary, swiglu)
     api.namespace("oarlock.incubate", doc="Paddle's paddle.incubate: fused operations and layers.")
     api.namespace(LAYERS, doc="Fused layers (paddle.incubate.nn).")
     api.namespace(FUNCTIONAL, doc="Fused functions (paddle.incubate.nn.functional).")
     for module in (rotary, swiglu, fused_linear, rms_norm, fused_norm, fused_rope_partial, fused_act, moe_dispatch,
-                   moe_combine, moe_aux):
+                   moe_combine, moe_aux, fp8_quant, fp8_gemm, fp8_fused):
         for name in module.FUNCTIONS:
             api.export(FUNCTIONAL, name, getattr(module, name))
+    api.namespace(FP8, doc=fp8_autocast.__doc__)
+    for name in fp8_autocast.FUNCTIONS + fp8_autocast.CLASSES:
+        api.export(FP8, name, getattr(fp8_autocast, name))
+    for name in fp8_recipe.RECIPES:
+        api.export(FP8, name, getattr(fp8_recipe, name))
     api.namespace(QUANT, doc=quant.__doc__)
     for name in quant.FUNCTIONS:
         api.export(QUANT, name, getattr(quant, name))

@@ -1,0 +1,96 @@
+"""paddle.incubate.nn.functional.fp8_gemm_blockwise: out [M, N] = a [M, K] @ b [N, K].T of blockwise-scaled
+float8 operands, accumulated in float32 (cuBLASLt's block-scaled FP8 GEMM, as Paddle calls it).
+
+Scales are the decode scales fp8_quant_blockwise returns with output_scale_transpose=True, so its outputs feed this
+directly: a's scale is [ceil(K/128), M] when is_a_1d_scaled (1 x 128 blocks of each row) and
+[ceil(K/128), ceil(M/128)] otherwise (128 x 128 tiles); b's likewise with N.
+
+The emulation follows the tensor-core algorithm with use_split_accumulator (DeepSeek-V3's "promotion"): for each
+128-wide slice of K the float8 products are summed in float32 (they are exact there: an e4m3 x e4m3 product has
+at most 8 significant bits), the partial sum is multiplied by the slice's two decode scales and added to a float32
+accumulator; the result is rounded once to out_dtype. Block scaling needs that promotion, so
+use_split_accumulator=False computes the same. accumulate=True adds the product to `out` (which must then be
+given); bias must be None, as in Paddle 3.2 (its Python wrapper asserts it).
+
+Error bound against the float64 product of the dequantized operands: |err| <= gamma * sum_k |a_k b_k| + the final
+rounding, gamma = (128 + K/128) * 2^-24 (float32 sums of at most 128 terms, then K/128 promotions)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import oarlock
+from oarlock_incubate import fp8_numerics as fp8
+from oarlock_incubate.fp8_quant import dtype_name, host_float32
+
+FUNCTIONS = ("fp8_gemm_blockwise",)
+OUT_DTYPES = ("bfloat16", "float16", "float32")
+OPERAND_DTYPES = ("float8_e4m3fn", "float8_e5m2")
+
+
+def expand_scale(scale: np.ndarray, rows: int, k: int, one_d: bool) -> np.ndarray:
+    """A decode scale in the GEMM layout ([kb, rows] or [kb, rb]) -> [rows, kb] per row and K-block."""
+    per_row = scale.T if one_d else np.repeat(scale.T, fp8.BLOCK, axis=0)[:rows]
+    return np.ascontiguousarray(per_row, np.float32)
+
+
+def blockwise_matmul(a: np.ndarray, a_scale: np.ndarray, b: np.ndarray, b_scale: np.ndarray) -> np.ndarray:
+    """float32 [M, N]: float8 values a [M, K], b [N, K] (as float32) with per-row-per-K-block decode scales
+    a_scale [M, kb], b_scale [N, kb]; one float32 product per 128-slice of K, promoted with its scales."""
+    m, k = a.shape
+    out = np.zeros([m, b.shape[0]], np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for j in range(fp8.blocks(k)):
+            cols = slice(j * fp8.BLOCK, (j + 1) * fp8.BLOCK)
+            partial = a[:, cols] @ b[:, cols].T
+            out += partial * (a_scale[:, j:j + 1] * b_scale[None, :, j])
+    return out
+
+
+def _operand(t, fn, arg):
+    if not isinstance(t, oarlock.Tensor):
+        raise TypeError(f"{fn}(): argument '{arg}' must be a Tensor; got {type(t).__name__}")
+    if dtype_name(t) not in OPERAND_DTYPES:
+        raise TypeError(f"{fn}(): argument '{arg}' has dtype {t.dtype}; accepted: {', '.join(OPERAND_DTYPES)}")
+    return host_float32(t, fn, arg)
+
+
+def _scale(t, fn, arg, rows, k, one_d):
+    s = host_float32(t, fn, arg)
+    want = [fp8.blocks(k), rows if one_d else fp8.blocks(rows)]
+    if list(s.shape) != want:
+        kind = "1-D (1 x 128) scaled" if one_d else "2-D (128 x 128) scaled"
+        raise ValueError(f"{fn}(): argument '{arg}' has shape {list(s.shape)}; accepted for a {kind} operand: "
+                         f"{want}")
+    return expand_scale(s, rows, k, one_d)
+
+
+def fp8_gemm_blockwise(a, a_decode_scale, b, b_decode_scale, out_dtype, out=None, bias=None, accumulate=False,
+                       use_split_accumulator=True, is_a_1d_scaled=True, is_b_1d_scaled=True):
+    """a [M, K] @ b [N, K].T of blockwise-scaled float8 tensors -> [M, N] in out_dtype (Paddle 3.2's signature;
+    see the module docstring)."""
+    fn = "fp8_gemm_blockwise"
+    if bias is not None:
+        raise ValueError(f"{fn}(): argument 'bias' is a {type(bias).__name__}; accepted: None (Paddle 3.2's "
+                         "blockwise FP8 GEMM has no bias)")
+    dtype = str(out_dtype).split(".")[-1]
+    if dtype not in OUT_DTYPES:
+        raise ValueError(f"{fn}(): argument 'out_dtype' = {out_dtype!r}; accepted: {', '.join(OUT_DTYPES)}")
+    a32, b32 = _operand(a, fn, "a"), _operand(b, fn, "b")
+    (m, k), (n, k_b) = a32.shape, b32.shape
+    if k != k_b:
+        raise ValueError(f"{fn}(): a {list(a32.shape)} and b {list(b32.shape)} differ in K (b is [N, K]); "
+                         "accepted: the same last size")
+    product = blockwise_matmul(a32, _scale(a_decode_scale, fn, "a_decode_scale", m, k, is_a_1d_scaled), b32,
+                               _scale(b_decode_scale, fn, "b_decode_scale", n, k, is_b_1d_scaled))
+    if out is not None and list(out.shape) != [m, n]:
+        raise ValueError(f"{fn}(): argument 'out' has shape {list(out.shape)}; accepted: [{m}, {n}]")
+    if accumulate:
+        if out is None:
+            raise ValueError(f"{fn}(): accumulate=True needs the tensor to add to in argument 'out'")
+        product = product + out.numpy().astype(np.float32)
+    result = oarlock.to_tensor(product).astype(dtype)
+    if out is None:
+        return result
+    out.copy_(result.astype(out.dtype))
+    return out

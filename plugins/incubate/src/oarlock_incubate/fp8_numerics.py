@@ -1,0 +1,115 @@
+"""The float8 arithmetic every FP8 function of oarlock-incubate shares, in numpy: saturating casts to e4m3 / e5m2,
+Paddle's scale rule (its kernels' `ScaleWrapper`), and 1-D / 2-D block maxima with ragged last blocks.
+
+Casts follow CUDA's `__nv_fp8_e4m3(float)` / `cvt.rn.satfinite`: round to nearest even, finite values beyond the
+format's largest one (and +-inf) saturate to +-max, NaN stays NaN. ml_dtypes rounds to nearest even but turns
+overflow into NaN (e4m3fn) or inf (e5m2), so values are clipped to +-max first (np.clip keeps NaN).
+
+Scales are float32, computed with float32 operations in the kernels' order (448.0f / amax, then 1.0f / scale), so
+the results are Paddle's bit for bit, not merely close."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+BLOCK = 128
+FORMATS = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+FORMAT_MAX = {"e4m3": np.float32(448.0), "e5m2": np.float32(57344.0)}
+# unit roundoff (half an ulp, relative) of the normal range, and half the subnormal spacing (absolute): the
+# per-element error of a cast is at most max(UNIT_ROUNDOFF * |v|, SUBNORMAL_HALF_STEP)
+UNIT_ROUNDOFF = {"e4m3": 2.0 ** -4, "e5m2": 2.0 ** -3}
+SUBNORMAL_HALF_STEP = {"e4m3": 2.0 ** -10, "e5m2": 2.0 ** -17}
+_POW2_INF_SCALE = np.float32(2.0 ** 127)                   # 0x1.0p127
+_INF_SCALE = np.float32(np.ldexp(np.float32(0x1FE) / np.float32(256), 127))   # 0x1.FEp127
+
+
+def check_format(fn: str, fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise ValueError(f"{fn}(): float8 format {fmt!r}; accepted: {', '.join(map(repr, FORMATS))}")
+    return fmt
+
+
+def cast(values: np.ndarray, fmt: str = "e4m3") -> np.ndarray:
+    """float32 values -> float8 (ml_dtypes array), saturating; NaN stays NaN."""
+    top = FORMAT_MAX[fmt]
+    return np.clip(np.asarray(values, np.float32), -top, top).astype(FORMATS[fmt])
+
+
+def scale_of(amax: np.ndarray, epsilon: float = 0.0, pow2: bool = True, fmt: str = "e4m3") -> np.ndarray:
+    """The multiplier that maps a block of absolute maximum `amax` onto the format (Paddle's ScaleWrapper):
+    max(amax, eps) == 0 -> 1; fmt_max / max(amax, eps) in float32; an infinite quotient (a subnormal amax) ->
+    2^127 (pow2) or 0x1.FEp127; a zero quotient (amax inf) stays 0; pow2 rounds down to a power of two."""
+    amax = np.maximum(np.asarray(amax, np.float32), np.float32(epsilon))
+    with np.errstate(divide="ignore", over="ignore"):
+        scale = FORMAT_MAX[fmt] / amax
+    if pow2:
+        mantissa, exponent = np.frexp(scale)                     # scale = m * 2^e, m in [0.5, 1)
+        finite = np.isfinite(scale) & (scale > 0)
+        scale = np.where(finite, np.ldexp(np.float32(1), exponent - 1).astype(np.float32), scale)
+    scale = np.where(np.isinf(scale), _POW2_INF_SCALE if pow2 else _INF_SCALE, scale)
+    return np.where(amax == 0, np.float32(1), scale).astype(np.float32)
+
+
+def decode_scale(scale: np.ndarray) -> np.ndarray:
+    """What the kernels store: 1.0f / scale (inf where the scale is 0, i.e. the block held an inf)."""
+    with np.errstate(divide="ignore"):
+        return (np.float32(1) / np.asarray(scale, np.float32)).astype(np.float32)
+
+
+def _nanabs(values: np.ndarray) -> np.ndarray:
+    # fmaxf and __hmax ignore NaN: a NaN never becomes a block's maximum
+    return np.where(np.isnan(values), np.float32(0), np.abs(values)).astype(np.float32)
+
+
+def blocks(length: int, size: int = BLOCK) -> int:
+    return -(-length // size)
+
+
+def row_block_amax(values: np.ndarray, size: int = BLOCK) -> np.ndarray:
+    """[M, K] -> [M, ceil(K/size)]: the max |value| of each 1 x size block of each row (last block ragged)."""
+    m, k = values.shape
+    pad = blocks(k, size) * size - k
+    a = np.pad(_nanabs(values), ((0, 0), (0, pad)))
+    return a.reshape(m, -1, size).max(axis=2, initial=np.float32(0))
+
+
+def tile_amax(values: np.ndarray, size: int = BLOCK) -> np.ndarray:
+    """[M, K] -> [ceil(M/size), ceil(K/size)]: the max |value| of each size x size tile."""
+    m, k = values.shape
+    a = np.pad(_nanabs(values), ((0, blocks(m, size) * size - m), (0, blocks(k, size) * size - k)))
+    return a.reshape(blocks(m, size), size, -1, size).max(axis=(1, 3), initial=np.float32(0))
+
+
+def expand_rows(per_block: np.ndarray, k: int, size: int = BLOCK) -> np.ndarray:
+    """[M, nb] per-block values -> [M, k], each repeated over its block's columns."""
+    return np.repeat(per_block, size, axis=1)[:, :k]
+
+
+def expand_tiles(per_tile: np.ndarray, m: int, k: int, size: int = BLOCK) -> np.ndarray:
+    """[mb, kb] per-tile values -> [m, k]."""
+    return np.repeat(np.repeat(per_tile, size, axis=0), size, axis=1)[:m, :k]
+
+
+def quantize_rows(values: np.ndarray, epsilon: float = 0.0, pow2: bool = True, fmt: str = "e4m3",
+                  size: int = BLOCK):
+    """1 x size blocks of [M, K] float32 -> (float8 [M, K], decode scales [M, ceil(K/size)])."""
+    scale = scale_of(row_block_amax(values, size), epsilon, pow2, fmt)
+    with np.errstate(invalid="ignore"):
+        q = cast(np.asarray(values, np.float32) * expand_rows(scale, values.shape[1], size), fmt)
+    return q, decode_scale(scale)
+
+
+def quantize_tiles(values: np.ndarray, epsilon: float = 0.0, pow2: bool = True, fmt: str = "e4m3",
+                   size: int = BLOCK):
+    """size x size tiles of [M, K] float32 -> (float8 [M, K], decode scales [ceil(M/size), ceil(K/size)])."""
+    scale = scale_of(tile_amax(values, size), epsilon, pow2, fmt)
+    with np.errstate(invalid="ignore"):
+        q = cast(np.asarray(values, np.float32) * expand_tiles(scale, *values.shape, size), fmt)
+    return q, decode_scale(scale)
+
+
+def quantize_tensor(values: np.ndarray, scale: np.float32, fmt: str = "e4m3") -> np.ndarray:
+    """Per-tensor quantization with a given (encode) scale: cast(values * scale)."""
+    with np.errstate(invalid="ignore"):
+        return cast(np.asarray(values, np.float32) * np.float32(scale), fmt)

@@ -1,0 +1,93 @@
+"""paddle.incubate.nn.functional.fp8_quant_blockwise: blockwise float8 quantization of a 2-D tensor
+(DeepSeek-V3's recipe: 1 x 128 blocks for activations and gradients, 128 x 128 tiles for weights).
+
+For x [M, K] each block's scale is `448 / max|block|` (fp8_numerics.scale_of: power of two by default, 1 for an
+all-zero block, epsilon as a floor of the maximum), the output is `cast_e4m3(x * scale)` and what is returned is
+the *decode* scale 1 / scale, so that x ~ out * decode_scale. Layouts (Paddle's Fp8QuantBlockwiseInferMeta):
+
+| quant_method | output_scale_transpose=True | False |
+|---|---|---|
+| "1x128" | scale [ceil(K/128), M] | [M, ceil(K/128)] |
+| "128x128" | scale [ceil(K/128), ceil(M/128)] | [ceil(M/128), ceil(K/128)] |
+
+input_transpose=True also returns the quantization of x.T ([K, M]): for "1x128" its own 1 x 128 blocks along M
+(scale_t [ceil(M/128), K], or [K, ceil(M/128)]), for "128x128" the same tiles transposed (scale_t the scale
+transposed). Returns (out, scale); with input_transpose (out, scale, out_t, scale_t); with also
+return_transpose_only (out_t, scale_t) -- Paddle's tuples.
+
+Edge cases as Paddle's kernels: NaN is ignored by the block maximum and quantizes to NaN; an inf makes its block's
+scale 0, so that block's decode scale is inf, its finite values quantize to 0 and the inf to NaN. Paddle's CUDA
+kernel needs K % 128 == 0, and M % 128 == 0 except for 1x128 without transpose; here ragged last blocks are
+quantized over the elements they hold (the layouts above with ceil), a generalisation. Only output_type "e4m3"
+exists in Paddle; oarlock also takes "e5m2" (max 57344), which the FP8 training recipes use for gradients."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import oarlock
+from oarlock_incubate import fp8_numerics as fp8
+
+FUNCTIONS = ("fp8_quant_blockwise",)
+INPUT_DTYPES = ("bfloat16", "float16", "float32")
+METHODS = ("1x128", "128x128")
+FLOATING = ("bfloat16", "float16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
+
+
+def host_float32(t, fn: str, arg: str, ndim: int | None = 2) -> np.ndarray:
+    """A Tensor's values as float32 numpy, checked: a floating (or float8) dtype and, when given, ndim."""
+    if not isinstance(t, oarlock.Tensor):
+        raise TypeError(f"{fn}(): argument '{arg}' must be a Tensor; got {type(t).__name__}")
+    if ndim is not None and t.ndim != ndim:
+        raise ValueError(f"{fn}(): argument '{arg}' has shape {list(t.shape)}; accepted: a {ndim}-D tensor")
+    if dtype_name(t) not in FLOATING:
+        raise TypeError(f"{fn}(): argument '{arg}' has dtype {t.dtype}; accepted: a floating dtype")
+    return t.numpy().astype(np.float32)
+
+
+def dtype_name(t) -> str:
+    return str(t.dtype).split(".")[-1]
+
+
+def fp8_tensor(a: np.ndarray) -> oarlock.Tensor:
+    return oarlock.to_tensor(np.ascontiguousarray(a))
+
+
+def quantize(x32: np.ndarray, method: str, epsilon: float = 0.0, pow2: bool = True, fmt: str = "e4m3"):
+    """(float8 [M, K], decode scale in the natural layout: [M, kb] for 1x128, [mb, kb] for 128x128)."""
+    if method == "1x128":
+        return fp8.quantize_rows(x32, epsilon, pow2, fmt)
+    return fp8.quantize_tiles(x32, epsilon, pow2, fmt)
+
+
+def fp8_quant_blockwise(x, epsilon=0.0, input_transpose=False, output_scale_transpose=True,
+                        return_transpose_only=False, using_pow2_scale=True, quant_method="1x128",
+                        output_type="e4m3", name=None):
+    """Blockwise float8 quantization of x [M, K] (Paddle 3.2's signature and return tuples; see the module
+    docstring for the scale layouts)."""
+    fn = "fp8_quant_blockwise"
+    if quant_method not in METHODS:
+        raise ValueError(f"{fn}(): argument 'quant_method' = {quant_method!r}; accepted: "
+                         f"{', '.join(map(repr, METHODS))}")
+    fp8.check_format(fn, output_type)
+    if not isinstance(epsilon, (int, float)) or not np.isfinite(epsilon) or epsilon < 0:
+        raise ValueError(f"{fn}(): argument 'epsilon' = {epsilon!r}; accepted: a finite number >= 0")
+    if return_transpose_only and not input_transpose:
+        raise ValueError(f"{fn}(): argument 'return_transpose_only' = True needs input_transpose=True "
+                         "(there is no transposed output otherwise)")
+    if isinstance(x, oarlock.Tensor) and dtype_name(x) not in INPUT_DTYPES:
+        raise TypeError(f"{fn}(): argument 'x' has dtype {x.dtype}; accepted: {', '.join(INPUT_DTYPES)}")
+    x32 = host_float32(x, fn, "x")
+    if 0 in x32.shape:
+        raise ValueError(f"{fn}(): argument 'x' has shape {list(x32.shape)}; accepted: no zero-size axis")
+    q, scale = quantize(x32, quant_method, epsilon, using_pow2_scale, output_type)
+    outs = (fp8_tensor(q), oarlock.to_tensor(scale.T.copy() if output_scale_transpose else scale))
+    if not input_transpose:
+        return outs
+    if quant_method == "1x128":
+        q_t, scale_t = quantize(np.ascontiguousarray(x32.T), quant_method, epsilon, using_pow2_scale, output_type)
+    else:
+        q_t, scale_t = q.T, scale.T                   # the same tiles, read transposed
+    trans = (fp8_tensor(q_t), oarlock.to_tensor(np.ascontiguousarray(scale_t.T if output_scale_transpose
+                                                                     else scale_t)))
+    return trans if return_transpose_only else outs + trans
