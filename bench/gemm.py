@@ -3,9 +3,10 @@
 Shapes (m x k x n, batch): the MLP's 784 -> 256 layer (forward, and its weight gradient as x^T g), the GPT's
 projections over 16 x 128 tokens (q/k/v 128 -> 384, MLP 128 -> 512 and back), and its attention scores per
 head (64 heads of 128 x 32 x 128). Each library runs in its own process (its own thread pool), on all cores
-(oarlock: the BLAS thread policy's count; the mkl worker with OARLOCK_CPU_MKL=threads, so MKL's own OpenMP
-team runs the products the policy gives several threads: by default oarlock leaves those to OpenBLAS, see
-oarlock_cpu.mkl), median of --repeat timings of enough calls to take ~0.1 s.
+(oarlock: the BLAS thread policy's count). Two oarlock MKL workers: "mkl split", the default, where a product the
+policy gives several threads is cut into pieces MKL runs on one thread each on oarlock_cpu's own worker pool, and
+"mkl omp" (OARLOCK_CPU_MKL=threads), where MKL's own OpenMP team runs it; see oarlock_cpu.mkl. Median of --repeat
+timings of enough calls to take ~0.1 s.
 Prints microseconds per product and GFLOP/s, and each library's time over PyTorch's.
 
     python bench/gemm.py [--repeat 7] [--threads N]
@@ -29,7 +30,8 @@ SHAPES = [  # (label, m, k, n, batch, transpose a)
     ("GPT mlp down 2048x512x128", 2048, 512, 128, 1, False),
     ("GPT attention scores 64 x 128x32x128", 128, 32, 128, 64, False),
 ]
-LIBRARIES = ("openblas", "mkl", "torch")
+LIBRARIES = ("openblas", "mkl split", "mkl omp", "torch")
+MKL_MODE = {"mkl split": "split", "mkl omp": "threads"}   # OARLOCK_CPU_MKL of each MKL worker
 
 
 def worker(library: str, repeat: int, threads: int | None) -> dict:
@@ -42,9 +44,9 @@ def worker(library: str, repeat: int, threads: int | None) -> dict:
         convert = torch.from_numpy
     else:
         from oarlock_cpu import mkl
-        if library == "mkl" and mkl.LIBRARY is None:
+        if library in MKL_MODE and mkl.LIBRARY is None:
             return {"error": "MKL is not available (the mkl wheel is not installed)"}
-        product = mkl.matmul if library == "mkl" else np.matmul
+        product = mkl.matmul if library in MKL_MODE else np.matmul
         convert = lambda a: a   # noqa: E731
         if library == "openblas":   # the OpenBLAS thread count the cpu kernels would set
             from oarlock_cpu import blas
@@ -85,22 +87,24 @@ def main(argv=None) -> None:
         env["OARLOCK_BLAS_THREADS"] = str(args.threads)
     runs = {}
     for library in LIBRARIES:
-        worker_env = {**env, "OARLOCK_CPU_MKL": "threads"} if library == "mkl" else env
+        worker_env = {**env, "OARLOCK_CPU_MKL": MKL_MODE[library]} if library in MKL_MODE else env
         out = subprocess.run([sys.executable, __file__, "--worker", library, "--repeat", str(args.repeat)]
                              + (["--threads", str(args.threads)] if args.threads else []),
                              env=worker_env, capture_output=True, text=True, check=True).stdout
         runs[library] = json.loads(out.strip().splitlines()[-1])
-    print(f"{'product':40s} " + " ".join(f"{lib + ' us':>12s}" for lib in LIBRARIES)
-          + "  openblas/torch  mkl/torch  mkl GFLOP/s")
+    errors = {run["error"] for run in runs.values() if "error" in run}
+    if errors:
+        print(*errors)
+        return
+    others = LIBRARIES[:-1]
+    print(f"{'product':40s} " + " ".join(f"{lib + ' us':>13s}" for lib in LIBRARIES) + "  "
+          + " ".join(f"{lib + '/torch':>15s}" for lib in others) + "  split GFLOP/s")
     for label, m, k, n, batch, _ in SHAPES:
-        if "error" in runs["mkl"]:
-            print(runs["mkl"]["error"])
-            return
         us = {lib: runs[lib][label] * 1e6 for lib in LIBRARIES}
         flops = 2 * m * k * n * batch
-        print(f"{label:40s} " + " ".join(f"{us[lib]:12.1f}" for lib in LIBRARIES)
-              + f"  {us['openblas'] / us['torch']:14.2f}x {us['mkl'] / us['torch']:9.2f}x"
-              + f"  {flops / us['mkl'] / 1e3:11.1f}")
+        print(f"{label:40s} " + " ".join(f"{us[lib]:13.1f}" for lib in LIBRARIES) + "  "
+              + " ".join(f"{us[lib] / us['torch']:14.2f}x" for lib in others)
+              + f"  {flops / us['mkl split'] / 1e3:13.1f}")
 
 
 if __name__ == "__main__":

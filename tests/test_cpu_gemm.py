@@ -2,13 +2,18 @@
 kernels generic over xp reach through plugin_api.xp_function. Every layout it takes (row-major and transposed
 matrices, batch strides that merge or not, broadcast batches, a 2-D side, `out=` views whose rows interleave)
 against float64 numpy within float32 rounding; every layout it leaves to numpy gives numpy's own result or error;
-linear, matmul and attention ops in a model step go through it; OARLOCK_CPU_MKL=0 turns it off."""
+linear, matmul and attention ops in a model step go through it; OARLOCK_CPU_MKL=0 turns it off. The split path
+(a product cut into pieces MKL runs on one thread each, shared by oarlock_cpu's worker pool) is checked on the
+same layouts, on pieces of every kind (batch entries, rows, columns, uneven ones), from concurrent callers and
+in a forked child."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -25,10 +30,15 @@ def rand(*shape, dtype=np.float32):
     return RNG.standard_normal(shape).astype(dtype)
 
 
-def check(a, b, out=None):
+# (threads, split): MKL on the calling thread; cut into pieces on 2 and on 3 pool threads
+MODES = [(1, False), (2, True), (3, True)]
+
+
+def check(a, b, out=None, mode=(1, False)):
     """gemm.matmul(a, b) is taken (not None), has numpy's shape and dtype, and equals the float64 product to
     the dtype's rounding (|error| <= 4 k eps max|a||b|, a dot product's bound)."""
-    got = gemm.matmul(a, b, 1) if out is None else gemm.matmul(a, b, 1, out)
+    threads, split = mode
+    got = gemm.matmul(a, b, threads, out, split)
     assert got is not None, f"{a.shape}/{a.strides} @ {b.shape}/{b.strides} was left to numpy"
     ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
     assert got.shape == ref.shape and got.dtype == a.dtype
@@ -45,40 +55,43 @@ def transposed_storage(x):
     return np.ascontiguousarray(x.swapaxes(-1, -2)).swapaxes(-1, -2)
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_layouts_against_float64(dtype):
+def test_layouts_against_float64(dtype, mode):
+    product = functools.partial(check, mode=mode)
     a, b = rand(4, 3, 5, 7, dtype=dtype), rand(4, 3, 7, 6, dtype=dtype)
-    check(a, b)
-    check(a, b[0, 0])                                     # stacked rows times one matrix: one GEMM
-    check(a[0, 0], b)                                     # one matrix times a batch (stride 0 for a)
-    check(transposed_storage(a), b)
-    check(a, transposed_storage(b))
-    check(transposed_storage(a), transposed_storage(b))
-    check(a[:, :, 1:4], b)                                # a slice of rows: leading dimension > columns
-    check(a[..., 1:5], b[:, :, 1:5])                      # a slice of columns
-    check(a[::2], b[::2])                                 # batch strides that skip
-    check(a[:, :1], b)                                    # broadcast batch dimensions
-    check(a, np.broadcast_to(b[:1], b.shape))             # a stride-0 batch
-    check(a.reshape(12, 5, 7), b.reshape(12, 7, 6))
-    check(rand(1, 7, dtype=dtype), rand(7, 1, dtype=dtype))
-    check(rand(6, 1, dtype=dtype), rand(1, 5, dtype=dtype))
+    product(a, b)
+    product(a, b[0, 0])                                   # stacked rows times one matrix: one GEMM
+    product(a[0, 0], b)                                   # one matrix times a batch (stride 0 for a)
+    product(transposed_storage(a), b)
+    product(a, transposed_storage(b))
+    product(transposed_storage(a), transposed_storage(b))
+    product(a[:, :, 1:4], b)                              # a slice of rows: leading dimension > columns
+    product(a[..., 1:5], b[:, :, 1:5])                    # a slice of columns
+    product(a[::2], b[::2])                               # batch strides that skip
+    product(a[:, :1], b)                                  # broadcast batch dimensions
+    product(a, np.broadcast_to(b[:1], b.shape))           # a stride-0 batch
+    product(a.reshape(12, 5, 7), b.reshape(12, 7, 6))
+    product(rand(1, 7, dtype=dtype), rand(7, 1, dtype=dtype))
+    product(rand(6, 1, dtype=dtype), rand(1, 5, dtype=dtype))
 
 
-def test_attention_views_and_out():
+@pytest.mark.parametrize("mode", MODES)
+def test_attention_views_and_out(mode):
     """SDPA's operands: [B, S, H, D] viewed as [B, Hk, G, S, D] (batch dimensions that do not merge), written
     through out= into the same kind of view (rows of the matrices interleave, so MKL's batch call refuses them
     and each is its own GEMM)."""
     b, s, hk, g, d = 2, 16, 2, 2, 8
     q5 = rand(b, s, hk * g, d).reshape(b, s, hk, g, d).transpose(0, 2, 3, 1, 4)
     kt = rand(b, hk, 1, d, s)
-    check(q5, kt)
-    check(q5[..., 3:9, :], kt[..., :5])
+    check(q5, kt, mode=mode)
+    check(q5[..., 3:9, :], kt[..., :5], mode=mode)
     buffer = np.full((b, s, hk * g, s), np.nan, np.float32)
     out5 = buffer.reshape(b, s, hk, g, s).transpose(0, 2, 3, 1, 4)
-    check(q5, kt, out5)
+    check(q5, kt, out5, mode)
     assert not np.isnan(buffer).any()
     rows = np.full((4, 3, 9, 6), np.nan, np.float32)
-    check(rand(4, 3, 5, 7), rand(4, 3, 7, 6), rows[:, :, 2:7])
+    check(rand(4, 3, 5, 7), rand(4, 3, 7, 6), rows[:, :, 2:7], mode)
     assert np.isnan(rows[:, :, :2]).all() and np.isnan(rows[:, :, 7:]).all()   # nothing outside the slice
 
 
@@ -106,6 +119,54 @@ def test_overlapping_out_and_errors_are_numpys():
     with pytest.raises(ValueError) as numpys:
         np.matmul(rand(2, 3), rand(4, 5))
     assert str(ours.value) == str(numpys.value)
+
+
+@pytest.mark.parametrize("threads", [2, 3, 5])
+@pytest.mark.parametrize("m, k, n", [(300, 70, 90), (90, 70, 300), (1, 50, 1000), (1000, 50, 1), (33, 17, 65)])
+def test_split_pieces_of_every_kind(m, k, n, threads):
+    """Rows (m >= n) or columns (n > m) of the result cut into blocks of 32 rows / 64 columns, the last one
+    short, for every layout of the operands, into a slice of a wider result."""
+    a, b = rand(m, k), rand(k, n)
+    for x in (a, transposed_storage(a)):
+        for y in (b, transposed_storage(b)):
+            check(x, y, mode=(threads, True))
+            wide = np.full((m, n + 9), np.nan, np.float32)
+            check(x, y, wide[:, 4:n + 4], (threads, True))
+            assert np.isnan(wide[:, :4]).all() and np.isnan(wide[:, n + 4:]).all()
+
+
+@pytest.mark.parametrize("batch", [2, 3, 9, 40])
+def test_split_batches(batch):
+    """Batch entries handed out in blocks (up to 4 per thread), uneven ones included, and a batch of one
+    matrix against many (stride 0)."""
+    check(rand(batch, 20, 12), rand(batch, 12, 24), mode=(2, True))
+    check(rand(batch, 20, 12), rand(12, 24), mode=(3, True))
+    check(rand(1, 20, 12), rand(batch, 12, 24), mode=(2, True))
+
+
+def test_split_from_concurrent_callers_and_a_forked_child():
+    """Python threads calling split products at once (the pool runs one job at a time; the others wait for it)
+    all get their own right results; a child forked after the pool's workers started gets workers of its own."""
+    pairs = [(rand(150, 40), rand(40, 130)) for _ in range(6)]
+    results = [None] * len(pairs)
+
+    def work(i):
+        for _ in range(20):
+            results[i] = gemm.matmul(*pairs[i], 2, None, True)
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(pairs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for (a, b), got in zip(pairs, results):
+        np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)
+    pid = os.fork()
+    if pid == 0:   # the child: a split product must finish (no worker inherited) and be right
+        a, b = pairs[0]
+        ok = np.allclose(gemm.matmul(a, b, 2, None, True), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def test_threads_do_not_change_the_shapes_handled():
@@ -153,20 +214,23 @@ def test_off_switch():
     assert out == ["None", "True"]
 
 
-def test_products_given_several_threads_stay_on_openblas_unless_asked():
-    """MKL's OpenMP team is used only with OARLOCK_CPU_MKL=threads (see oarlock_cpu.mkl's docstring): by
-    default a product the policy gives 2 threads goes to numpy, a one-thread product to MKL."""
+def test_how_products_given_several_threads_run():
+    """A product the policy gives 2 threads is split over the pool by default, run by MKL's OpenMP team with
+    OARLOCK_CPU_MKL=threads, left to numpy's OpenBLAS with =numpy (see oarlock_cpu.mkl's docstring); a
+    one-thread product always goes to MKL on the calling thread."""
     code = ("import numpy as np; from oarlock_cpu import mkl, blas; import oarlock_cpu._gemm as g\n"
             "blas.set_policy(blas.ThreadPolicy(cores=2))\n"
             "calls = []\n"
             "class Counting:\n"
             "    def matmul(self, *args):\n"
-            "        calls.append(args[2]); return g.matmul(*args)\n"
+            "        calls.append(args[2:]); return g.matmul(*args)\n"
             "mkl._gemm = Counting()\n"
             "a = np.ones((512, 512), np.float32)\n"
             "mkl.matmul(a, a); mkl.matmul(a[:8, :8], a[:8, :8]); mkl.matmul_serial(a, a)\n"
             "print(calls)")
     runs = {v: subprocess.run([sys.executable, "-c", code], env={**os.environ, "OARLOCK_CPU_MKL": v},
                               capture_output=True, text=True, check=True).stdout.strip()
-            for v in ("1", "threads")}
-    assert runs == {"1": "[1, 1]", "threads": "[2, 1, 1]"}
+            for v in ("1", "threads", "numpy")}
+    assert runs == {"1": "[(2, None, True), (1, None, False), (1, None, False)]",
+                    "threads": "[(2, None, False), (1, None, False), (1, None, False)]",
+                    "numpy": "[(1, None, False), (1, None, False)]"}

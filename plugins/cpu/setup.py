@@ -46,8 +46,9 @@ setup(
     ] + ([] if os.name == "nt" else [
         Extension(   # matmul through a cblas opened at run time with dlopen (MKL's libmkl_rt): no BLAS to build
             "oarlock_cpu._gemm",
-            sources=["src/oarlock_cpu/_gemm.c", "src/oarlock_cpu/_attention.c"],   # + fused attention over it
-            depends=["src/oarlock_cpu/_gemm.h"],
+            # + fused attention over it, and the worker pool that runs split products
+            sources=["src/oarlock_cpu/_gemm.c", "src/oarlock_cpu/_attention.c", "src/oarlock_cpu/_pool.c"],
+            depends=["src/oarlock_cpu/_gemm.h", "src/oarlock_cpu/_pool.h"],
             include_dirs=[numpy.get_include()],
             libraries=["m"],
             extra_compile_args=kernel_compile_args,

@@ -4,7 +4,8 @@
  *
  *   load(path) -> None                     dlopen the library, resolve cblas_[sd]gemm(_batch_strided)
  *                                          and MKL_Set_Num_Threads_Local; raises OSError if it cannot
- *   matmul(a, b, threads, out=None)        a @ b with numpy's result (shape, dtype, C order), or None when
+ *   matmul(a, b, threads, out=None, split=False)
+ *                                          a @ b with numpy's result (shape, dtype, C order), or None when
  *                                          the operands are not ones handled here (the caller then uses
  *                                          numpy): a and b ndarrays of one dtype, float32 or float64, at
  *                                          least 2-D, each one's matrices row-major or column-major (a
@@ -19,7 +20,9 @@
  *
  * Why: numpy's OpenBLAS runs the GEMMs of a training step (64 x 784 x 256, 2048 x 128 x 512, ...) 13-40%
  * slower per core than MKL on this machine's AVX-512 cores, and those GEMMs are most of a step.  The GIL is
- * released during the product; `threads` > 0 sets MKL's thread count for the calling thread first.
+ * released during the product; `threads` > 0 sets MKL's thread count for the calling thread first, or, with
+ * `split`, the product is cut into pieces (batch entries, blocks of rows or columns of the result) that MKL runs
+ * on one thread each, shared by `threads` threads of our own pool (_pool.c: no OpenMP team, no barrier).
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -32,6 +35,7 @@
 #include <numpy/arrayobject.h>
 
 #include "_gemm.h"
+#include "_pool.h"
 
 typedef void (*sgemm_batch_t)(int, int, int, blas_int, blas_int, blas_int, float, const float *, blas_int,
                               blas_int, const float *, blas_int, blas_int, float, float *, blas_int, blas_int,
@@ -141,24 +145,90 @@ void gemm_one(int type, int ta, int tb, npy_intp m, npy_intp n, npy_intp k, doub
                    (blas_int)ldb, beta, c, (blas_int)ldc);
 }
 
-/* `count` products C_i = op(A_i) op(B_i), the operands `sa`, `sb`, `sc` elements apart (one batched call) */
-static void run(int type, int ta, int tb, npy_intp m, npy_intp n, npy_intp k, const char *pa, npy_intp lda,
-                npy_intp sa, const char *pb, npy_intp ldb, npy_intp sb, char *pc, npy_intp ldc, npy_intp sc,
-                npy_intp count) {
-    if (count == 1)
-        gemm_one(type, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, ldc);
-    else if (type == NPY_FLOAT32)
-        sgemm_batch(ROW_MAJOR, ta, tb, m, n, k, 1.0f, (const float *)pa, lda, sa, (const float *)pb, ldb, sb, 0.0f,
-                    (float *)pc, ldc, sc, count);
-    else
-        dgemm_batch(ROW_MAJOR, ta, tb, m, n, k, 1.0, (const double *)pa, lda, sa, (const double *)pb, ldb, sb, 0.0,
-                    (double *)pc, ldc, sc, count);
+/* `count` products C_i = op(A_i) op(B_i), the operands `sa`, `sb`, `sc` elements apart: one batched call, or
+ * (`separate`: results whose rows interleave, a [B, S, H, D] view, which MKL's batched call refuses) one call each */
+typedef struct {
+    int type, ta, tb, separate;
+    npy_intp m, n, k, count, item;
+    const char *a, *b;
+    char *c;
+    npy_intp lda, sa, ldb, sb, ldc, sc;
+} product;
+
+static void run(const product *p) {
+    if (p->count == 1 || p->separate) {
+        for (npy_intp i = 0; i < p->count; i++)
+            gemm_one(p->type, p->ta, p->tb, p->m, p->n, p->k, 1.0, p->a + i * p->sa * p->item, p->lda,
+                     p->b + i * p->sb * p->item, p->ldb, 0.0, p->c + i * p->sc * p->item, p->ldc);
+    } else if (p->type == NPY_FLOAT32) {
+        sgemm_batch(ROW_MAJOR, p->ta, p->tb, p->m, p->n, p->k, 1.0f, (const float *)p->a, p->lda, p->sa,
+                    (const float *)p->b, p->ldb, p->sb, 0.0f, (float *)p->c, p->ldc, p->sc, p->count);
+    } else {
+        dgemm_batch(ROW_MAJOR, p->ta, p->tb, p->m, p->n, p->k, 1.0, (const double *)p->a, p->lda, p->sa,
+                    (const double *)p->b, p->ldb, p->sb, 0.0, (double *)p->c, p->ldc, p->sc, p->count);
+    }
+}
+
+/* A product cut into independent pieces for the worker pool (_pool.c), each run by MKL on one thread: blocks of
+ * batch entries, or of the result's rows or columns (every piece then reads all of the other operand). */
+typedef struct {
+    product whole;
+    int axis;          /* 0: batch entries, 1: rows of C, 2: columns of C */
+    npy_intp extent;   /* entries, rows or columns per piece */
+} split_product;
+
+static void run_piece(void *ctx, long piece) {
+    const split_product *s = ctx;
+    product p = s->whole;
+    npy_intp lo = piece * s->extent, item = p.item;
+    if (s->axis == 0) {
+        p.count = p.count - lo < s->extent ? p.count - lo : s->extent;
+        p.a += lo * p.sa * item;
+        p.b += lo * p.sb * item;
+        p.c += lo * p.sc * item;
+    } else if (s->axis == 1) {   /* rows of op(A): rows of A, or columns of a transposed A */
+        p.m = p.m - lo < s->extent ? p.m - lo : s->extent;
+        p.a += (p.ta == NO_TRANS ? lo * p.lda : lo) * item;
+        p.c += lo * p.ldc * item;
+    } else {                     /* columns of op(B) */
+        p.n = p.n - lo < s->extent ? p.n - lo : s->extent;
+        p.b += (p.tb == NO_TRANS ? lo : lo * p.ldb) * item;
+        p.c += lo * item;
+    }
+    run(&p);
+}
+
+static void one_mkl_thread(void) { gemm_set_threads_local(1); }
+
+/* Runs p on `threads` threads of the pool; pieces: up to 4 per thread over the batch, else 2 per thread over
+ * the longer side of C, in blocks of a multiple of 32 rows or 64 columns (whole cache lines and SIMD panels) */
+static void run_split(const product *p, int threads) {
+    split_product s = {.whole = *p};
+    npy_intp pieces;
+    if (p->count >= threads) {
+        s.axis = 0;
+        npy_intp want = p->count < 4 * threads ? p->count : 4 * threads;
+        s.extent = (p->count + want - 1) / want;
+        pieces = (p->count + s.extent - 1) / s.extent;
+    } else {
+        s.axis = p->m >= p->n ? 1 : 2;
+        npy_intp side = s.axis == 1 ? p->m : p->n, unit = s.axis == 1 ? 32 : 64;
+        s.extent = (side + threads - 1) / threads;
+        s.extent = (s.extent + unit - 1) / unit * unit;
+        pieces = (side + s.extent - 1) / s.extent;
+        if (p->count > 1) pieces = 1;   /* a few large entries: not cut (rare; MKL's batched call on one thread) */
+    }
+    if (pieces <= 1) {
+        run(p);
+        return;
+    }
+    pool_run(threads, (long)pieces, run_piece, &s, one_mkl_thread);
 }
 
 static PyObject *gemm_matmul(PyObject *self, PyObject *args) {
     PyObject *ao, *bo, *oo = Py_None;
-    int threads;
-    if (!PyArg_ParseTuple(args, "OOi|O", &ao, &bo, &threads, &oo)) return NULL;
+    int threads, split = 0;
+    if (!PyArg_ParseTuple(args, "OOi|Op", &ao, &bo, &threads, &oo, &split)) return NULL;
     if (gemm_sgemm == NULL || !PyArray_CheckExact(ao) || !PyArray_CheckExact(bo)) Py_RETURN_NONE;
     PyArrayObject *a = (PyArrayObject *)ao, *b = (PyArrayObject *)bo;
     int type = PyArray_TYPE(a);
@@ -232,8 +302,10 @@ static PyObject *gemm_matmul(PyObject *self, PyObject *args) {
     npy_intp item = PyArray_ITEMSIZE(out);
     const char *pa = PyArray_BYTES(a), *pb = PyArray_BYTES(b);
     char *pc = PyArray_BYTES(out);
+    /* split: MKL on one thread per piece, the pieces shared by `threads` threads of our pool (_pool.c) */
+    int pool = split && threads > 1 ? threads : 1;
     Py_BEGIN_ALLOW_THREADS
-    if (threads > 0) gemm_set_threads_local(threads);
+    if (threads > 0) gemm_set_threads_local(pool > 1 ? 1 : threads);
     npy_intp index[NPY_MAXDIMS] = {0};
     for (npy_intp o = 0; o < outer; o++) {
         npy_intp oa = 0, ob = 0, oc = 0;   /* offsets of this outer position, from its index per loop dim */
@@ -242,15 +314,15 @@ static PyObject *gemm_matmul(PyObject *self, PyObject *args) {
             ob += index[d] * loop.b[d];
             oc += index[d] * loop.c[d];
         }
-        if (fold)
-            run(type, NO_TRANS, lb.trans, inner * m, n, k, pa, la.ld, 0, pb, lb.ld, 0, pc, lc.ld, 0, 1);
-        else if (ic < m * lc.ld)   /* results whose rows interleave (a [B, S, H, D] view): MKL's batch refuses */
-            for (npy_intp i = 0; i < inner; i++)
-                run(type, la.trans, lb.trans, m, n, k, pa + (oa + i * ia) * item, la.ld, 0, pb + (ob + i * ib) * item,
-                    lb.ld, 0, pc + (oc + i * ic) * item, lc.ld, 0, 1);
-        else
-            run(type, la.trans, lb.trans, m, n, k, pa + oa * item, la.ld, ia, pb + ob * item, lb.ld, ib,
-                pc + oc * item, lc.ld, ic, inner);
+        product p = {.type = type, .ta = la.trans, .tb = lb.trans, .m = m, .n = n, .k = k, .count = inner,
+                     .item = item, .a = pa + oa * item, .b = pb + ob * item, .c = pc + oc * item, .lda = la.ld,
+                     .sa = ia, .ldb = lb.ld, .sb = ib, .ldc = lc.ld, .sc = ic, .separate = ic < m * lc.ld};
+        if (fold) {   /* one GEMM of all the stacked rows */
+            p.m = inner * m;
+            p.count = 1;
+            p.separate = 0;
+        }
+        run_split(&p, pool);
         for (int d = loop.n - 2; d >= 0; d--) {   /* next outer index, last dimension fastest */
             if (++index[d] < loop.count[d]) break;
             index[d] = 0;
@@ -266,7 +338,8 @@ numpy:
 static PyMethodDef methods[] = {
     {"load", gemm_load, METH_VARARGS, "load(path): open a cblas library (Intel MKL's libmkl_rt)."},
     {"matmul", gemm_matmul, METH_VARARGS,
-     "matmul(a, b, threads, out=None) -> ndarray or None: a @ b through the loaded cblas, None where not handled."},
+     "matmul(a, b, threads, out=None, split=False) -> ndarray or None: a @ b through the loaded cblas, None where "
+     "not handled; split: the product cut into pieces run by MKL on one thread each, on `threads` pool threads."},
     {"attention_forward", attention_forward, METH_VARARGS,
      "attention_forward(q, k, v, scale, causal, threads) -> (out, probs) or None: see _attention.c."},
     {"attention_backward", attention_backward, METH_VARARGS,

@@ -11,13 +11,15 @@ ndarrays of at least 2 dimensions with equal batch shapes (or a 2-D side), row-m
 matrices, go to MKL through oarlock_cpu._gemm (C, the GIL released), and so does `out=` when it is a
 row-major result (a slice of rows included) that overlaps neither operand; anything else goes to numpy, so the
 drop-in accepts and returns what numpy's does. The thread count of each product is the BLAS thread policy's
-(oarlock_cpu.blas: by size, or by load under OARLOCK_BLAS_THREADS=auto), and the products it gives several
-threads stay on numpy's OpenBLAS unless OARLOCK_CPU_MKL=threads: on this project's 2-vCPU VM (a quarter of its
-time stolen by neighbours) MKL's OpenMP team alone ran the step GEMMs 0.8-1.0x PyTorch's time against
-OpenBLAS's 1.1-1.4x (bench/gemm.py), but inside training steps, beside the elementwise worker and the fused
-kernels' own threads, it made 2 of 3 runs of bench/train_step.py 1.4-4x slower (a thread waiting at the team's
-barrier for one the VM descheduled). One-thread products (the policy's choice below 2 * 96^3 flops, every
-product under OARLOCK_BLAS_THREADS=1) and the fused kernels' per-thread products take MKL.
+(oarlock_cpu.blas: by size, or by load under OARLOCK_BLAS_THREADS=auto). A product given several threads is, by
+default, cut into pieces (blocks of batch entries, or of the result's rows or columns) that MKL runs on one thread
+each, handed out one at a time to the calling thread and oarlock_cpu._gemm's own worker pool (_pool.c). Not MKL's
+OpenMP team (OARLOCK_CPU_MKL=threads): on this project's 2-vCPU VM (a quarter of its time stolen by neighbours)
+that team alone ran the step GEMMs 0.8-1.0x PyTorch's time against OpenBLAS's 1.1-1.4x (bench/gemm.py), but
+inside training steps, beside the elementwise worker and the fused kernels' own threads, it made 2 of 3 runs of
+bench/train_step.py 1.4-4x slower (a thread waiting at the team's barrier for one the VM descheduled, its idle
+threads spinning on the core others need). The pool has no barrier: the caller takes what a late worker has not
+claimed. OARLOCK_CPU_MKL=numpy leaves those products to numpy's OpenBLAS.
 `matmul_serial(a, b, out=None)` is the same on one thread (the calling one), for kernels that run their own
 threads (oarlock-flashmask's tile pool): the policy's count would oversubscribe the cores there.
 
@@ -92,18 +94,23 @@ LIBRARY = _load()
 _numpy_matmul = np.matmul
 
 
-# OARLOCK_CPU_MKL=threads: MKL also for the products the policy gives several threads (its OpenMP team)
-MKL_THREADS = os.environ.get("OARLOCK_CPU_MKL") == "threads"
+# How products the thread policy gives several threads are run (OARLOCK_CPU_MKL): "split" (the default) cuts
+# them into pieces MKL runs on one thread each, on oarlock_cpu._gemm's own worker pool; "threads" hands them to
+# MKL's OpenMP team; "numpy" leaves them to numpy's OpenBLAS (the choice before the pool existed).
+MULTI_THREAD_MODE = {"threads": "threads", "numpy": "numpy"}.get(os.environ.get("OARLOCK_CPU_MKL", ""), "split")
 
 
 def _product(a, b, out, threads):
     if a.__class__ is np.ndarray and b.__class__ is np.ndarray and a.ndim >= 2 and b.ndim >= 2:
+        split = False
         if threads is None:
             threads = blas.policy().threads_for(a.shape[-2], a.shape[-1], b.shape[-1],
                                                 max(blas._batch(a.shape), blas._batch(b.shape)))
-            if threads > 1 and not MKL_THREADS:
-                return _numpy_matmul(a, b) if out is None else _numpy_matmul(a, b, out=out)
-        result = _gemm.matmul(a, b, threads) if out is None else _gemm.matmul(a, b, threads, out)
+            if threads > 1:
+                if MULTI_THREAD_MODE == "numpy":
+                    return _numpy_matmul(a, b) if out is None else _numpy_matmul(a, b, out=out)
+                split = MULTI_THREAD_MODE == "split"
+        result = _gemm.matmul(a, b, threads, out, split)
         if result is not None:
             return result
     return _numpy_matmul(a, b) if out is None else _numpy_matmul(a, b, out=out)
