@@ -15,7 +15,8 @@
  * Why: at the sequence lengths of small models (the GPT's 128) the generic kernel is a dozen numpy passes over
  * 32-row blocks, single-threaded between BLAS calls. Here each (batch, key head) pair is one unit of work:
  * its GEMMs (one MKL thread each) and row passes run back to back while its [Sq, Sk] block is in the cache,
- * and the units are shared by `threads` threads (the GIL released), as PyTorch's fused CPU kernel does.
+ * and the units are shared by `threads` threads of the worker pool (_pool.c; the GIL released), as PyTorch's fused
+ * CPU kernel does.
  * Query rows run in blocks of BLOCK; with causal, block [r0, r1) multiplies only keys [0, r1).
  *
  * Forward, per head: S = scale Q K^T; P = softmax(S) by rows (shifted by the row's max); O = P V.
@@ -25,7 +26,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +37,7 @@
 #include <numpy/arrayobject.h>
 
 #include "_gemm.h"
+#include "_pool.h"
 
 #define BLOCK 64        /* query rows per block: its scores stay in the cache through the row passes */
 #define MAX_THREADS 64
@@ -56,13 +58,8 @@ typedef struct {
     char *probs;                  /* C-ordered [B, Hk, G, Sq, Sk] */
     int threads;
     int backward;
+    atomic_int failed;            /* a unit could not allocate its scratch rows */
 } job;
-
-typedef struct {
-    const job *j;
-    int index;
-    int failed;
-} worker;
 
 static int as_view(PyArrayObject *x, int type, view4 *out) {
     if (!PyArray_CheckExact((PyObject *)x) || PyArray_TYPE(x) != type || PyArray_NDIM(x) != 4 ||
@@ -197,57 +194,35 @@ static void backward_unit(const job *j, npy_intp b, npy_intp kv, char *scratch, 
     }
 }
 
-static void *work(void *arg) {
-    worker *w = (worker *)arg;
-    const job *j = w->j;
+/* One (batch, key head) unit on the calling thread with MKL on one thread; the backward's scratch rows are its
+ * own (a unit is milliseconds of work: the allocation is noise). Sets j->failed when memory ran out. */
+static void run_unit(void *ctx, long unit) {
+    job *j = ctx;
+    gemm_set_threads_local(1);
+    if (!j->backward) {
+        forward_unit(j, unit / j->Hk, unit % j->Hk);
+        return;
+    }
     npy_intp item = j->type == NPY_FLOAT32 ? 4 : 8;
     npy_intp rows = BLOCK < j->Sq ? BLOCK : j->Sq;
-    char *scratch = NULL, *delta = NULL;
-    if (j->backward) {
-        scratch = malloc((size_t)((rows > 0 ? rows : 1) * (j->Sk > 0 ? j->Sk : 1) * item));
-        delta = malloc((size_t)((j->Sq > 0 ? j->Sq : 1) * item));
-        if (scratch == NULL || delta == NULL) {
-            free(scratch);
-            free(delta);
-            w->failed = 1;
-            return NULL;
-        }
-    }
-    gemm_set_threads_local(1);
-    for (npy_intp unit = w->index; unit < j->B * j->Hk; unit += j->threads) {
-        if (j->backward)
-            backward_unit(j, unit / j->Hk, unit % j->Hk, scratch, delta);
-        else
-            forward_unit(j, unit / j->Hk, unit % j->Hk);
-    }
+    char *scratch = malloc((size_t)((rows > 0 ? rows : 1) * (j->Sk > 0 ? j->Sk : 1) * item));
+    char *delta = malloc((size_t)((j->Sq > 0 ? j->Sq : 1) * item));
+    if (scratch != NULL && delta != NULL)
+        backward_unit(j, unit / j->Hk, unit % j->Hk, scratch, delta);
+    else
+        atomic_store(&j->failed, 1);
     free(scratch);
     free(delta);
-    return NULL;
 }
 
-/* Runs the job's units on j->threads threads (this one included); 0 if memory ran out. */
+/* Runs the job's units on j->threads threads (this one and the worker pool's, _pool.c: units handed out one at
+ * a time, so a descheduled thread delays at most the unit it holds); 0 if memory ran out. */
 static int run_job(job *j) {
-    worker workers[MAX_THREADS];
-    pthread_t ids[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
-    int failed = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (int t = 0; t < j->threads; t++) {
-        workers[t].j = j;
-        workers[t].index = t;
-        workers[t].failed = 0;
-    }
-    for (int t = 1; t < j->threads; t++)
-        started[t] = pthread_create(&ids[t], NULL, work, &workers[t]) == 0;
-    for (int t = 1; t < j->threads; t++)   /* a thread that did not start: its units run here */
-        if (!started[t]) work(&workers[t]);
-    work(&workers[0]);
-    for (int t = 1; t < j->threads; t++)
-        if (started[t]) pthread_join(ids[t], NULL);
-    for (int t = 0; t < j->threads; t++) failed |= workers[t].failed;
+    pool_run(j->threads, (long)(j->B * j->Hk), run_unit, j, NULL);
     Py_END_ALLOW_THREADS
-    if (failed) PyErr_NoMemory();
-    return !failed;
+    if (atomic_load(&j->failed)) PyErr_NoMemory();
+    return !atomic_load(&j->failed);
 }
 
 /* The shapes and views shared by both directions; 0 (no error set) when not handled. */
