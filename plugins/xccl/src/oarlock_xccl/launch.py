@@ -61,11 +61,17 @@ environment of every rank (besides mpiexec's own, e.g. PMI_RANK):
   OARLOCK_COMM_BACKEND        the --backend value; set only when --backend is mpi or nccl
   OARLOCK_COLLECTIVE_TIMEOUT  the --timeout value in seconds; set only when --timeout is given
   OARLOCK_DISTRIBUTED_DEBUG   1 with --debug
+  OARLOCK_RESTART_COUNT       with --max-restarts: 0 in the first run, then how many times the job was restarted
 
 Every line a rank writes to stdout or stderr is printed as "[rank R] line" on the launcher's stdout or stderr.
 When a rank fails (an exception, a non-zero exit status, os._exit or a signal) the launcher names it and the
 cause, waits --grace seconds for the job to end by itself, then stops the remaining ranks (SIGTERM, SIGKILL 2 s
 later). When the launcher itself is killed, the ranks end themselves within about a second.
+
+With --max-restarts K a failed job is stopped as above and started again (at most K times), on -n ranks or, with
+--min-nproc M, on fewer: the failed ranks are left out and the count is rounded down to a divisor of N (at least M).
+The script resumes from its latest checkpoint (oarlock.distributed.resilience.resume restores the parameters, the
+optimizer, the step and the RNG states).
 
 exit status: the exit code of the first rank that failed (128+N for a rank killed by signal N; for a rank that
 vanished without any record: mpiexec's, else 1); else mpiexec's; 128+N when the launcher was stopped by signal N
@@ -77,6 +83,7 @@ The ranks run on this machine: the launch directory must be theirs too.
 BACKEND_ENV = "OARLOCK_COMM_BACKEND"
 TIMEOUT_ENV = "OARLOCK_COLLECTIVE_TIMEOUT"
 DEBUG_ENV = "OARLOCK_DISTRIBUTED_DEBUG"
+RESTART_ENV = "OARLOCK_RESTART_COUNT"
 
 POLL_S = 0.1            # how often the launcher looks at mpiexec and the rank records
 TERM_WAIT_S = 2.0       # between SIGTERM and SIGKILL
@@ -93,7 +100,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.usage = ("%(prog)s [-h] -n N [--backend {auto,mpi,nccl}] [--timeout SECONDS] [--grace SECONDS] "
-                    "[--mpiexec PATH] SCRIPT [ARGS ...]")
+                    "[--max-restarts K [--min-nproc M]] [--mpiexec PATH] SCRIPT [ARGS ...]")
     parser.add_argument("-n", "--nproc", type=int, required=True, metavar="N", help="number of ranks to start")
     from oarlock.registry import default_registry
     backends = ["auto", *sorted(default_registry().comms)]    # every installed library, third-party ones too
@@ -109,6 +116,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grace", type=float, default=3.0, metavar="SECONDS",
                         help="after a rank failed, how long the job may take to end by itself before the launcher "
                              "stops the other ranks (default 3)")
+    parser.add_argument("--max-restarts", type=int, default=0, metavar="K",
+                        help="when a rank fails, stop the job and start all ranks again, up to K times (default 0); "
+                             "the ranks see OARLOCK_RESTART_COUNT and resume from their latest checkpoint (see "
+                             "oarlock.distributed.resilience.resume)")
+    parser.add_argument("--min-nproc", type=int, metavar="M",
+                        help="with --max-restarts: restart on fewer ranks when ranks failed (the failed ones are "
+                             "left out, then the count is rounded down to a divisor of N so that a global batch "
+                             "still splits evenly), never fewer than M; without it every restart uses N ranks")
     parser.add_argument("--mpiexec", metavar="PATH",
                         help="the MPI launcher to use (default: mpiexec next to this Python, else on PATH)")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS ...]",
@@ -124,19 +139,54 @@ def run(args: argparse.Namespace) -> int:
     except LaunchError as exc:
         print(exc, file=sys.stderr)
         return 2
+    nproc = args.nproc
+    for restart in range(args.max_restarts + 1):
+        status, job = _run_once(args, mpiexec, extra, nproc, restart, script, script_args)
+        if status == 0 or job is None or job.signals or not job.monitor.failures:
+            return status   # done, a launcher problem, a stop asked for by a signal, or mpiexec's own failure
+        if restart == args.max_restarts:
+            if args.max_restarts:
+                print(f"oarlock launch: giving up after {args.max_restarts} restart(s)", file=sys.stderr, flush=True)
+            return status
+        nproc = restart_size(args.nproc, nproc, len(job.monitor.failures), args.min_nproc)
+        if nproc is None:
+            print(f"oarlock launch: not restarting: fewer than --min-nproc {args.min_nproc} ranks would be left",
+                  file=sys.stderr, flush=True)
+            return status
+        print(f"oarlock launch: restarting the job on {nproc} rank(s) (restart {restart + 1} of "
+              f"{args.max_restarts}, {RESTART_ENV}={restart + 1})", file=sys.stderr, flush=True)
+    return status
+
+
+def _run_once(args, mpiexec: str, extra: list, nproc: int, restart: int, script: str, script_args: list):
+    """One mpiexec job of `nproc` ranks in a fresh launch directory; returns (exit status, the _Job or None)."""
     directory = tempfile.mkdtemp(prefix=failure.LAUNCH_DIR_PREFIX)
     try:
-        command = [mpiexec, *extra, "-n", str(args.nproc), sys.executable, "-u", "-m", "oarlock_xccl.rank",
+        command = [mpiexec, *extra, "-n", str(nproc), sys.executable, "-u", "-m", "oarlock_xccl.rank",
                    script, *script_args]
-        job = _Job(command, _rank_environment(args, directory), directory, args.nproc, args.grace)
+        env = _rank_environment(args, directory)
+        if args.max_restarts:
+            env[RESTART_ENV] = str(restart)
+        job = _Job(command, env, directory, nproc, args.grace)
         try:
-            return job.run()
+            return job.run(), job
         except FifoError as exc:
             print(f"oarlock launch: cannot create the ranks' output FIFOs in {directory}: {exc.__cause__}; the "
                   f"launch directory comes from TMPDIR, which must be a local file system", file=sys.stderr)
-            return 1
+            return 1, None
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def restart_size(nproc: int, current: int, failed: int, min_nproc: int | None) -> int | None:
+    """How many ranks the next restart runs: `current` without --min-nproc (the failed ranks' places are
+    taken again); with it, the ranks left once the `failed` ones are out, rounded down to a divisor of the
+    original `nproc` (a global batch split over the ranks stays even), None when that is below `min_nproc`."""
+    if min_nproc is None:
+        return current
+    left = max(current - failed, 0)
+    size = max((n for n in range(1, left + 1) if nproc % n == 0), default=0)
+    return size if size >= min_nproc else None
 
 
 def _check_args(args) -> tuple[str, list[str]]:
@@ -150,6 +200,11 @@ def _check_args(args) -> tuple[str, list[str]]:
         raise LaunchError(f"oarlock launch: -n/--nproc must be a number of ranks >= 1, got {args.nproc}")
     if args.timeout is not None and not args.timeout > 0:
         raise LaunchError(f"oarlock launch: --timeout must be a positive number of seconds, got {args.timeout:g}")
+    if args.max_restarts < 0:
+        raise LaunchError(f"oarlock launch: --max-restarts must be a number of restarts >= 0, got {args.max_restarts}")
+    if args.min_nproc is not None and not 1 <= args.min_nproc <= args.nproc:
+        raise LaunchError(f"oarlock launch: --min-nproc must be a number of ranks in [1, -n {args.nproc}], got "
+                          f"{args.min_nproc}")
     if not args.grace >= 0:
         raise LaunchError(f"oarlock launch: --grace must be a number of seconds >= 0, got {args.grace:g}")
     script = command[0]
