@@ -65,7 +65,7 @@ def test_quant_bad_input_names_the_argument():
         weight_quantize(w, arch=80)
     with pytest.raises(ValueError, match=r"weight_quantize\(\): argument 'algo' = 'int3'"):
         weight_quantize(w, algo="int3")
-    with pytest.raises(NotImplementedError, match="argument 'group_size' = 64"):
-        weight_quantize(w, group_size=64)
+    with pytest.raises(ValueError, match=r"weight_quantize\(\): argument 'group_size' = 32; accepted: -1"):
+        weight_quantize(w, group_size=32)
     with pytest.raises(ValueError, match=r"weight_only_linear\(\): argument 'weight_scale' is None"):
         weight_only_linear(w, w)

@@ -19,7 +19,7 @@ FP8 = "oarlock.incubate.fp8"   # FP8 training (TransformerEngine's names: fp8_au
 def oarlock_register_api(api):
     from oarlock_incubate import (fp8_autocast, fp8_fused, fp8_gemm, fp8_quant, fp8_recipe, fused_act, fused_linear,
                                   fused_norm, fused_rope_partial, moe_aux, moe_combine, moe_dispatch, offload, quant,
-                                  rms_norm, rotary, swiglu)
+                                  quant_w4, rms_norm, rotary, swiglu)
     api.namespace("oarlock.incubate", doc="Paddle's paddle.incubate: fused operations and layers.")
     api.namespace(LAYERS, doc="Fused layers (paddle.incubate.nn).")
     api.namespace(FUNCTIONAL, doc="Fused functions (paddle.incubate.nn.functional).")
@@ -33,8 +33,9 @@ def oarlock_register_api(api):
     for name in fp8_recipe.RECIPES:
         api.export(FP8, name, getattr(fp8_recipe, name))
     api.namespace(QUANT, doc=quant.__doc__)
-    for name in quant.FUNCTIONS:
-        api.export(QUANT, name, getattr(quant, name))
+    for module in (quant, quant_w4):
+        for name in module.FUNCTIONS:
+            api.export(QUANT, name, getattr(module, name))
     for name in offload.FUNCTIONS:
         api.export(MANIPULATION, name, getattr(offload, name))
     for name in fused_linear.LAYERS:
