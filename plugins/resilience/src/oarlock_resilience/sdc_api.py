@@ -1,5 +1,9 @@
-"""sdc_api: exports its part of oarlock.distributed.resilience (filled in by its module owner)."""
+"""sdc_api: exports the silent-data-corruption part of oarlock.distributed.resilience: SDCMonitor,
+SilentDataCorruptionError and inject_fault (fault injection for tests)."""
 
 
 def register(api) -> None:
-    pass
+    from oarlock_resilience import sdc_errors, sdc_inject, sdc_monitor
+    api.export("oarlock.distributed.resilience", "SDCMonitor", sdc_monitor.SDCMonitor)
+    api.export("oarlock.distributed.resilience", "SilentDataCorruptionError", sdc_errors.SilentDataCorruptionError)
+    api.export("oarlock.distributed.resilience", "inject_fault", sdc_inject.inject_fault)
