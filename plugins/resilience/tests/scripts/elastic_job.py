@@ -2,7 +2,7 @@
 its ranks, for the elastic-restart tests and bench/resilience_restart.py.
 
     oarlock launch -n 2 --max-restarts 2 elastic_job.py --ckpt DIR --out RUN [--kill-step S --kill-rank R]
-                   [--delete-dir] [--steps N] [--every K]
+                   [--delete-dir] [--steps N] [--every K] [--dropout P] [--mirror DIR]
 
 Every rank draws the same global batch of step s from a generator seeded by s alone (the data order
 depends on the step, not on the history), takes its share (rank r: rows r, r + world, ...) and
@@ -50,13 +50,15 @@ def main() -> int:
     parser.add_argument("--kill-rank", type=int, default=1)
     parser.add_argument("--delete-dir", action="store_true")
     parser.add_argument("--mirror")
+    parser.add_argument("--dropout", type=float, default=0.2,
+                        help="0 makes the losses independent of the number of ranks (the 4 -> 2 restart)")
     args = parser.parse_args()
 
     dist.init_parallel_env()
     rank, world = dist.get_rank(), dist.get_world_size()
     restart = int(os.environ.get("OARLOCK_RESTART_COUNT", "0"))
     paddle.seed(0)
-    model = nn.Sequential(nn.Linear(FEATURES, 32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, CLASSES))
+    model = nn.Sequential(nn.Linear(FEATURES, 32), nn.ReLU(), nn.Dropout(args.dropout), nn.Linear(32, CLASSES))
     optimizer = paddle.optimizer.AdamW(learning_rate=0.01, parameters=model.parameters())
     paddle.seed(100 + rank)   # per-rank dropout
     model_state = model.sharded_state_dict()
