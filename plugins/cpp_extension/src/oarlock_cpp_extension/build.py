@@ -23,7 +23,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent
 INCLUDE = PACKAGE / "include"
 ABI_SOURCE = PACKAGE / "csrc" / "oarlock_op_abi.cc"
-CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC"]
+# hidden visibility: each library keeps its own op table (see csrc/oarlock_op_abi.cc); the ABI is exported
+CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
 CUDA_SUFFIXES = (".cu",)
 
 
@@ -119,7 +120,7 @@ def compile_library(target: Path, sources, cflags=(), cuda_cflags=(), ldflags=()
         libs = [f"-L{cuda_root / 'lib64'}", f"-Wl,-rpath,{cuda_root / 'lib64'}", "-lcudart"]
         for source in cuda_sources:
             obj = target.with_name(Path(source).stem + ".cu.o")
-            _run([nvcc, "-c", str(source), "-o", str(obj), "-std=c++17", "-O2", "-Xcompiler", "-fPIC",
+            _run([nvcc, "-c", str(source), "-o", str(obj), "-std=c++17", "-O2", "-Xcompiler", "-fPIC,-fvisibility=hidden",
                   *defines, *includes, *cuda_cflags], str(source), verbose)
             objects.append(str(obj))
     _run([cxx, *CXX_FLAGS, "-shared", *defines, *includes, *cflags, *cpp_sources, *objects, "-o", str(target),

@@ -20,7 +20,7 @@ ATTR_TYPES = {"bool": ("bool", "int"), "int": ("int", "int"), "int64_t": ("int",
               "std::vector<int>": ("Any", "ints"), "std::vector<int64_t>": ("Any", "ints"),
               "std::vector<float>": ("Any", "floats"), "std::vector<double>": ("Any", "floats"),
               "std::vector<std::string>": ("Any", "strings")}
-GRAD = "@GRAD"
+GRAD, NEW = "@GRAD", "@NEW"
 
 
 def param_name(declared: str) -> str:
@@ -159,7 +159,8 @@ class Library:
                                  f"{meta['outputs']})")
         targets = []
         for declared in grad_meta["outputs"]:
-            base = declared[:-len(GRAD)] if declared.endswith(GRAD) else None
+            plain = declared[:-len(NEW)] if declared.endswith(NEW) else declared    # New(Grad("Out")): Out's
+            base = plain[:-len(GRAD)] if plain.endswith(GRAD) else None
             if base not in fwd_in:
                 raise ValueError(f"custom op {op!r}: its gradient op writes {declared!r}, which is not the gradient "
                                  f"of a forward input ({meta['inputs']})")

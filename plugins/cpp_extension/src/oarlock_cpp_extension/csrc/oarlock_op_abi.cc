@@ -66,6 +66,10 @@ void ext_copy(void* dst, const Place& dst_place, const void* src, const Place& s
 
 }  // namespace paddle
 
+// Every library is compiled with -fvisibility=hidden, so that its op table (a static in an inline function,
+// which GCC would otherwise make one process-wide STB_GNU_UNIQUE symbol) is its own; the ABI is exported.
+#define OARLOCK_ABI __attribute__((visibility("default")))
+
 extern "C" {
 
 // One tensor crossing the ABI. An input with ndim < 0 is an optional input given as None.
@@ -104,9 +108,9 @@ void describe_list(std::ostringstream& os, const char* key, const std::vector<st
 }
 }  // namespace
 
-const char* oarlock_last_error() { return last_error.c_str(); }
+OARLOCK_ABI const char* oarlock_last_error() { return last_error.c_str(); }
 
-int oarlock_built_with_cuda() {
+OARLOCK_ABI int oarlock_built_with_cuda() {
 #ifdef OARLOCK_WITH_CUDA
   return 1;
 #else
@@ -114,10 +118,10 @@ int oarlock_built_with_cuda() {
 #endif
 }
 
-int oarlock_op_count() { return static_cast<int>(paddle::OpMetaInfoTable().size()); }
+OARLOCK_ABI int oarlock_op_count() { return static_cast<int>(paddle::OpMetaInfoTable().size()); }
 
 // Lines "name\t<name>", "level\t<n>", "inputs\t...", "outputs\t...", "attrs\t...", "inplace\t<in>\t<out>..."
-const char* oarlock_op_describe(int index) {
+OARLOCK_ABI const char* oarlock_op_describe(int index) {
   const auto& meta = paddle::OpMetaInfoTable().at(static_cast<size_t>(index));
   std::ostringstream os;
   os << "name\t" << meta.name << "\nlevel\t" << meta.grad_level << "\nkernel\t" << (meta.kernel ? 1 : 0) << '\n';
@@ -133,7 +137,7 @@ const char* oarlock_op_describe(int index) {
 
 // Runs op `index`. `groups[k]` is how many tensors declared input k takes (1; a vector input: its length;
 // an optional input given None: 0). Returns a result handle, or NULL with oarlock_last_error() set.
-oarlock_result* oarlock_op_run(int index, const oarlock_tensor* tensors, const int32_t* groups, int n_inputs,
+OARLOCK_ABI oarlock_result* oarlock_op_run(int index, const oarlock_tensor* tensors, const int32_t* groups, int n_inputs,
                                const oarlock_attr* attrs, int n_attrs) {
   try {
     const auto& meta = paddle::OpMetaInfoTable().at(static_cast<size_t>(index));
@@ -192,11 +196,11 @@ oarlock_result* oarlock_op_run(int index, const oarlock_tensor* tensors, const i
   return nullptr;
 }
 
-int oarlock_result_count(const oarlock_result* result) { return static_cast<int>(result->outputs.size()); }
+OARLOCK_ABI int oarlock_result_count(const oarlock_result* result) { return static_cast<int>(result->outputs.size()); }
 
 // Fills `out` for output i (its shape points into the result: copy it before oarlock_result_free) and
 // returns a new reference to its storage (NULL for a borrowed input or an undefined output).
-void* oarlock_result_get(oarlock_result* result, int i, oarlock_tensor* out) {
+OARLOCK_ABI void* oarlock_result_get(oarlock_result* result, int i, oarlock_tensor* out) {
   paddle::Tensor& t = result->outputs.at(static_cast<size_t>(i));
   const auto& storage = t.storage();
   out->data = t.data();
@@ -210,8 +214,8 @@ void* oarlock_result_get(oarlock_result* result, int i, oarlock_tensor* out) {
   return new std::shared_ptr<paddle::Storage>(storage);
 }
 
-void oarlock_result_free(oarlock_result* result) { delete result; }
+OARLOCK_ABI void oarlock_result_free(oarlock_result* result) { delete result; }
 
-void oarlock_storage_release(void* handle) { delete static_cast<std::shared_ptr<paddle::Storage>*>(handle); }
+OARLOCK_ABI void oarlock_storage_release(void* handle) { delete static_cast<std::shared_ptr<paddle::Storage>*>(handle); }
 
 }  // extern "C"

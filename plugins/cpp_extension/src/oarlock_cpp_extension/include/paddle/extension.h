@@ -7,4 +7,5 @@
 #include "paddle/ext/enforce.h"
 #include "paddle/ext/tensor.h"
 #include "paddle/ext/dispatch.h"
+#include "paddle/ext/math.h"
 #include "paddle/ext/op_meta.h"

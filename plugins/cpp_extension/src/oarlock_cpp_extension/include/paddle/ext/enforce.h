@@ -96,15 +96,33 @@ namespace errors = ::phi::errors;
     if (!(COND)) PD_THROW((SUMMARY).to_string(), " [expected " #COND "]");              \
   } while (0)
 
-#define OARLOCK_ENFORCE_CMP(A, B, OP, SUMMARY)                                          \
-  do {                                                                                  \
-    if (!((A)OP(B))) PD_THROW((SUMMARY).to_string(), " [expected " #A " " #OP " " #B "]"); \
-  } while (0)
+namespace paddle {
+namespace ext_detail {
+// PADDLE_ENFORCE_EQ(a, b, summary) compares; Paddle's sources also write PADDLE_ENFORCE_EQ(cond, summary),
+// which checks cond alone.
+template <typename Cmp, typename A, typename B>
+void enforce(const char* file, int line, const char* text, const A& a, const B& b, const ErrorSummary& s) {
+  if (!Cmp()(a, b)) fail(file, line, s.to_string() + " [expected " + text + "]");
+}
+template <typename Cmp, typename A>
+void enforce(const char* file, int line, const char* text, const A& a, const ErrorSummary& s) {
+  if (!a) fail(file, line, s.to_string() + " [expected " + text + "]");
+}
+struct Eq { template <typename A, typename B> bool operator()(const A& a, const B& b) const { return a == b; } };
+struct Ne { template <typename A, typename B> bool operator()(const A& a, const B& b) const { return a != b; } };
+struct Gt { template <typename A, typename B> bool operator()(const A& a, const B& b) const { return a > b; } };
+struct Ge { template <typename A, typename B> bool operator()(const A& a, const B& b) const { return a >= b; } };
+struct Lt { template <typename A, typename B> bool operator()(const A& a, const B& b) const { return a < b; } };
+struct Le { template <typename A, typename B> bool operator()(const A& a, const B& b) const { return a <= b; } };
+}  // namespace ext_detail
+}  // namespace paddle
 
-#define PADDLE_ENFORCE_EQ(A, B, SUMMARY) OARLOCK_ENFORCE_CMP(A, B, ==, SUMMARY)
-#define PADDLE_ENFORCE_NE(A, B, SUMMARY) OARLOCK_ENFORCE_CMP(A, B, !=, SUMMARY)
-#define PADDLE_ENFORCE_GT(A, B, SUMMARY) OARLOCK_ENFORCE_CMP(A, B, >, SUMMARY)
-#define PADDLE_ENFORCE_GE(A, B, SUMMARY) OARLOCK_ENFORCE_CMP(A, B, >=, SUMMARY)
-#define PADDLE_ENFORCE_LT(A, B, SUMMARY) OARLOCK_ENFORCE_CMP(A, B, <, SUMMARY)
-#define PADDLE_ENFORCE_LE(A, B, SUMMARY) OARLOCK_ENFORCE_CMP(A, B, <=, SUMMARY)
-#define PADDLE_ENFORCE_NOT_NULL(P, SUMMARY) OARLOCK_ENFORCE_CMP(P, nullptr, !=, SUMMARY)
+#define OARLOCK_ENFORCE(CMP, TEXT, ...) \
+  ::paddle::ext_detail::enforce<::paddle::ext_detail::CMP>(__FILE__, __LINE__, TEXT, __VA_ARGS__)
+#define PADDLE_ENFORCE_EQ(...) OARLOCK_ENFORCE(Eq, "EQ(" #__VA_ARGS__ ")", __VA_ARGS__)
+#define PADDLE_ENFORCE_NE(...) OARLOCK_ENFORCE(Ne, "NE(" #__VA_ARGS__ ")", __VA_ARGS__)
+#define PADDLE_ENFORCE_GT(...) OARLOCK_ENFORCE(Gt, "GT(" #__VA_ARGS__ ")", __VA_ARGS__)
+#define PADDLE_ENFORCE_GE(...) OARLOCK_ENFORCE(Ge, "GE(" #__VA_ARGS__ ")", __VA_ARGS__)
+#define PADDLE_ENFORCE_LT(...) OARLOCK_ENFORCE(Lt, "LT(" #__VA_ARGS__ ")", __VA_ARGS__)
+#define PADDLE_ENFORCE_LE(...) OARLOCK_ENFORCE(Le, "LE(" #__VA_ARGS__ ")", __VA_ARGS__)
+#define PADDLE_ENFORCE_NOT_NULL(P, SUMMARY) PADDLE_ENFORCE((P) != nullptr, SUMMARY)

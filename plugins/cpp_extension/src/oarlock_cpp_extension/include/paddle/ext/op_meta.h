@@ -17,6 +17,8 @@ namespace paddle {
 inline std::string Grad(const std::string& name) { return name + "@GRAD"; }
 inline std::string Vec(const std::string& name) { return name + "@VECTOR"; }
 inline std::string Optional(const std::string& name) { return name + "@OPTIONAL"; }
+// a higher-order gradient op's output whose plain name is taken: New(Grad("Out")) is the gradient of "Out"
+inline std::string New(const std::string& name) { return name + "@NEW"; }
 
 // One attribute value as Python sent it; the kernel's parameter type picks the field.
 struct AttrValue {

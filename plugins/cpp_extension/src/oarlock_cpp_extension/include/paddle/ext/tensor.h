@@ -61,6 +61,13 @@ class Place {
 };
 inline std::ostream& operator<<(std::ostream& os, const Place& p) { return os << p.DebugString(); }
 
+// Paddle's older place enum, still used by custom-op sources: paddle::Tensor(paddle::PlaceType::kCPU, shape)
+enum class PlaceType { kUNK = -1, kCPU, kGPU, kHIP, kXPU, kCUSTOM };
+inline Place ToPlace(PlaceType t) {
+  return t == PlaceType::kGPU ? Place(AllocationType::GPU, 0)
+         : t == PlaceType::kCPU ? Place(AllocationType::CPU, 0) : Place();
+}
+
 class CPUPlace : public Place {
  public:
   CPUPlace() : Place(AllocationType::CPU, 0) {}
@@ -174,6 +181,7 @@ class Tensor {
  public:
   Tensor() = default;
   Tensor(const Place& place, const std::vector<int64_t>& shape) : shape_(shape), place_(place) {}
+  Tensor(PlaceType place, const std::vector<int64_t>& shape) : shape_(shape), place_(ToPlace(place)) {}
   Tensor(std::shared_ptr<Storage> storage, std::vector<int64_t> shape, DataType dtype, Place place)
       : storage_(std::move(storage)), shape_(std::move(shape)), dtype_(dtype), place_(place) {}
 
