@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from statistics import NormalDist
 
 import numpy as np
 
 from oarlock.plugin_api import array_of
 
-_MAD_TO_SIGMA = 1.4826   # MAD * this estimates the standard deviation of normal data
+_MAD_TO_SIGMA = 1 / NormalDist().inv_cdf(0.75)   # 1.4826...: MAD * this estimates a normal sample's sigma
 
 
 def first_nonfinite(tensors) -> int:
@@ -31,10 +32,11 @@ def _module_of(array):
 
 
 class LossSpikeGuard:
-    """Flags a loss above median + threshold * MAD * 1.4826 of the last `window` accepted losses, once at least
-    `warmup` of them are in; a loss that is not finite is always flagged. A flagged loss does not enter the
-    window, so one spike does not raise the bar for the next. The MAD has a floor (1e-3 of the median's
-    magnitude, or 1e-12) so that a run of nearly equal losses does not make every wobble a spike."""
+    """Flags a loss above median + threshold * MAD * 1.4826 (the MAD scaled to a sigma) of the last `window`
+    accepted losses, once at least `warmup` of them are in; a loss that is not finite is always flagged. A
+    flagged loss does not enter the window, so one spike does not raise the bar for the next. The MAD has a
+    floor (1e-3 of the median's magnitude, or 1e-12) so that a run of nearly equal losses does not make every
+    wobble a spike."""
 
     def __init__(self, window: int = 50, threshold: float = 10.0, warmup: int = 10):
         self.window, self.threshold, self.warmup = window, threshold, warmup

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,12 +112,20 @@ class FaultyMatmul:
 
     def __init__(self, delta: float):
         self.delta, self.saved = delta, {}
+        self._depth = threading.local()   # a kernel may call another matmul kernel: perturb the outermost only
 
     def _perturbed(self, kernel):
-        delta = self.delta
+        delta, depth = self.delta, self._depth
 
         def faulty(*args, **kwargs):
-            out = kernel(*args, **kwargs).copy()
+            depth.n = getattr(depth, "n", 0) + 1
+            try:
+                out = kernel(*args, **kwargs)
+            finally:
+                depth.n -= 1
+            if depth.n:
+                return out
+            out = out.copy()
             out.reshape(-1)[0] += delta * (1 + abs(out.reshape(-1)[0]))
             return out
         return faulty
