@@ -16,9 +16,8 @@ One Fp8Linear step (y = x @ W + b, x [R, K], W [K, N]):
   recipe); dx = dy_q @ W_q^T and dW = x_q^T @ dy_q, both float32-accumulated FP8 GEMMs.
 Per-tensor recipes cast each tensor once with one scale (DelayedScaling from the layer's amax histories, kept
 in its Fp8State; Float8CurrentScaling from the tensor's own amax). Float8BlockScaling (DeepSeek-V3) casts x and
-dy in 1 x 128 blocks along the GEMM's K and W in 128 x 128 tiles: the forward uses fp8_quant_blockwise's
-quantizers and fp8_gemm_blockwise's promotion algorithm; for dW, x and dy are quantized again in 1 x 128 blocks
-along the token axis (the K of that GEMM), as DeepSeek-V3 does.
+dy in 1 x 128 blocks along the GEMM's K and W in 128 x 128 tiles (fp8_quant_blockwise's quantizers); for dW,
+x and dy are quantized again in 1 x 128 blocks along the token axis (the K of that GEMM), as DeepSeek-V3 does.
 
 Kernels are the numpy emulation of fp8_numerics (exact e4m3/e5m2 rounding and saturation): on the CPU this is
 slower than float32 and saves no memory while computing; what it shows is the numerics."""
@@ -34,7 +33,6 @@ import oarlock
 import oarlock.nn as nn
 from oarlock import PyLayer
 from oarlock_incubate import fp8_numerics as fp8
-from oarlock_incubate.fp8_gemm import blockwise_matmul
 from oarlock_incubate.fp8_recipe import DelayedScaling, _Recipe
 
 FUNCTIONS = ("fp8_autocast", "is_fp8_enabled", "get_fp8_recipe", "convert_to_fp8")
@@ -101,28 +99,28 @@ class Fp8State:
             self.scale[role] = recipe.next_scale(history, scale, fmt)
         else:
             scale = fp8.scale_of(amax, recipe.amax_epsilon, recipe.power_2_scale, fmt)
-        q = fp8.quantize_tensor(values, scale, fmt).astype(np.float32)
+        q = fp8.to_float32(fp8.quantize_tensor(values, scale, fmt))
         return q, np.float32(1) / np.float32(scale)
 
 
-def _tile_rows(decode: np.ndarray, rows: int) -> np.ndarray:
-    """Tile decode scales [rb, kb] -> per row [rows, kb]."""
-    return np.repeat(decode, fp8.BLOCK, axis=0)[:rows]
+def _rows(values: np.ndarray, recipe, fmt: str) -> np.ndarray:
+    """The float32 values of values [R, K] quantized in 1 x 128 blocks of each row (what the GEMM reads)."""
+    return fp8.dequantize_rows(*fp8.quantize_rows(np.ascontiguousarray(values), pow2=recipe.power_2_scale, fmt=fmt))
 
 
 def _forward(recipe, state, x, w):
-    """y [R, N] float32 and what backward needs, for x [R, K], w [K, N] float32."""
+    """y [R, N] float32 and what backward needs, for x [R, K], w [K, N] float32. The float8 operands are
+    multiplied as their float32 values times their decode scales in one float32 GEMM (exact products: the block
+    recipe's scales are powers of two); only the summation order differs from fp8_gemm_blockwise's per-block
+    promotion, within the same float32 accumulation bound."""
     fmt = recipe.forward_format
     if recipe.per_tensor:
         xq, dx = state.cast(recipe, "x", x, fmt)
         wq, dw = state.cast(recipe, "w", w, fmt)
         return (xq @ wq) * (dx * dw), (xq, dx, wq, dw)
-    pow2 = recipe.power_2_scale
-    xq, xs = fp8.quantize_rows(x, pow2=pow2, fmt=fmt)
-    wq_t, ws = fp8.quantize_tiles(np.ascontiguousarray(w.T), pow2=pow2, fmt=fmt)      # [N, K], tiles [nb, kb]
-    wq_t = wq_t.astype(np.float32)
-    y = blockwise_matmul(xq.astype(np.float32), xs, wq_t, _tile_rows(ws, w.shape[1]))
-    return y, (x, wq_t, ws)
+    wq_t, ws = fp8.quantize_tiles(np.ascontiguousarray(w.T), pow2=recipe.power_2_scale, fmt=fmt)   # [N, K] tiles
+    wd = fp8.dequantize_tiles(wq_t, ws).T                                                          # [K, N]
+    return _rows(x, recipe, fmt) @ wd, (x, wd)
 
 
 def _backward(recipe, state, saved, dy):
@@ -132,13 +130,10 @@ def _backward(recipe, state, saved, dy):
         xq, dx, wq, dw = saved
         gq, dg = state.cast(recipe, "grad", dy, fmt)
         return (gq @ wq.T) * (dg * dw), (xq.T @ gq) * (dx * dg)
-    x, wq_t, ws = saved
-    pow2 = recipe.power_2_scale
-    gq, gs = fp8.quantize_rows(dy, pow2=pow2, fmt=fmt)                                # blocks along N
-    grad_x = blockwise_matmul(gq.astype(np.float32), gs, np.ascontiguousarray(wq_t.T), _tile_rows(ws.T, x.shape[1]))
-    xtq, xts = fp8.quantize_rows(np.ascontiguousarray(x.T), pow2=pow2, fmt=recipe.forward_format)   # along R
-    gtq, gts = fp8.quantize_rows(np.ascontiguousarray(dy.T), pow2=pow2, fmt=fmt)
-    grad_w = blockwise_matmul(xtq.astype(np.float32), xts, gtq.astype(np.float32), gts)
+    x, wd = saved
+    grad_x = _rows(dy, recipe, fmt) @ wd.T                           # dy in 1 x 128 blocks along N (this K)
+    # dW = x^T dy sums over the tokens: both are quantized again in 1 x 128 blocks along the token axis
+    grad_w = _rows(x.T, recipe, recipe.forward_format) @ _rows(dy.T, recipe, fmt).T
     return grad_x, grad_w
 
 

@@ -30,7 +30,7 @@ def oarlock_register_api(api):
     api.namespace(FP8, doc=fp8_autocast.__doc__)
     for name in fp8_autocast.FUNCTIONS + fp8_autocast.CLASSES:
         api.export(FP8, name, getattr(fp8_autocast, name))
-    for name in fp8_recipe.RECIPES:
+    for name in fp8_recipe.RECIPES + ("recipe_named",):
         api.export(FP8, name, getattr(fp8_recipe, name))
     api.namespace(QUANT, doc=quant.__doc__)
     for module in (quant, quant_w4):

@@ -75,7 +75,7 @@ def read_state(out_dir) -> dict:
 
 # Options added after checkpoints were first written, with the value the older runs had.
 LEGACY_CONFIG = {"document_mask": False, "moe_experts": 0, "moe_top_k": 2, "moe_aux_weight": DEFAULT_AUX_WEIGHT,
-                 "moe_expert_hidden": None}
+                 "moe_expert_hidden": None, "fp8": None}
 
 
 def config_mismatches(saved: dict, cfg: TrainConfig) -> list[str]:

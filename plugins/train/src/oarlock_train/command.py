@@ -184,6 +184,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--ep", type=positive_int, default=1, metavar="N",
         help="expert-parallel degree: the --moe-experts experts split over N ranks (it must divide them), which "
              "also take different shares of every batch (default 1)")
+    add("--fp8", action="store_true",
+        help="compute every Linear of the GPT in FP8 (oarlock.incubate.fp8: float8 inputs, weights and gradients "
+             "with float32 accumulation and float32 master weights; emulated in numpy on the CPU, so slower, not "
+             "faster); one process only")
+    add("--fp8-recipe", choices=("blockwise", "delayed", "current"), default=None,
+        help="FP8 scaling recipe (needs --fp8): blockwise (DeepSeek-V3: 1x128 blocks of activations and "
+             "gradients, 128x128 weight tiles, power-of-two scales, e4m3), delayed (TransformerEngine's "
+             "DelayedScaling: per-tensor scales from an amax history, e4m3 forward and e5m2 gradients; not with "
+             "--resume, --recompute or --memory-budget, its histories are not checkpointed) or current "
+             "(per-tensor scales from each tensor's own amax) (default blockwise)")
     add("--corpus-file", default=None, help=argparse.SUPPRESS)  # set by --nproc for the ranks it starts
     add("--device", default="cpu",
         help="device passed to oarlock.set_device(): cpu, or gpu, gpu:N or another plugin device when one is "
@@ -255,10 +265,11 @@ def _run(args) -> int:
     if "\0" in args.prompt:
         raise UsageError("argument --prompt: expected text without NUL bytes (NUL separates documents)")
     moe = _moe_options(args)
+    nproc = args.nproc if args.nproc is not None else args.ep
+    fp8 = _fp8_option(args, nproc)
     cfg = TrainConfig(steps=args.steps, seed=args.seed, batch_size=args.batch_size, seq_len=args.seq_len,
                       lr=args.lr, warmup=warmup, dropout=args.dropout, document_mask=not args.no_document_mask,
-                      **moe)
-    nproc = args.nproc if args.nproc is not None else args.ep
+                      fp8=fp8, **moe)
     try:
         layout = layout_of(nproc, args.dp, args.mp, args.sharding, args.sp, args.batch_size, args.seq_len,
                            args.pp, args.vpp, args.micro_batches, args.schedule, ep=args.ep)
@@ -285,6 +296,25 @@ def _run(args) -> int:
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):  # errors still reach stderr
             return _train_here(args, cfg, layout)
     return _train_here(args, cfg, layout if launched else None)
+
+
+def _fp8_option(args, nproc: int) -> str | None:
+    """TrainConfig.fp8: the recipe name of --fp8 (None without it); UsageError where it does not apply."""
+    if not args.fp8:
+        if args.fp8_recipe is not None:
+            raise UsageError(f"argument --fp8-recipe: got {args.fp8_recipe}, but FP8 is off; it needs --fp8")
+        return None
+    recipe = args.fp8_recipe or "blockwise"
+    if nproc > 1:
+        raise UsageError(f"argument --fp8: one process only (the parallel models' linears are not converted); got "
+                         f"{nproc} ranks")
+    if recipe == "delayed":
+        for option, value in (("--resume", args.resume), ("--recompute", args.recompute),
+                              ("--memory-budget", args.memory_budget)):
+            if value:
+                raise UsageError(f"argument --fp8-recipe delayed: not with {option} (the recipe's amax histories "
+                                 "are neither checkpointed nor kept across a recomputed forward)")
+    return recipe
 
 
 def _moe_options(args) -> dict:

@@ -39,6 +39,7 @@ class TrainConfig:
     moe_top_k: int = 2          # experts per token
     moe_aux_weight: float = DEFAULT_AUX_WEIGHT  # the gates' aux (load-balancing) loss enters the objective times this
     moe_expert_hidden: int | None = None  # each expert's hidden width (None: the dense MLP's)
+    fp8: str | None = None      # --fp8: every Linear in FP8 with this recipe ("blockwise", "delayed", "current")
 
     @property
     def moe(self):
@@ -66,6 +67,15 @@ def build_schedule(cfg: TrainConfig):
     return lr.LinearWarmup(learning_rate=cosine, warmup_steps=cfg.warmup, start_lr=0.0, end_lr=cfg.lr)
 
 
+def _with_fp8(model, recipe: str | None):
+    """The model with every nn.Linear computing in FP8 under the named recipe (oarlock-incubate's
+    convert_to_fp8: the same parameters, float32 master weights); unchanged for None."""
+    if recipe is None:
+        return model
+    from oarlock.incubate.fp8 import convert_to_fp8, recipe_named
+    return convert_to_fp8(model, recipe_named(recipe))
+
+
 class Trainer:
     """One process training model.GPT. parallel.ParallelTrainer overrides the hooks below (the model this
     process holds, its share of each batch, the sums over data-parallel ranks, full-weight checkpoints)."""
@@ -77,8 +87,8 @@ class Trainer:
         self.cfg, self.corpus = cfg, corpus
         oarlock.seed(cfg.seed)  # before the model is built: initialisation is the first use of the stream
         # model: the Layer this process holds (its loss(), its state); wrapped: what runs forward in training
-        self.model = self._local_model(build_model(GPTConfig(max_seq_len=cfg.seq_len, dropout=cfg.dropout),
-                                                   cfg.moe))
+        self.model = self._local_model(_with_fp8(build_model(GPTConfig(max_seq_len=cfg.seq_len,
+                                                                        dropout=cfg.dropout), cfg.moe), cfg.fp8))
         self.scheduler = build_schedule(cfg)
         optimizer = oarlock.optimizer.AdamW(
             learning_rate=self.scheduler, parameters=self.model.parameters(), beta1=0.9, beta2=0.95,
