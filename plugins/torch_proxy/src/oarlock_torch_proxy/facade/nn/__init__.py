@@ -1,0 +1,15 @@
+"""torch.nn: Module and containers (module), layers and losses (layers), functional, init, utils."""
+
+from oarlock_torch_proxy.facade.nn import functional, init, utils
+from oarlock_torch_proxy.facade.nn.layers import (  # noqa: F401
+    ELU, GELU, GLU, SELU, AdaptiveAvgPool1d, AdaptiveAvgPool2d, BCELoss, BCEWithLogitsLoss, Bilinear, Conv1d,
+    Conv2d, CrossEntropyLoss, Dropout, Embedding, Flatten, GroupNorm, Hardsigmoid, Hardswish, Hardtanh, HuberLoss,
+    Identity, KLDivLoss, L1Loss, LayerNorm, LeakyReLU, Linear, LogSigmoid, LogSoftmax, Mish, MSELoss, NLLLoss,
+    PixelShuffle, PReLU, ReLU, ReLU6, RMSNorm, Sigmoid, SiLU, SmoothL1Loss, Softmax, Softmin, Softplus, Softsign,
+    Tanh, Threshold, Unflatten)
+from oarlock_torch_proxy.facade.nn.module import (  # noqa: F401
+    Module, ModuleDict, ModuleList, Parameter, ParameterDict, ParameterList, Sequential)
+from oarlock_torch_proxy.missing import missing_getattr
+
+__getattr__ = missing_getattr("torch.nn")
+_ = (functional, init, utils)

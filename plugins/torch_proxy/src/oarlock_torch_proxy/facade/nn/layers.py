@@ -1,0 +1,286 @@
+"""torch.nn's layers as façade Modules: torch's constructor arguments, parameter layouts (Linear.weight is
+[out, in]) and initialisation rules, computed by facade.nn.functional."""
+
+from __future__ import annotations
+
+import math
+
+import oarlock
+
+from oarlock_torch_proxy.facade.nn import functional as F
+from oarlock_torch_proxy.facade.nn import init
+from oarlock_torch_proxy.facade.nn.module import Module, Parameter
+from oarlock_torch_proxy.missing import not_implemented
+
+
+def _empty(*shape, dtype=None):
+    return oarlock.zeros(list(shape), dtype=dtype or oarlock.get_default_dtype())
+
+
+class Identity(Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, input):
+        return input
+
+
+class Linear(Module):
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = Parameter(_empty(out_features, in_features, dtype=dtype))
+        self.bias = Parameter(_empty(out_features, dtype=dtype)) if bias else None
+        if not bias:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input):
+        return F.linear(input, self.weight, self.bias)
+
+    def extra_repr(self):
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Bilinear(Module):
+    def __init__(self, in1_features, in2_features, out_features, bias=True, device=None, dtype=None):
+        super().__init__()
+        self.weight = Parameter(_empty(out_features, in1_features, in2_features, dtype=dtype))
+        self.bias = Parameter(_empty(out_features, dtype=dtype)) if bias else None
+        bound = 1 / math.sqrt(in1_features)
+        init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input1, input2):
+        return F.bilinear(input1, input2, self.weight, self.bias)
+
+
+class Embedding(Module):
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None, norm_type=2.0,
+                 scale_grad_by_freq=False, sparse=False, _weight=None, _freeze=False, device=None, dtype=None):
+        super().__init__()
+        if max_norm is not None or scale_grad_by_freq:
+            not_implemented("torch.nn.Embedding", "with max_norm or scale_grad_by_freq")
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        if padding_idx is not None and padding_idx < 0:
+            padding_idx += num_embeddings
+        self.padding_idx = padding_idx
+        self.weight = Parameter(_empty(num_embeddings, embedding_dim, dtype=dtype) if _weight is None else _weight,
+                                requires_grad=not _freeze)
+        if _weight is None:
+            self.reset_parameters()
+
+    def reset_parameters(self):
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with oarlock.no_grad():
+                self.weight[self.padding_idx] = 0.0
+
+    def forward(self, input):
+        return F.embedding(input, self.weight, self.padding_idx)
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze=True, padding_idx=None, **kwargs):
+        rows, dim = embeddings.shape
+        return cls(rows, dim, padding_idx=padding_idx, _weight=embeddings, _freeze=freeze, **kwargs)
+
+
+class _Norm(Module):
+    def _affine(self, shape, affine, bias, dtype):
+        if affine:
+            self.weight = Parameter(oarlock.ones(list(shape), dtype=dtype or oarlock.get_default_dtype()))
+            self.bias = Parameter(oarlock.zeros(list(shape), dtype=dtype or oarlock.get_default_dtype())) \
+                if bias else None
+            if not bias:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+
+class LayerNorm(_Norm):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None, dtype=None):
+        super().__init__()
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        self._affine(self.normalized_shape, elementwise_affine, bias, dtype)
+
+    def forward(self, input):
+        return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class RMSNorm(_Norm):
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None):
+        super().__init__()
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        self._affine(self.normalized_shape, elementwise_affine, False, dtype)
+
+    def forward(self, input):
+        return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)
+
+
+class GroupNorm(_Norm):
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, device=None, dtype=None):
+        super().__init__()
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
+        self._affine((num_channels,), affine, True, dtype)
+
+    def forward(self, input):
+        return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+
+
+class Dropout(Module):
+    def __init__(self, p=0.5, inplace=False):
+        super().__init__()
+        self.p, self.inplace = p, inplace
+
+    def forward(self, input):
+        return F.dropout(input, self.p, self.training)
+
+
+class _ConvNd(Module):
+    _dims = 1
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True,
+                 padding_mode="zeros", device=None, dtype=None):
+        super().__init__()
+        if padding_mode != "zeros":
+            not_implemented(f"torch.nn.Conv{self._dims}d", f"with padding_mode={padding_mode!r}")
+        k = (kernel_size,) * self._dims if isinstance(kernel_size, int) else tuple(kernel_size)
+        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, k
+        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        self.weight = Parameter(_empty(out_channels, in_channels // groups, *k, dtype=dtype))
+        self.bias = Parameter(_empty(out_channels, dtype=dtype)) if bias else None
+        if not bias:
+            self.register_parameter("bias", None)
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
+            bound = 1 / math.sqrt(fan_in) if fan_in else 0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input):
+        conv = F.conv1d if self._dims == 1 else F.conv2d
+        return conv(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+class Conv1d(_ConvNd):
+    _dims = 1
+
+
+class Conv2d(_ConvNd):
+    _dims = 2
+
+
+def _stateless(name, fn, arg_names=(), defaults=()):
+    """A layer that calls F.<fn> with its constructor arguments (activations, softmax, ...)."""
+
+    def __init__(self, *args, **kwargs):
+        Module.__init__(self)
+        values = dict(zip(arg_names, defaults))
+        values.update(zip(arg_names, args))
+        values.update({k: v for k, v in kwargs.items() if k != "inplace"})
+        for key, value in values.items():
+            object.__setattr__(self, key, value)
+
+    def forward(self, input):
+        return fn(input, **{k: getattr(self, k) for k in arg_names})
+
+    return type(name, (Module,), {"__init__": __init__, "forward": forward, "__module__": __name__})
+
+
+ReLU = _stateless("ReLU", F.relu)
+GELU = _stateless("GELU", F.gelu, ("approximate",), ("none",))
+SiLU = _stateless("SiLU", F.silu)
+Mish = _stateless("Mish", F.mish)
+Sigmoid = _stateless("Sigmoid", F.sigmoid)
+Tanh = _stateless("Tanh", F.tanh)
+ReLU6 = _stateless("ReLU6", F.relu6)
+Hardswish = _stateless("Hardswish", F.hardswish)
+Hardsigmoid = _stateless("Hardsigmoid", F.hardsigmoid)
+Hardtanh = _stateless("Hardtanh", F.hardtanh, ("min_val", "max_val"), (-1.0, 1.0))
+Softsign = _stateless("Softsign", F.softsign)
+SELU = _stateless("SELU", F.selu)
+LogSigmoid = _stateless("LogSigmoid", F.logsigmoid)
+Softmax = _stateless("Softmax", F.softmax, ("dim",), (None,))
+LogSoftmax = _stateless("LogSoftmax", F.log_softmax, ("dim",), (None,))
+Softmin = _stateless("Softmin", F.softmin, ("dim",), (None,))
+GLU = _stateless("GLU", F.glu, ("dim",), (-1,))
+LeakyReLU = _stateless("LeakyReLU", F.leaky_relu, ("negative_slope",), (0.01,))
+ELU = _stateless("ELU", F.elu, ("alpha",), (1.0,))
+Softplus = _stateless("Softplus", F.softplus, ("beta", "threshold"), (1.0, 20.0))
+Threshold = _stateless("Threshold", F.threshold, ("threshold", "value"), (None, None))
+PixelShuffle = _stateless("PixelShuffle", F.pixel_shuffle, ("upscale_factor",), (None,))
+AdaptiveAvgPool1d = _stateless("AdaptiveAvgPool1d", F.adaptive_avg_pool1d, ("output_size",), (None,))
+AdaptiveAvgPool2d = _stateless("AdaptiveAvgPool2d", F.adaptive_avg_pool2d, ("output_size",), (None,))
+
+
+class PReLU(Module):
+    def __init__(self, num_parameters=1, init=0.25, device=None, dtype=None):
+        super().__init__()
+        self.num_parameters = num_parameters
+        self.weight = Parameter(oarlock.full([num_parameters], init, dtype=dtype or oarlock.get_default_dtype()))
+
+    def forward(self, input):
+        w = self.weight if self.num_parameters == 1 else self.weight.reshape([-1] + [1] * (input.ndim - 2))
+        return oarlock.where(input >= 0, input, input * w)
+
+
+class Flatten(Module):
+    def __init__(self, start_dim=1, end_dim=-1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, input):
+        return oarlock.flatten(input, self.start_dim, self.end_dim)
+
+
+class Unflatten(Module):
+    def __init__(self, dim, unflattened_size):
+        super().__init__()
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, input):
+        dim = self.dim % input.ndim
+        return input.reshape([*input.shape[:dim], *self.unflattened_size, *input.shape[dim + 1:]])
+
+
+def _loss(name, fn, arg_names, defaults):
+    """A loss module: its constructor takes the F function's options, forward(input, target)."""
+
+    def __init__(self, *args, **kwargs):
+        Module.__init__(self)
+        values = dict(zip(arg_names, defaults))
+        values.update(zip(arg_names, args))
+        values.update({k: v for k, v in kwargs.items() if k not in ("size_average", "reduce")})
+        for key, value in values.items():
+            if isinstance(value, oarlock.Tensor):
+                self.register_buffer(key, value)
+            else:
+                object.__setattr__(self, key, value)
+
+    def forward(self, input, target):
+        return fn(input, target, **{k: getattr(self, k) for k in arg_names})
+
+    return type(name, (Module,), {"__init__": __init__, "forward": forward, "__module__": __name__})
+
+
+CrossEntropyLoss = _loss("CrossEntropyLoss", F.cross_entropy,
+                         ("weight", "ignore_index", "reduction", "label_smoothing"), (None, -100, "mean", 0.0))
+NLLLoss = _loss("NLLLoss", F.nll_loss, ("weight", "ignore_index", "reduction"), (None, -100, "mean"))
+MSELoss = _loss("MSELoss", F.mse_loss, ("reduction",), ("mean",))
+L1Loss = _loss("L1Loss", F.l1_loss, ("reduction",), ("mean",))
+SmoothL1Loss = _loss("SmoothL1Loss", F.smooth_l1_loss, ("reduction", "beta"), ("mean", 1.0))
+HuberLoss = _loss("HuberLoss", F.huber_loss, ("reduction", "delta"), ("mean", 1.0))
+BCEWithLogitsLoss = _loss("BCEWithLogitsLoss", F.binary_cross_entropy_with_logits,
+                          ("weight", "reduction", "pos_weight"), (None, "mean", None))
+BCELoss = _loss("BCELoss", F.binary_cross_entropy, ("weight", "reduction"), (None, "mean"))
+KLDivLoss = _loss("KLDivLoss", F.kl_div, ("reduction", "log_target"), ("mean", False))

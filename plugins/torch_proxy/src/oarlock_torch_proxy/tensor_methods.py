@@ -1,0 +1,312 @@
+"""torch's Tensor methods on oarlock.Tensor itself: the façade has one tensor type, oarlock's.
+
+The decision: no Tensor subclass. A subclass would have to be re-wrapped on every op result (oarlock ops return
+oarlock.Tensor), and oarlock code reading `x.size` would get torch's meaning. Instead the torch methods are put
+on oarlock.Tensor when the proxy is first enabled:
+
+- names oarlock's Tensor lacks (`lerp_`, `addcmul_`, `new_tensor`, `stride`, ...) are added as they are;
+- names whose meaning differs are resolved by who calls: a module imported under the proxy runs with the
+  proxy's builtins dict (hook.PROXY_BUILTINS), so `sys._getframe(1).f_globals["__builtins__"] is
+  PROXY_BUILTINS` says "torch code". `x.max(1)` then returns (values, indices), `x.split(2)` cuts pieces of 2,
+  `x.numel()` an int, `x.where(c, y)` is where(c, x, y). oarlock code keeps Paddle's meaning;
+- where the arguments themselves tell the two apart (`x.gather(1, idx)` vs `x.gather(idx, 1)`,
+  `x.index_select(0, idx)`), the arguments decide, whoever calls;
+- `x.size` stays Paddle's int, but a callable one: `x.size()` and `x.size(-1)` answer as torch does.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import namedtuple
+
+import oarlock
+from oarlock.plugin_api import default_registry
+
+from oarlock_torch_proxy.hook import PROXY_BUILTINS
+
+_installed = False
+_ValuesIndices = {name: namedtuple(name, ["values", "indices"])
+                  for name in ("max", "min", "sort", "median", "mode", "kthvalue", "cummax", "cummin")}
+
+
+def torch_caller(depth: int = 2) -> bool:
+    """Whether the frame `depth` levels up (the caller of the method calling this) is torch code."""
+    return sys._getframe(depth).f_globals.get("__builtins__") is PROXY_BUILTINS
+
+
+class Size(tuple):
+    """torch.Size: a tuple of ints."""
+
+    def numel(self) -> int:
+        n = 1
+        for d in self:
+            n *= d
+        return n
+
+    def __repr__(self):
+        return f"torch.Size({list(self)})"
+
+
+class CallableSize(int):
+    """Paddle's `x.size` (the element count) that torch code can also call: `x.size()` -> torch.Size of the
+    shape, `x.size(d)` -> the length of dimension d."""
+
+    def __new__(cls, shape):
+        n = 1
+        for d in shape:
+            n *= d
+        self = super().__new__(cls, n)
+        self._shape = shape
+        return self
+
+    def __call__(self, dim=None):
+        if dim is None:
+            return Size(self._shape)
+        return self._shape[dim]
+
+
+def _reduce_with_indices(name, values_fn, indices_fn):
+    """torch's x.max(dim) / x.min(dim): (values, indices); x.max(other) is the elementwise maximum."""
+    pair = _ValuesIndices[name]
+
+    def method(self, dim=None, keepdim=False, *, axis=None, out=None):
+        if isinstance(dim, oarlock.Tensor):
+            return (oarlock.maximum if name == "max" else oarlock.minimum)(self, dim)
+        dim = axis if dim is None else dim
+        if dim is None:
+            return values_fn(self)
+        return pair(values_fn(self, dim, keepdim=keepdim), indices_fn(self, dim, keepdim=keepdim))
+
+    return method
+
+
+def _paddle_attr(name):
+    """oarlock's own Tensor.<name> (a function or a property), before the proxy replaces it."""
+    oarlock.zeros([1])   # loads the plugins, which put their Tensor names in place
+    if name in oarlock.Tensor.__dict__:
+        return oarlock.Tensor.__dict__[name]
+    entry = default_registry().api["Tensor"].get(name)
+    if entry is None:
+        raise LookupError(f"oarlock.Tensor has no {name!r} to resolve against torch's")
+    return entry[0]
+
+
+def _clash_property(name, torch_method):
+    """Tensor.<name> that is a property in Paddle and a method in torch (`x.type`): torch callers get the
+    bound method, everyone else the property's value."""
+    paddle_prop = _paddle_attr(name)
+
+    def getter(self):
+        if sys._getframe(1).f_globals.get("__builtins__") is PROXY_BUILTINS:
+            return torch_method.__get__(self, oarlock.Tensor)
+        return paddle_prop.fget(self)
+
+    return property(getter, paddle_prop.fset, doc=paddle_prop.__doc__)
+
+
+def _clash(name, torch_fn):
+    """Tensor.<name>: torch_fn for torch callers, oarlock's own method for everyone else."""
+    paddle_fn = _paddle_attr(name)
+
+    def method(self, *args, **kwargs):
+        if sys._getframe(1).f_globals.get("__builtins__") is PROXY_BUILTINS:
+            return torch_fn(self, *args, **kwargs)
+        return paddle_fn(self, *args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"Tensor.{name}: torch's meaning when called from code run through the torch proxy, " \
+                     f"Paddle's otherwise.\n\n{paddle_fn.__doc__ or ''}"
+    return method
+
+
+def _by_args(name, is_torch_call, torch_fn):
+    """Tensor.<name> whose torch and Paddle calls differ in their arguments' types."""
+    paddle_fn = _paddle_attr(name)
+
+    def method(self, *args, **kwargs):
+        if is_torch_call(args, kwargs):
+            return torch_fn(self, *args, **kwargs)
+        return paddle_fn(self, *args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = paddle_fn.__doc__
+    return method
+
+
+def _int_first(args, kwargs):
+    return (bool(args) and isinstance(args[0], int)) or "dim" in kwargs
+
+
+def _split(self, split_size_or_sections, dim=0):
+    if isinstance(split_size_or_sections, int):
+        length = self.shape[dim]
+        sizes = [split_size_or_sections] * (length // split_size_or_sections)
+        if length % split_size_or_sections:
+            sizes.append(length % split_size_or_sections)
+        return tuple(oarlock.split(self, sizes, axis=dim))
+    return tuple(oarlock.split(self, list(split_size_or_sections), axis=dim))
+
+
+def _sort(self, dim=-1, descending=False, stable=False):
+    indices = oarlock.argsort(self, axis=dim, descending=descending, stable=True)
+    return _ValuesIndices["sort"](oarlock.take_along_axis(self, indices, dim), indices)
+
+
+def _median(self, dim=None, keepdim=False):
+    """torch's median: the lower of the two middle values (Paddle averages them), with its index."""
+    if dim is None:
+        flat = self.flatten()
+        return flat.sort()[(flat.shape[0] - 1) // 2]
+    values, indices = _sort(self, dim)
+    k = (self.shape[dim] - 1) // 2
+    pick = oarlock.full([*self.shape[:dim % self.ndim], 1, *self.shape[dim % self.ndim + 1:]], k, dtype="int64")
+    vals, idx = oarlock.take_along_axis(values, pick, dim), oarlock.take_along_axis(indices, pick, dim)
+    if not keepdim:
+        vals, idx = vals.squeeze(dim), idx.squeeze(dim)
+    return _ValuesIndices["median"](vals, idx)
+
+
+def _where(self, condition, other):
+    return oarlock.where(condition, self, other)
+
+
+def _numel(self):
+    return CallableSize(self.shape).real
+
+
+def _gather(self, dim, index, *, sparse_grad=False):
+    return oarlock.take_along_axis(self, index, dim, broadcast=False)
+
+
+def _index_select(self, dim, index):
+    return oarlock.index_select(self, index, axis=dim)
+
+
+def _scatter(self, dim, index, src=None, *, value=None, reduce=None):
+    from oarlock_torch_proxy.facade import scatter
+    return scatter(self, dim, index, src if src is not None else value, reduce=reduce)
+
+
+def _scatter_add(self, dim, index, src):
+    from oarlock_torch_proxy.facade import scatter_add
+    return scatter_add(self, dim, index, src)
+
+
+def _unbind(self, dim=0):
+    return tuple(oarlock.unbind(self, axis=dim))
+
+
+def _var_std(name):
+    paddle_fn = _paddle_attr(name)
+
+    def method(self, dim=None, unbiased=None, keepdim=False, *, correction=None, axis=None):
+        dim = axis if dim is None else dim
+        if correction is not None and unbiased is not None:
+            raise TypeError(f"Tensor.{name}(): pass unbiased or correction, not both")
+        if correction is not None and correction not in (0, 1):
+            from oarlock_torch_proxy.missing import not_implemented
+            not_implemented(f"torch.Tensor.{name}", f"with correction={correction!r}")
+        unbiased = (correction != 0) if correction is not None else (True if unbiased is None else unbiased)
+        return paddle_fn(self, dim, unbiased=unbiased, keepdim=keepdim)
+
+    method.__name__ = name
+    return method
+
+
+def _new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+    from oarlock_torch_proxy.facade import tensor
+    return tensor(data, dtype=dtype or self.dtype, requires_grad=requires_grad)
+
+
+def _addcmul_(self, tensor1, tensor2, value=1):
+    return self.add_(tensor1 * tensor2 * value)
+
+
+def _addcdiv_(self, tensor1, tensor2, value=1):
+    return self.add_(tensor1 / tensor2 * value)
+
+
+def _lerp_(self, end, weight):
+    return self.copy_(oarlock.lerp(self, end, weight))
+
+
+def _stride(self, dim=None):
+    strides, acc = [], 1
+    for d in reversed(self.shape):
+        strides.insert(0, acc)
+        acc *= d
+    return tuple(strides) if dim is None else strides[dim]
+
+
+def _in_place(fn_name):
+    def method(self, *args, **kwargs):
+        return self.copy_(getattr(oarlock, fn_name)(self, *args, **kwargs))
+
+    method.__name__ = fn_name + "_"
+    return method
+
+
+def _clamp_(self, min=None, max=None):
+    return self.copy_(oarlock.clip(self, min, max))
+
+
+def _type(self, dtype=None, non_blocking=False):
+    if dtype is None:
+        from oarlock_torch_proxy.facade.dtypes import type_string
+        return type_string(self)
+    return self.astype(dtype)
+
+
+def _retain_grad(self):
+    return None   # oarlock keeps the gradient of every tensor that backward reaches and asks for it
+
+
+def _masked_scatter(self, mask, source):
+    mask = oarlock.broadcast_to(mask, self.shape)
+    flat = self.flatten().clone()
+    positions = oarlock.nonzero(mask.flatten()).flatten()
+    flat[positions] = source.flatten()[:positions.shape[0]]
+    return flat.reshape(self.shape)
+
+
+def _index_add(self, dim, index, source, *, alpha=1):
+    return oarlock.index_add(self, index, dim, source * alpha)
+
+
+def install() -> None:
+    """Put torch's methods on oarlock.Tensor (once; see the module docstring)."""
+    global _installed
+    if _installed:
+        return
+    T = oarlock.Tensor
+    clashes = {
+        "max": _reduce_with_indices("max", oarlock.max, oarlock.argmax),
+        "min": _reduce_with_indices("min", oarlock.min, oarlock.argmin),
+        "sort": _sort, "median": _median, "split": _split, "where": _where, "numel": _numel,
+    }
+    for name, torch_fn in clashes.items():
+        setattr(T, name, _clash(name, torch_fn))
+    for name, torch_fn in {"gather": _gather, "index_select": _index_select, "scatter": _scatter,
+                           "scatter_add": _scatter_add}.items():
+        setattr(T, name, _by_args(name, _int_first, torch_fn))
+    for name in ("var", "std"):
+        setattr(T, name, _var_std(name))
+    T.unbind = _unbind
+    added = {"new_tensor": _new_tensor, "addcmul_": _addcmul_, "addcdiv_": _addcdiv_, "lerp_": _lerp_,
+             "stride": _stride, "clamp_": _clamp_, "clip_": _clamp_, "retain_grad": _retain_grad,
+             "masked_scatter": _masked_scatter, "index_add": _index_add,
+             "nelement": lambda self: CallableSize(self.shape).real,
+             "reshape_as": lambda self, other: self.reshape(other.shape),
+             "sgn_": _in_place("sign"), "sign_": _in_place("sign"), "atan2_": _in_place("atan2"),
+             "normal_": lambda self, mean=0.0, std=1.0, generator=None: self.copy_(
+                 oarlock.normal(mean, std, self.shape).astype(self.dtype)),
+             # C's fmod: the remainder takes the dividend's sign (Paddle's mod takes the divisor's)
+             "fmod": lambda self, other: self - (self / other).trunc() * other}
+    for name, fn in added.items():
+        if name not in T.__dict__:
+            setattr(T, name, fn)
+    T.type = _clash_property("type", _type)
+    T.is_cuda = property(lambda self: self.place.is_gpu_place())
+    T.size = property(lambda self: CallableSize(self.shape), doc="The number of elements (Paddle); "
+                      "callable as torch's x.size() / x.size(dim)")
+    _installed = True
