@@ -118,7 +118,8 @@ def test_restart_on_fewer_ranks_reshards(tmp_path):
     assert "restarting the job on 2 rank(s)" in run["stderr"]
     report = run["report"]
     assert report["world"] == 2 and report["restore"]["saved_world_size"] == 4
-    assert any("/rank3/3_" in target and kind == "replica in memory" for target, kind, _ in report["restore"]["rebuilt"])
+    rebuilt = report["restore"]["rebuilt"]
+    assert any("/rank3/3_" in target and kind == "replica in memory" for target, kind, _ in rebuilt)
     resumed = report["resumed_at"]
     assert {world for step, (_, world) in run["losses"].items() if step > resumed} == {2}
     for step in range(STEPS):
