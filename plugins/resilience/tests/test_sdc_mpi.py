@@ -76,7 +76,9 @@ def test_faulty_matmul_is_caught_by_the_replay_vote(results):
 def test_faulty_matmul_on_two_ranks_is_named_by_the_known_answer_test(results):
     members = [r for r, result in enumerate(results["matmul_pair"]) if result["member"]]
     assert members == [0, 1]
-    assert results["matmul_pair"][2]["error"] is None       # rank 2 is outside the group and trains nothing
+    outsider = results["matmul_pair"][2]                    # rank 2 is outside the group and trains nothing
+    assert outsider["error"] is None
+    assert "SDCMonitor(): this process (global rank 2) is not a member of the group [0, 1]" in outsider["outsider"]
     error = error_everywhere(results, "matmul_pair", members)
     assert (error["step"], error["ranks"], error["kind"]) == (3, [1], "replay_mismatch")
     assert "known-answer" in error["message"]

@@ -103,6 +103,9 @@ class SDCMonitor:
         self.group = group if group is not None else _default_group()
         self.ranks = list(self.group.ranks) if self.group is not None else [0]
         self.rank = dist.get_rank() if dist.is_initialized() else 0
+        if self.rank not in self.ranks:
+            raise ValueError(f"{_WHAT}(): this process (global rank {self.rank}) is not a member of the group "
+                             f"{self.ranks}; make the monitor only on the group's ranks")
         self.step = 0                 # optimizer steps completed while monitored
         self.detections: list = []    # errors rolled back (on_detect="rollback")
         self.strikes: Counter = Counter()

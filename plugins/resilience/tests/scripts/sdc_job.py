@@ -105,8 +105,12 @@ def scenario_matmul():
 
 
 def scenario_matmul_pair(pair):
-    if pair is None:
-        return {"error": None, "member": False}
+    if dist.get_rank() not in pair.ranks:   # a monitor on a group this rank is not in is an error
+        try:
+            SDCMonitor(nn.Linear(2, 2), group=pair)
+        except ValueError as exc:
+            return {"error": None, "member": False, "outsider": str(exc)}
+        return {"error": None, "member": False, "outsider": None}
     with inject_fault("matmul", rank=1, step=3):
         error, _, _ = train(6, dict(interval=1, replay_interval=3), group=pair)
     return {"error": error, "member": True}
@@ -142,7 +146,7 @@ def main(out: str, clean_steps: int):
     pair = dist.new_group([0, 1])   # every rank calls new_group, members or not
     scenarios = {"clean": lambda: scenario_clean(clean_steps), "bitflip": scenario_bitflip,
                  "bitflip_interval": scenario_bitflip_interval, "matmul": scenario_matmul,
-                 "matmul_pair": lambda: scenario_matmul_pair(pair if dist.get_rank() in (0, 1) else None),
+                 "matmul_pair": lambda: scenario_matmul_pair(pair),
                  "nan": scenario_nan, "spike": scenario_spike, "rollback": scenario_rollback,
                  "strikes": scenario_strikes}
     results = {}
