@@ -120,8 +120,8 @@ def compile_library(target: Path, sources, cflags=(), cuda_cflags=(), ldflags=()
         libs = [f"-L{cuda_root / 'lib64'}", f"-Wl,-rpath,{cuda_root / 'lib64'}", "-lcudart"]
         for source in cuda_sources:
             obj = target.with_name(Path(source).stem + ".cu.o")
-            _run([nvcc, "-c", str(source), "-o", str(obj), "-std=c++17", "-O2", "-Xcompiler", "-fPIC,-fvisibility=hidden",
-                  *defines, *includes, *cuda_cflags], str(source), verbose)
+            _run([nvcc, "-c", str(source), "-o", str(obj), "-std=c++17", "-O2", "-Xcompiler",
+                  "-fPIC,-fvisibility=hidden", *defines, *includes, *cuda_cflags], str(source), verbose)
             objects.append(str(obj))
     _run([cxx, *CXX_FLAGS, "-shared", *defines, *includes, *cflags, *cpp_sources, *objects, "-o", str(target),
           *ldflags, *libs], ", ".join(map(str, sources)), verbose)

@@ -54,7 +54,7 @@ def load(name, sources, extra_cxx_cflags=None, extra_cuda_cflags=None, extra_ldf
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"{where}: argument 'name' must be an identifier (it names the library and its "
                          f"plugin), got {name!r}")
-    sources = [str(s) for s in ([sources] if isinstance(sources, (str, os.PathLike)) else _str_list("sources", sources))]
+    sources = [str(sources)] if isinstance(sources, (str, os.PathLike)) else _str_list("sources", sources)
     if not sources:
         raise ValueError(f"{where}: argument 'sources' is empty; give the .cc/.cpp (and .cu) files")
     missing = [s for s in sources if not Path(s).is_file()]

@@ -90,7 +90,8 @@ class Library:
         if meta["inplace"]:
             raise NotImplementedError(f"custom op {op!r}: SetInplaceMap is not supported by oarlock yet")
         if any("@VECTOR" in o for o in meta["outputs"]):
-            raise NotImplementedError(f"custom op {op!r}: vector outputs (paddle::Vec) are not supported by oarlock yet")
+            raise NotImplementedError(f"custom op {op!r}: vector outputs (paddle::Vec) are not supported by oarlock "
+                                      f"yet")
         if not meta["kernel"]:
             raise ValueError(f"custom op {op!r} declares no kernel (SetKernelFn)")
         return [parse_attr(op, a) for a in meta["attrs"]]
