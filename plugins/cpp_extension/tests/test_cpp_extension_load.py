@@ -6,7 +6,10 @@ the process-wide registry, which the other test files of this pytest worker must
 then loads the same sources to show the cache. Oracles: float64 numpy formulas and central differences of
 the op itself (computed by the job, compared here)."""
 
+import ctypes
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -118,3 +121,19 @@ def test_compile_error_carries_the_compilers_message(tmp_path):
     message = str(info.value)
     assert "broken_op.cc" in message and "no_such_method_here" in message and "error" in message
     assert not list(tmp_path.rglob("*.so"))   # nothing half-built left for the cache to find
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None and not os.environ.get("CUDA_HOME"), reason="nvcc is not installed")
+def test_cuda_source_compiles_with_nvcc(tmp_path):
+    """A .cu source goes through nvcc and the library links the CUDA runtime. This machine has no GPU: the
+    CUDA kernel is compiled, not run; the library's CPU branch runs through the ABI (nothing registered)."""
+    from oarlock_cpp_extension import abi
+    from oarlock_cpp_extension.build import build
+    result = build("relu_cuda", [str(HERE / "csrc" / "relu_dispatch.cc"), str(HERE / "csrc" / "relu_gpu.cu")],
+                   build_directory=str(tmp_path))
+    lib = abi.bind(ctypes.CDLL(str(result.path)))
+    assert lib.oarlock_built_with_cuda() == 1
+    assert [m["name"] for m in abi.describe(lib)] == ["test_relu_cuda"]
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    (out,) = abi.run(lib, 0, "test_relu_cuda", [[x]], [], np)
+    np.testing.assert_array_equal(out, np.maximum(x, 0))

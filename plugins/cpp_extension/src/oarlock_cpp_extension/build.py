@@ -70,6 +70,20 @@ def nvcc_compiler() -> str:
 
 
 @lru_cache(maxsize=None)
+def cuda_root(nvcc: str) -> Path:
+    """The CUDA toolkit nvcc belongs to: $CUDA_HOME, else the TOP nvcc reports (nvcc may be a wrapper script)."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home:
+        return Path(home)
+    probe = subprocess.run([nvcc, "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull],
+                           capture_output=True, text=True, check=False)
+    for line in (probe.stdout + probe.stderr).splitlines():
+        if line.startswith("#$ TOP="):
+            return Path(line.split("=", 1)[1].strip()).resolve()
+    return Path(nvcc).resolve().parent.parent
+
+
+@lru_cache(maxsize=None)
 def _identity(compiler: str) -> str:
     out = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False)
     return compiler + "\n" + out.stdout
@@ -115,9 +129,10 @@ def compile_library(target: Path, sources, cflags=(), cuda_cflags=(), ldflags=()
     if cuda_sources:
         nvcc = nvcc_compiler()
         defines = ["-DOARLOCK_WITH_CUDA", "-DPADDLE_WITH_CUDA"]
-        cuda_root = Path(nvcc).resolve().parent.parent
-        includes.append(f"-I{cuda_root / 'include'}")
-        libs = [f"-L{cuda_root / 'lib64'}", f"-Wl,-rpath,{cuda_root / 'lib64'}", "-lcudart"]
+        root = cuda_root(nvcc)
+        lib_dirs = [d for d in (root / "lib64", root / "lib") if d.is_dir()]
+        includes.append(f"-I{root / 'include'}")
+        libs = [flag for d in lib_dirs for flag in (f"-L{d}", f"-Wl,-rpath,{d}")] + ["-lcudart"]
         for source in cuda_sources:
             obj = target.with_name(Path(source).stem + ".cu.o")
             _run([nvcc, "-c", str(source), "-o", str(obj), "-std=c++17", "-O2", "-Xcompiler",
