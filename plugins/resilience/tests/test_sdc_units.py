@@ -261,3 +261,29 @@ def test_bad_model_and_fault_parameter():
     model, opt = setup()
     with inject_fault("bitflip", rank=0, step=1, param="nope"), pytest.raises(ValueError, match="'nope'"):
         SDCMonitor(model, opt)
+
+
+def test_on_detect_can_roll_back_to_a_flexcheckpoint(tmp_path):
+    """The documented recipe for a checkpoint on disk: on_detect loads it (real FlexCheckpoint files)."""
+    import oarlock.distributed as dist
+    model, opt = setup()
+    run(model, opt, 3)
+    dist.save_state_dict({"model": model.state_dict(), "opt": opt.state_dict()}, str(tmp_path / "ckpt"))
+    saved = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    loaded = []
+
+    def reload(error):     # the parameters and the optimizer's moments, which the nan step spoilt too
+        state = {"model": model.state_dict(), "opt": opt.state_dict()}
+        dist.load_state_dict(state, str(tmp_path / "ckpt"))
+        opt.set_state_dict(state["opt"])
+        loaded.append(error.kind)
+    monitor = SDCMonitor(model, opt, on_detect=reload)
+    run(model, opt, 1, monitor, nan_at=4, first=4)
+    assert loaded == ["nonfinite_loss"]
+    assert all(np.array_equal(v.numpy(), saved[k]) for k, v in model.state_dict().items())
+    resumed = run(model, opt, 2, monitor, first=5)  # the next checks start from the reloaded weights
+    assert monitor.step == 3 and loaded == ["nonfinite_loss"]
+    reference_model, reference_opt = setup()
+    run(reference_model, reference_opt, 3)
+    reference = run(reference_model, reference_opt, 2, first=5)
+    assert all(np.array_equal(resumed[k], reference[k]) for k in reference)
