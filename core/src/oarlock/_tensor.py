@@ -231,7 +231,13 @@ class Tensor:
         return int(self.item())
 
     def __dlpack__(self, *args, **kwargs):
-        return self._data.__dlpack__(*args, **kwargs)
+        try:
+            return self._data.__dlpack__(*args, **kwargs)
+        except BufferError:   # numpy exports no bfloat16/float8: oarlock.utils.dlpack does, where installed
+            exchange = _dlpack_exchange()
+            if exchange is None:
+                raise
+            return exchange["to_dlpack"][0](self)
 
     def __dlpack_device__(self):
         return self._data.__dlpack_device__()
@@ -569,12 +575,22 @@ class _ToPlace(PyLayer):
         return _ToPlace.apply(grad, ctx.source)
 
 
+def _dlpack_exchange():
+    """The names of oarlock.utils.dlpack (a plugin's: every dtype, capsules), or None where none is installed."""
+    from oarlock.registry import default_registry
+    return default_registry().api["oarlock.utils.dlpack"] or None
+
+
 def from_dlpack(obj):
-    """A Tensor sharing memory with a DLPack-capable object (a numpy/CuPy/torch array or capsule)."""
+    """A Tensor sharing memory with a DLPack-capable object (a numpy/CuPy/torch array or capsule).
+    oarlock.utils.dlpack.from_dlpack does it where installed; this is the fallback of a bare core."""
     from oarlock.registry import default_registry
     from oarlock.device import Place
     if isinstance(obj, Tensor):
         return obj
+    exchange = _dlpack_exchange()
+    if exchange is not None:
+        return exchange["from_dlpack"][0](obj)
     device_type, device_id = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (1, 0)
     for backend in default_registry().backends.values():
         if backend.dlpack_device_type == device_type:
