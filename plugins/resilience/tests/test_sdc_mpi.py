@@ -5,7 +5,8 @@ injected through oarlock.distributed.resilience.inject_fault:
   naming that rank and parameter, on every rank; with interval 3 and the flip after an unchecked step, the
   replica vote names it;
 - a faulty matmul on one rank for one step is caught by the replay check: by the vote of 3 ranks, and on a
-  2-rank group (no majority) by the known-answer matmul test;
+  2-rank group (no majority) by the known-answer matmul test; with on_detect="rollback" the run goes back to
+  the state before that step's update (equal to a run that dropped it);
 - a nan input and a loss spike on one rank are reported naming that rank and step;
 - 200 clean monitored steps (every check on, replay every 20) raise nothing and end bit-identical to the same
   training without a monitor (the checks do not disturb training); the 2,000-step run is
@@ -71,6 +72,13 @@ def test_faulty_matmul_is_caught_by_the_replay_vote(results):
     # the fault is armed for step 4 on rank 2, the replay runs every 2 steps
     assert (error["step"], error["ranks"], error["kind"]) == (4, [2], "replay_mismatch")
     assert "disagree with the majority" in error["message"]
+
+
+def test_faulty_matmul_rolls_back_to_the_step_before(results):
+    for seen in results["matmul_rollback"]:
+        assert seen["error"] is None
+        assert seen["detections"] == [[4, [2], "replay_mismatch"]]
+        assert seen["equal_to_reference"]
 
 
 def test_faulty_matmul_on_two_ranks_is_named_by_the_known_answer_test(results):

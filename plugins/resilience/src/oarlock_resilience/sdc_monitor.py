@@ -25,14 +25,20 @@ a replica of the same parameters. What it checks, after the `interval`-th step (
   and the ranks' gradients must agree (with two ranks a known-answer matmul test decides which one is wrong).
 
 On detection (on_detect): "raise" raises SilentDataCorruptionError on every rank of the group. "rollback" restores
-the in-memory snapshot of the last clean check (parameters and optimizer state; one copy of each is kept, taken at
-every clean check) and then excludes the named ranks' replicas: every parameter is broadcast from the first rank
-of the group that was not named, so a corrupt replica is overwritten by a good one; the steps since that check
-are lost (the data loop goes on with the next batch) and the error is appended to `detections`. A rank named
-more than max_strikes times is reported by raising kind "repeated": a process cannot be removed from a running
-MPI job, so the job should end there and be restarted without that node (`oarlock launch --min-nproc`).
-A callable on_detect(error) is called instead (e.g. to load a FlexCheckpoint), after which the next check starts
-from a fresh baseline.
+the in-memory snapshot of the last step that passed every check of that step (parameters and optimizer state; one
+copy of each is kept, refreshed at every clean checked step; a replay failure thus goes back before the step whose
+gradients it distrusts) and then excludes the named ranks' replicas: every parameter is broadcast from the first
+rank of the group that was not named, so a corrupt replica is overwritten by a good one. The steps since the
+snapshot are lost (the data loop goes on with the next batch) and the error is appended to `detections`. A rank
+named more than max_strikes times is reported by raising kind "repeated": a process cannot be removed from a
+running MPI job, so the job should end there and be restarted without that node (`oarlock launch --min-nproc`).
+A callable on_detect(error) is called instead, after which the next check starts from a fresh baseline; to go
+back to a FlexCheckpoint on disk:
+
+    def reload(error):
+        state = {"model": model.state_dict(), "opt": optimizer.state_dict()}
+        oarlock.distributed.load_state_dict(state, path)      # what save_state_dict(state, path) wrote
+        optimizer.set_state_dict(state["opt"])
 """
 
 from __future__ import annotations
@@ -178,10 +184,12 @@ class SDCMonitor:
     def _after_step(self):
         self.step += 1
         try:
-            if self.step % self.interval == 0:
-                self.check()
-            if self.replay_interval and self.step % self.replay_interval == 0 and self._inputs is not None:
-                self.replay()
+            checked = self.step % self.interval == 0
+            clean = self._step_check() if checked else True
+            if clean and self.replay_interval and self.step % self.replay_interval == 0 and self._inputs is not None:
+                clean = self._replay_check(self._inputs)
+            if checked and clean:   # what a rollback returns to: a state that passed every check of its step
+                self._keep_snapshot()
         finally:
             self._disarm()
             self._flip_bits(self.step)
@@ -199,6 +207,20 @@ class SDCMonitor:
     # -- checks --------------------------------------------------------------------------------------------------
     def check(self) -> None:
         """Runs the step checks now (collective: every rank of the group calls it)."""
+        if self._step_check():
+            self._keep_snapshot()
+
+    def replay(self, inputs=None) -> None:
+        """The replay check now (collective): `inputs`, the positional arguments of one forward of the model
+        (default: those of its last forward), replayed on every rank; the group's first rank's are used."""
+        inputs = self._inputs if inputs is None else tuple(inputs)
+        if inputs is None:
+            raise RuntimeError(f"{_WHAT}.replay(): the model has not run forward yet; pass inputs=")
+        if self._replay_check(inputs):
+            self._keep_snapshot()
+
+    def _step_check(self) -> bool:
+        """The step checks; whether they passed (a failure was handled by _detected)."""
         fps = fingerprints(self.params)
         loss_kind, _ = (None, "") if self._loss is None else self.loss_guard.verdict(self._loss)
         packet = pack_step(fps, self._changed, first_nonfinite([p.grad for p in self.params]),
@@ -207,20 +229,16 @@ class SDCMonitor:
         error = step_verdict(self._gather(packet), self.ranks, self.names, self.step)
         if error is not None:
             self._loss = None
-            return self._detected(error)
+            self._detected(error)
+            return False
         if self._loss is not None:
             self.loss_guard.accept(self._loss)
             self._loss = None
         self._baseline = (self.step, fps)
-        if self.on_detect == "rollback":
-            self._snapshot = self._take_snapshot()
+        return True
 
-    def replay(self, inputs=None) -> None:
-        """The replay check now (collective): `inputs`, the positional arguments of one forward of the model
-        (default: those of its last forward), replayed on every rank; the group's first rank's are used."""
-        inputs = self._inputs if inputs is None else tuple(inputs)
-        if inputs is None:
-            raise RuntimeError(f"{_WHAT}.replay(): the model has not run forward yet; pass inputs=")
+    def _replay_check(self, inputs: tuple) -> bool:
+        """The replay check of `inputs`; whether it passed (a failure was handled by _detected)."""
         inputs = self._shared(inputs)
         self._replaying = True
         try:
@@ -232,6 +250,7 @@ class SDCMonitor:
         error = replay_verdict(self._gather(packet), self.ranks, self.names, self.step, self._known_answer_vote)
         if error is not None:
             self._detected(error)
+        return error is None
 
     def _known_answer_vote(self, positions: list) -> list:
         """Of the group positions given, those whose rank fails the known-answer matmul (collective)."""
@@ -277,6 +296,10 @@ class SDCMonitor:
                 dist.broadcast(p, src=good[0], group=self.group)
         self.detections.append(error)
         self._baseline = (self.step, fingerprints(self.params))
+
+    def _keep_snapshot(self):
+        if self.on_detect == "rollback":
+            self._snapshot = self._take_snapshot()
 
     def _take_snapshot(self):
         state = None if self.optimizer is None else _host_copy(self.optimizer.state_dict())

@@ -7,9 +7,10 @@ with reference runs); rank 0 gathers them through raw mpi4py (not the code under
 Scenarios: clean (CLEAN_STEPS steps with every check on; final weights bit-identical to the same training
 without a monitor), bitflip (interval 1: caught at the next step by the rank itself), bitflip_interval (interval 3,
 flipped after an unchecked step: caught by the replica vote), matmul (a faulty matmul on one rank for one step,
-caught by the replay vote), matmul_pair (the same on a 2-rank group: no majority, the known-answer test decides),
-nan (a nan input on one rank), spike (a loss spike on one rank), rollback (bit flip rolled back, training goes on;
-equal to a run that skipped the lost step), strikes (max_strikes=0: the first detection raises "repeated").
+caught by the replay vote), matmul_rollback (the same rolled back to the step before), matmul_pair (the same on
+a 2-rank group: no majority, the known-answer test decides), nan (a nan input on one rank), spike (a loss spike
+on one rank), rollback (bit flip rolled back, training goes on; equal to a run that dropped the lost step's
+update), strikes (max_strikes=0: the first detection raises "repeated").
 """
 
 from __future__ import annotations
@@ -104,6 +105,16 @@ def scenario_matmul():
     return {"error": error}
 
 
+def scenario_matmul_rollback():
+    """Caught by the replay after step 4, whose update used the faulty gradients: the rollback returns to the
+    state after step 3, so the run equals one that dropped step 4's update."""
+    with inject_fault("matmul", rank=2, step=4):
+        error, weights, monitor = train(8, dict(interval=1, replay_interval=2, on_detect="rollback"))
+    _, reference, _ = train(8, skip={4})
+    return {"error": error, "detections": [(e.step, e.ranks, e.kind) for e in monitor.detections],
+            "equal_to_reference": same(weights, reference)}
+
+
 def scenario_matmul_pair(pair):
     if dist.get_rank() not in pair.ranks:   # a monitor on a group this rank is not in is an error
         try:
@@ -146,6 +157,7 @@ def main(out: str, clean_steps: int):
     pair = dist.new_group([0, 1])   # every rank calls new_group, members or not
     scenarios = {"clean": lambda: scenario_clean(clean_steps), "bitflip": scenario_bitflip,
                  "bitflip_interval": scenario_bitflip_interval, "matmul": scenario_matmul,
+                 "matmul_rollback": scenario_matmul_rollback,
                  "matmul_pair": lambda: scenario_matmul_pair(pair),
                  "nan": scenario_nan, "spike": scenario_spike, "rollback": scenario_rollback,
                  "strikes": scenario_strikes}
