@@ -15,12 +15,42 @@ def caller_site(depth: int) -> str:
     return "<unknown>" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
+# torch's submodules the façade does not have: `torch.fft.rfft2(x)` names torch.fft.rfft2 (the name asked for),
+# not just torch.fft; `import torch.fft` still fails as a missing module
+TORCH_SUBMODULES = frozenset({"fft", "sparse", "distributions", "onnx", "export", "func", "masked", "nested",
+                              "quantization", "ao", "profiler", "hub", "signal", "testing", "overrides", "library",
+                              "xpu", "mps", "package", "fx", "futures", "multiprocessing", "_dynamo", "_inductor",
+                              "_C", "storage", "random", "types", "serialization", "cpu", "mtia", "accelerator"})
+
+
+class MissingNamespace:
+    """torch.<submodule> the façade lacks: any name read from it raises, naming torch.<submodule>.<name>."""
+
+    def __init__(self, torch_name: str):
+        self._torch_name = torch_name
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        from oarlock_torch_proxy.hook import MissingAttribute
+        raise MissingAttribute(f"{self._torch_name}.{name} is not implemented by oarlock's torch proxy (used at "
+                               f"{caller_site(2)}); please report it").named(f"{self._torch_name}.{name}")
+
+    def __call__(self, *args, **kwargs):
+        not_implemented(self._torch_name)
+
+    def __repr__(self):
+        return f"<missing torch module {self._torch_name}>"
+
+
 def missing_getattr(torch_module: str):
     """A module-level `__getattr__` for the façade module standing for `torch_module`."""
 
     def __getattr__(name: str):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)   # dunder probes (__path__, __file__ ...) by import machinery and tools
+        if torch_module == "torch" and name in TORCH_SUBMODULES:
+            return MissingNamespace(f"torch.{name}")
         from oarlock_torch_proxy.hook import MissingAttribute
         raise MissingAttribute(f"{torch_module}.{name} is not implemented by oarlock's torch proxy (used at "
                                 f"{caller_site(2)}); please report it").named(f"{torch_module}.{name}")

@@ -104,6 +104,19 @@ def _clash_property(name, torch_method):
     return property(getter, paddle_prop.fset, doc=paddle_prop.__doc__)
 
 
+def _clash_value(name, torch_value):
+    """Tensor.<name> that is a method in Paddle and a property in torch (`x.is_sparse`): torch callers read
+    torch_value(self), everyone else gets Paddle's bound method."""
+    paddle_fn = _paddle_attr(name)
+
+    def getter(self):
+        if sys._getframe(1).f_globals.get("__builtins__") is PROXY_BUILTINS:
+            return torch_value(self)
+        return paddle_fn.__get__(self, oarlock.Tensor)
+
+    return property(getter)
+
+
 def _clash(name, torch_fn):
     """Tensor.<name>: torch_fn for torch callers, oarlock's own method for everyone else."""
     paddle_fn = _paddle_attr(name)
@@ -218,12 +231,69 @@ def _new_tensor(self, data, dtype=None, device=None, requires_grad=False):
     return tensor(data, dtype=dtype or self.dtype, requires_grad=requires_grad)
 
 
-def _addcmul_(self, tensor1, tensor2, value=1):
-    return self.add_(tensor1 * tensor2 * value)
+def _pointwise_args(tensor1, tensor2, rest, value):
+    """addcmul/addcdiv arguments, including torch 1.x's (value, tensor1, tensor2) overload."""
+    if not isinstance(tensor1, oarlock.Tensor) and rest:
+        return tensor2, rest[0], tensor1
+    return tensor1, tensor2, value
 
 
-def _addcdiv_(self, tensor1, tensor2, value=1):
-    return self.add_(tensor1 / tensor2 * value)
+def _addcmul_(self, tensor1, tensor2, *rest, value=1):
+    t1, t2, value = _pointwise_args(tensor1, tensor2, rest, value)
+    return self.add_(t1 * t2 * value)
+
+
+def _addcdiv_(self, tensor1, tensor2, *rest, value=1):
+    t1, t2, value = _pointwise_args(tensor1, tensor2, rest, value)
+    return self.add_(t1 / t2 * value)
+
+
+def _addcmul(self, tensor1, tensor2, *rest, value=1):
+    t1, t2, value = _pointwise_args(tensor1, tensor2, rest, value)
+    return self + t1 * t2 * value
+
+
+def _addcdiv(self, tensor1, tensor2, *rest, value=1):
+    t1, t2, value = _pointwise_args(tensor1, tensor2, rest, value)
+    return self + t1 / t2 * value
+
+
+def _with_alpha(name):
+    """Tensor.add/sub(_) taking torch's alpha as a 0-d Tensor too, and the old add_(alpha, other) overload
+    that optimizers written for torch 1.x still call."""
+    paddle_fn = _paddle_attr(name)
+
+    def method(self, other, *args, alpha=None, **kwargs):
+        if args and isinstance(other, (int, float)) and isinstance(args[0], oarlock.Tensor):
+            other, alpha, args = args[0], other, args[1:]   # add_(Number alpha, Tensor other)
+        if isinstance(alpha, oarlock.Tensor):
+            other, alpha = other * alpha, None
+        if alpha is None:
+            return paddle_fn(self, other, *args, **kwargs)
+        return paddle_fn(self, other, *args, alpha=alpha, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = paddle_fn.__doc__
+    return method
+
+
+def _new(self, *args, **kwargs):
+    """The legacy x.new(...): an empty tensor of x's dtype (x.new()), of a size (x.new(2, 3)), or from data."""
+    if not args:
+        return oarlock.zeros([0], dtype=self.dtype)
+    if len(args) == 1 and not isinstance(args[0], int):
+        if isinstance(args[0], (list, tuple)) and all(isinstance(a, int) for a in args[0]) and \
+                kwargs.get("size", True):
+            return oarlock.tensor(list(args[0]), dtype=self.dtype)
+        return oarlock.tensor(args[0], dtype=self.dtype)
+    return oarlock.zeros(list(args), dtype=self.dtype)
+
+
+def _resize_as_(self, other):
+    """x.resize_as_(y): x takes y's shape in place (new storage; torch leaves the values undefined: zeros)."""
+    from oarlock.plugin_api import array_of, rebind
+    rebind(self, array_of(oarlock.zeros(other.shape, dtype=self.dtype)))
+    return self
 
 
 def _lerp_(self, end, weight):
@@ -273,6 +343,53 @@ def _index_add(self, dim, index, source, *, alpha=1):
     return oarlock.index_add(self, index, dim, source * alpha)
 
 
+def _unfold(self, dimension, size, step):
+    """torch's Tensor.unfold: windows of `size` every `step` along `dimension`, as a new last dimension."""
+    dim = dimension % self.ndim
+    starts = oarlock.arange(0, self.shape[dim] - size + 1, step, dtype="int64")
+    index = (starts.unsqueeze(1) + oarlock.arange(0, size, dtype="int64").unsqueeze(0)).flatten()
+    picked = oarlock.index_select(self, index, axis=dim)
+    shape = [*self.shape[:dim], starts.shape[0], size, *self.shape[dim + 1:]]
+    return oarlock.moveaxis(picked.reshape(shape), dim + 1, -1)
+
+
+def _backward(paddle_backward):
+    """Tensor.backward with torch's arguments (gradient, retain_graph, create_graph); Paddle's positional
+    (grad_tensor, retain_graph) call is the same call."""
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None, *, grad_tensor=None):
+        gradient = grad_tensor if gradient is None else gradient
+        if inputs is not None:
+            from oarlock_torch_proxy.missing import not_implemented
+            not_implemented("torch.Tensor.backward", "with inputs=")
+        if create_graph:   # gradients that are themselves differentiable (Hessian-vector products)
+            seed = oarlock.ones_like(self) if gradient is None else gradient
+            oarlock.autograd.run_backward([self], [seed], retain_graph=True, create_graph=True)
+            return
+        paddle_backward(self, gradient, retain_graph=bool(retain_graph))
+
+    backward.__doc__ = paddle_backward.__doc__
+    return backward
+
+
+def _missing_getattr(core_getattr):
+    """Tensor.__getattr__ that reports a torch method the façade lacks to torch callers as
+    NotImplementedError naming torch.Tensor.<name> (still an AttributeError, for hasattr)."""
+
+    def __getattr__(self, name):
+        try:
+            return core_getattr(self, name)
+        except AttributeError:
+            if sys._getframe(1).f_globals.get("__builtins__") is not PROXY_BUILTINS or name.startswith("_"):
+                raise
+        from oarlock_torch_proxy.hook import MissingAttribute
+        from oarlock_torch_proxy.missing import caller_site
+        raise MissingAttribute(f"torch.Tensor.{name} is not implemented by oarlock's torch proxy (used at "
+                               f"{caller_site(2)}); please report it").named(f"torch.Tensor.{name}")
+
+    return __getattr__
+
+
 def install() -> None:
     """Put torch's methods on oarlock.Tensor (once; see the module docstring)."""
     global _installed
@@ -292,11 +409,20 @@ def install() -> None:
     for name in ("var", "std"):
         setattr(T, name, _var_std(name))
     T.unbind = _unbind
+    for name in ("add", "add_", "sub", "sub_"):
+        setattr(T, name, _with_alpha(name))
     added = {"new_tensor": _new_tensor, "addcmul_": _addcmul_, "addcdiv_": _addcdiv_, "lerp_": _lerp_,
              "stride": _stride, "clamp_": _clamp_, "clip_": _clamp_, "retain_grad": _retain_grad,
              "masked_scatter": _masked_scatter, "index_add": _index_add,
              "nelement": lambda self: CallableSize(self.shape).real,
-             "reshape_as": lambda self, other: self.reshape(other.shape),
+             "addcmul": _addcmul, "addcdiv": _addcdiv, "new": _new, "resize_as_": _resize_as_,
+             "clamp_min": lambda self, min: oarlock.clip(self, min=min),
+             "clamp_max": lambda self, max: oarlock.clip(self, max=max),
+             "clamp_min_": lambda self, min: _clamp_(self, min=min),
+             "clamp_max_": lambda self, max: _clamp_(self, max=max),
+             "get_device": lambda self: -1 if not self.place.is_gpu_place() else self.place.index,
+             "unfold": _unfold, "movedim": lambda self, source, destination: oarlock.moveaxis(self, source,
+                                                                                             destination), "reshape_as": lambda self, other: self.reshape(other.shape),
              "sgn_": _in_place("sign"), "sign_": _in_place("sign"), "atan2_": _in_place("atan2"),
              "normal_": lambda self, mean=0.0, std=1.0, generator=None: self.copy_(
                  oarlock.normal(mean, std, self.shape).astype(self.dtype)),
@@ -306,7 +432,16 @@ def install() -> None:
         if name not in T.__dict__:
             setattr(T, name, fn)
     T.type = _clash_property("type", _type)
+    T.is_sparse = _clash_value("is_sparse", lambda self: False)
+    for name in ("is_meta", "is_quantized", "is_nested", "is_mkldnn"):
+        if name not in T.__dict__:
+            setattr(T, name, property(lambda self: False))
+    if "itemsize" not in T.__dict__:
+        T.itemsize = property(lambda self: self.element_size())
+        T.nbytes = property(lambda self: self.element_size() * CallableSize(self.shape).real)
     T.is_cuda = property(lambda self: self.place.is_gpu_place())
     T.size = property(lambda self: CallableSize(self.shape), doc="The number of elements (Paddle); "
                       "callable as torch's x.size() / x.size(dim)")
+    T.backward = _backward(T.__dict__["backward"])
+    T.__getattr__ = _missing_getattr(T.__dict__["__getattr__"])
     _installed = True

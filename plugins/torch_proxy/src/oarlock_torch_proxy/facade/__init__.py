@@ -40,12 +40,15 @@ _CREATION = ("Generator", "default_generator", "manual_seed", "seed", "initial_s
 _OPS = ("max", "min", "sort", "argsort", "median", "split", "chunk", "tensor_split", "unbind", "gather",
         "scatter", "scatter_add", "scatter_reduce", "index_select", "where", "tensordot", "take_along_dim", "var",
         "std", "var_mean", "std_mean", "numel", "clamp", "cumprod", "broadcast_tensors", "meshgrid", "is_tensor",
-        "is_nonzero", "fmod", "masked_fill", "cat", "stack", "flatten", "finfo", "iinfo", "compile")
+        "is_nonzero", "fmod", "norm", "clamp_min", "clamp_max", "masked_fill", "cat", "stack", "flatten", "finfo", "iinfo", "compile")
 for _name in _CREATION:
     globals()[_name] = getattr(creation, _name)
 for _name in _OPS:
     globals()[_name] = getattr(ops, _name)
 concat = concatenate = cat
+movedim = oarlock.moveaxis
+preserve_format, contiguous_format, channels_last = "preserve_format", "contiguous_format", "channels_last"
+strided = "strided"
 clip = clamp
 
 # oarlock functions whose torch meaning oarlock has (torch's argument names are accepted as aliases). Each
@@ -80,10 +83,11 @@ for _name in _SAME_AS_OARLOCK:
         globals()[_name] = getattr(oarlock, _name)
 
 # the submodules torch imports with itself
-from oarlock_torch_proxy.facade import (amp, autograd, backends, cuda, distributed, linalg, nn, optim,  # noqa: E402
-                                        special, utils)
+from oarlock_torch_proxy.facade import (amp, autograd, backends, compiler, cuda, distributed, jit,  # noqa: E402
+                                        linalg, nn, optim, special, utils)
 
+autocast = amp.autocast
 __getattr__ = missing_getattr("torch")
 __all__ = sorted(n for n in globals() if not n.startswith("_"))
 del _name, _obj
-_ = (Size, amp, autograd, backends, cuda, distributed, linalg, nn, optim, special, utils)
+_ = (Size, amp, autograd, backends, compiler, cuda, distributed, jit, linalg, nn, optim, special, utils)

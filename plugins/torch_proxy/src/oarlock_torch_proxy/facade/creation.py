@@ -28,9 +28,13 @@ def _finish(t, requires_grad):
     return t
 
 
-def _check_out(name, out):
-    if out is not None:
-        not_implemented(f"torch.{name}", "with out=")
+def _into(out, result):
+    """torch's out=: `out` takes the result's shape, dtype and values in place, and is returned."""
+    if out is None:
+        return result
+    from oarlock.plugin_api import array_of, rebind
+    rebind(out, array_of(result.detach()))
+    return out
 
 
 class Generator:
@@ -94,43 +98,40 @@ def _from_generator(generator, draw, shape, dtype, requires_grad):
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False):
-    _check_out("zeros", out)
-    return _finish(oarlock.zeros(_sizes(size, "zeros"), dtype=dtype), requires_grad)
+    return _into(out, _finish(oarlock.zeros(_sizes(size, "zeros"), dtype=dtype), requires_grad))
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False):
-    _check_out("ones", out)
-    return _finish(oarlock.ones(_sizes(size, "ones"), dtype=dtype), requires_grad)
+    return _into(out, _finish(oarlock.ones(_sizes(size, "ones"), dtype=dtype), requires_grad))
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False,
           memory_format=None):
-    _check_out("empty", out)
-    return _finish(oarlock.zeros(_sizes(size, "empty"), dtype=dtype), requires_grad)
+    return _into(out, _finish(oarlock.zeros(_sizes(size, "empty"), dtype=dtype), requires_grad))
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False, out=None, layout=None,
          pin_memory=False):
-    _check_out("full", out)
     if dtype is None:   # torch infers the dtype from the fill value
         dtype = (dtypes.bool if isinstance(fill_value, builtins.bool) else dtypes.int64
                  if isinstance(fill_value, builtins.int) else None)
-    return _finish(oarlock.full(_sizes((size,), "full"), fill_value, dtype=dtype), requires_grad)
+    return _into(out, _finish(oarlock.full(_sizes((size,), "full"), fill_value, dtype=dtype), requires_grad))
 
 
-def _like(name, fn):
-    def like(input, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None,
-             **kwargs):
-        return _finish(fn(input, dtype=dtype or input.dtype, **kwargs), requires_grad)
-
-    like.__name__ = name
-    return like
+def zeros_like(input, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None):
+    return _finish(oarlock.zeros(input.shape, dtype=dtype or input.dtype), requires_grad)
 
 
-zeros_like = _like("zeros_like", lambda x, dtype: oarlock.zeros(x.shape, dtype=dtype))
-ones_like = _like("ones_like", lambda x, dtype: oarlock.ones(x.shape, dtype=dtype))
+def ones_like(input, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None):
+    return _finish(oarlock.ones(input.shape, dtype=dtype or input.dtype), requires_grad)
+
+
 empty_like = zeros_like
-full_like = _like("full_like", lambda x, fill_value, dtype: oarlock.full(x.shape, fill_value, dtype=dtype))
+
+
+def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False, layout=None,
+              memory_format=None):
+    return _finish(oarlock.full(input.shape, fill_value, dtype=dtype or input.dtype), requires_grad)
 
 
 def randn_like(input, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None):
@@ -149,81 +150,70 @@ def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_g
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None,
           pin_memory=False):
-    _check_out("randn", out)
     shape = _sizes(size, "randn")
     if generator is not None:
-        return _from_generator(generator, lambda r, s: r.standard_normal(s), shape, dtype, requires_grad)
-    return _finish(oarlock.randn(shape, dtype=dtype), requires_grad)
+        return _into(out, _from_generator(generator, lambda r, s: r.standard_normal(s), shape, dtype, requires_grad))
+    return _into(out, _finish(oarlock.randn(shape, dtype=dtype), requires_grad))
 
 
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None,
          pin_memory=False):
-    _check_out("rand", out)
     shape = _sizes(size, "rand")
     if generator is not None:
-        return _from_generator(generator, lambda r, s: r.random(s), shape, dtype, requires_grad)
-    return _finish(oarlock.rand(shape, dtype=dtype), requires_grad)
+        return _into(out, _from_generator(generator, lambda r, s: r.random(s), shape, dtype, requires_grad))
+    return _into(out, _finish(oarlock.rand(shape, dtype=dtype), requires_grad))
 
 
 def randint(low=0, high=None, size=None, *, generator=None, dtype=None, device=None, requires_grad=False,
             out=None):
-    _check_out("randint", out)
     if size is None:   # randint(high, size)
         low, high, size = 0, low, high
     shape = _sizes((size,), "randint")
     if generator is not None:
-        return oarlock.to_tensor(generator._rng.integers(low, high, shape)).astype(dtype or dtypes.int64)
-    return oarlock.randint(low, high, shape, dtype=dtype or dtypes.int64)
+        return _into(out, oarlock.to_tensor(generator._rng.integers(low, high, shape)).astype(dtype or dtypes.int64))
+    return _into(out, oarlock.randint(low, high, shape, dtype=dtype or dtypes.int64))
 
 
 def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False, out=None):
-    _check_out("randperm", out)
     if generator is not None:
-        return oarlock.to_tensor(generator._rng.permutation(n)).astype(dtype or dtypes.int64)
-    return oarlock.randperm(n, dtype=dtype or dtypes.int64)
+        return _into(out, oarlock.to_tensor(generator._rng.permutation(n)).astype(dtype or dtypes.int64))
+    return _into(out, oarlock.randperm(n, dtype=dtype or dtypes.int64))
 
 
 def normal(mean, std=1.0, size=None, *, generator=None, out=None):
-    _check_out("normal", out)
     if size is not None:
-        return oarlock.normal(mean, std, _sizes((size,), "normal"))
-    return oarlock.normal(mean, std)
+        return _into(out, oarlock.normal(mean, std, _sizes((size,), "normal")))
+    return _into(out, oarlock.normal(mean, std))
 
 
 def multinomial(input, num_samples, replacement=False, *, generator=None, out=None):
-    _check_out("multinomial", out)
-    return oarlock.multinomial(input, num_samples, replacement=replacement)
+    return _into(out, oarlock.multinomial(input, num_samples, replacement=replacement))
 
 
 def bernoulli(input, p=None, *, generator=None, out=None):
-    _check_out("bernoulli", out)
     probs = input if p is None else oarlock.full(input.shape, p, dtype=input.dtype)
-    return oarlock.bernoulli(probs)
+    return _into(out, oarlock.bernoulli(probs))
 
 
 def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False, out=None, layout=None):
-    _check_out("arange", out)
     if end is None:
         start, end = 0, start
     values = [start, end, step]
     if dtype is None and all(isinstance(v, (builtins.int, np.integer)) for v in values):
         dtype = dtypes.int64
-    return _finish(oarlock.arange(start, end, step, dtype=dtype or dtypes.get_default_dtype()), requires_grad)
+    return _into(out, _finish(oarlock.arange(start, end, step, dtype=dtype or dtypes.get_default_dtype()), requires_grad))
 
 
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False, out=None, layout=None):
-    _check_out("linspace", out)
-    return _finish(oarlock.linspace(start, end, steps, dtype=dtype), requires_grad)
+    return _into(out, _finish(oarlock.linspace(start, end, steps, dtype=dtype), requires_grad))
 
 
 def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False, out=None):
-    _check_out("logspace", out)
-    return _finish(oarlock.logspace(start, end, steps, base=base, dtype=dtype), requires_grad)
+    return _into(out, _finish(oarlock.logspace(start, end, steps, base=base, dtype=dtype), requires_grad))
 
 
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False, out=None, layout=None):
-    _check_out("eye", out)
-    return _finish(oarlock.eye(n, m, dtype=dtype), requires_grad)
+    return _into(out, _finish(oarlock.eye(n, m, dtype=dtype), requires_grad))
 
 
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):

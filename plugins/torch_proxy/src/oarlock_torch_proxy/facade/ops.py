@@ -131,6 +131,26 @@ def clamp(input, min=None, max=None, *, out=None):
     return oarlock.clip(input, min, max)
 
 
+def norm(input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
+    """torch.norm: the vector p-norm over `dim` (all elements when None); "fro" is the 2-norm."""
+    from oarlock_torch_proxy.facade.linalg import vector_norm
+    if dtype is not None:
+        input = input.astype(dtype)
+    if p == "nuc":
+        from oarlock_torch_proxy.missing import not_implemented
+        not_implemented("torch.norm", "with p='nuc'")
+    order = 2 if p in ("fro", None) else p
+    return vector_norm(input.flatten() if dim is None else input, order, dim, keepdim)
+
+
+def clamp_min(input, min):
+    return oarlock.clip(input, min=min)
+
+
+def clamp_max(input, max):
+    return oarlock.clip(input, max=max)
+
+
 def cumprod(input, dim, *, dtype=None, out=None):
     """torch.cumprod as running products (differentiable through zeros, unlike exp(cumsum(log)))."""
     pieces = oarlock.unbind(input, axis=dim)
