@@ -30,7 +30,8 @@ MIB = 1024 * 1024
 
 
 def _shapes_of_one_step(recipe: str, corpus):
-    """[(x rows, in, out)] of every linear call of one training step, the measured peak bytes and seconds."""
+    """[(layer id, x rows, in, out)] of every linear call of one training step, the measured peak bytes and
+    seconds."""
     from oarlock.incubate.fp8 import Fp8Linear
     from oarlock_train.trainer import TrainConfig, Trainer
 
@@ -39,7 +40,7 @@ def _shapes_of_one_step(recipe: str, corpus):
     calls = []
     layers = [m for m in trainer.model.sublayers() if isinstance(m, (Fp8Linear, oarlock.nn.Linear))]
     hooks = [m.register_forward_post_hook(lambda layer, inputs, out: calls.append(
-        (inputs[0].size // layer.in_features, layer.in_features, layer.out_features))) for m in layers]
+        (id(layer), inputs[0].size // layer.in_features, layer.in_features, layer.out_features))) for m in layers]
     if recipe == "bf16":
         model = trainer.model
 
@@ -62,9 +63,9 @@ def _shapes_of_one_step(recipe: str, corpus):
 
 def format_bytes(recipe: str, calls) -> tuple[int, int]:
     """(weight bytes, saved-activation bytes) of the linears under the recipe (see the module docstring)."""
-    weights = {(k, n) for _, k, n in calls}
+    weights = {layer: (k, n) for layer, _, k, n in calls}.values()
     w_elems = sum(k * n for k, n in weights)
-    x_elems = sum(r * k for r, k, _ in calls)
+    x_elems = sum(r * k for _, r, k, _ in calls)
     tiles = sum(-(-k // 128) * -(-n // 128) for k, n in weights)
     if recipe == "float32":
         return 4 * w_elems, 4 * x_elems
@@ -74,7 +75,7 @@ def format_bytes(recipe: str, calls) -> tuple[int, int]:
         from oarlock.incubate.fp8 import DelayedScaling
         history = 3 * DelayedScaling().amax_history_len * 4 if recipe == "delayed" else 0
         return 5 * w_elems + len(weights) * (3 * 4 + history), x_elems + 4 * len(calls)
-    x_blocks = sum(r * -(-k // 128) + k * -(-r // 128) for r, k, _ in calls)
+    x_blocks = sum(r * -(-k // 128) + k * -(-r // 128) for _, r, k, _ in calls)
     return 5 * w_elems + 4 * tiles, 2 * x_elems + 4 * x_blocks
 
 
