@@ -6,10 +6,11 @@ injected through oarlock.distributed.resilience.inject_fault:
   replica vote names it;
 - a faulty matmul on one rank for one step is caught by the replay check: by the vote of 3 ranks, and on a
   2-rank group (no majority) by the known-answer matmul test; with on_detect="rollback" the run goes back to
-  the state before that step's update (equal to a run that dropped it);
+  the state before that step's update (equal to a run that dropped it); a single wrong product in one rank's
+  training forward, gone by the replay, is caught by the replay of that rank's own micro-batch (loss_fn);
 - a nan input and a loss spike on one rank are reported naming that rank and step;
-- 200 clean monitored steps (every check on, replay every 20) raise nothing and end bit-identical to the same
-  training without a monitor (the checks do not disturb training); the 2,000-step run is
+- 200 clean monitored steps (every check on, both replays every 20 steps, dropout on) raise nothing and end
+  bit-identical to the same training without a monitor (the checks do not disturb training); the 2,000-step run is
   plugins/resilience/tests/scripts/sdc_clean_run.py, figures in the README;
 - on_detect="rollback": training goes on and ends bit-identical to a run that dropped the lost step's update,
   with the replicas equal; max_strikes=0 makes the first detection an error of kind "repeated".
@@ -72,6 +73,12 @@ def test_faulty_matmul_is_caught_by_the_replay_vote(results):
     # the fault is armed for step 4 on rank 2, the replay runs every 2 steps
     assert (error["step"], error["ranks"], error["kind"]) == (4, [2], "replay_mismatch")
     assert "disagree with the majority" in error["message"]
+
+
+def test_one_wrong_product_in_training_is_caught_by_the_own_batch_replay(results):
+    error = error_everywhere(results, "matmul_transient")
+    assert (error["step"], error["ranks"], error["kind"]) == (4, [1], "replay_mismatch")
+    assert "own micro-batch gave other gradients than its training step" in error["message"]
 
 
 def test_faulty_matmul_rolls_back_to_the_step_before(results):

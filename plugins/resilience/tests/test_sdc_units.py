@@ -14,7 +14,7 @@ import oarlock.nn as nn
 import oarlock.nn.functional as F
 from oarlock.distributed.resilience import SDCMonitor, SilentDataCorruptionError, inject_fault
 from oarlock_resilience import sdc_fingerprint, sdc_guards, sdc_inject
-from oarlock_resilience.sdc_replay import gradient_fingerprints
+from oarlock_resilience.sdc_replay import gradient_fingerprints, shared_batch_loss
 
 stats = pytest.importorskip("scipy.stats", reason="scipy's median_abs_deviation is the spike threshold's oracle")
 
@@ -116,9 +116,9 @@ def test_flip_bit_matches_numpy():
 
 
 def test_fault_grammar():
-    faults = sdc_inject.parse("bitflip:rank=1,step=5,param=0.weight,bit=3; matmul:rank=0,step=7,delta=0.5")
-    assert [(f.kind, f.rank, f.step, f.param, f.bit, f.delta) for f in faults] == [
-        ("bitflip", 1, 5, "0.weight", 3, 0.01), ("matmul", 0, 7, None, 0, 0.5)]
+    faults = sdc_inject.parse("bitflip:rank=1,step=5,param=0.weight,bit=3; matmul:rank=0,step=7,delta=0.5,calls=2")
+    assert [(f.kind, f.rank, f.step, f.param, f.bit, f.delta, f.calls) for f in faults] == [
+        ("bitflip", 1, 5, "0.weight", 3, 0.01, 0), ("matmul", 0, 7, None, 0, 0.5, 2)]
     for text, part in [("flip:rank=1,step=2", "fault kind"), ("matmul:rank=1", "needs step="),
                        ("bitflip:rank=1,step=2", "param="), ("matmul:rank=1,step=2,param=x", "takes the keys"),
                        ("matmul:rank=x,step=2", "bad value"), ("matmul:rank=1,step", "kind:key=value"),
@@ -135,6 +135,11 @@ def setup(dropout=0.0):
     return model, oarlock.optimizer.AdamW(learning_rate=0.01, parameters=model.parameters())
 
 
+def mse(model, batch):
+    x, y = batch
+    return F.mse_loss(model(x), y)
+
+
 def run(model, opt, steps, monitor=None, nan_at=None, first=1):
     oarlock.seed(1)
     for step in range(first, first + steps):
@@ -142,21 +147,33 @@ def run(model, opt, steps, monitor=None, nan_at=None, first=1):
         x = rng.standard_normal((8, 6)).astype("float32")
         if step == nan_at:
             x[0, 0] = np.nan
-        loss = F.mse_loss(model(oarlock.to_tensor(x)), oarlock.to_tensor(rng.standard_normal((8, 3)).astype("float32")))
+        batch = oarlock.to_tensor(x), oarlock.to_tensor(rng.standard_normal((8, 3)).astype("float32"))
+        loss = mse(model, batch)
         loss.backward()
         if monitor is not None:
-            monitor.record_loss(loss)
+            monitor.record_loss(loss, batch)
         opt.step()
         opt.clear_grad()
     return {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
 
-def test_monitored_training_is_bit_identical_to_unmonitored():
-    model, opt = setup(dropout=0.2)
-    monitor = SDCMonitor(model, opt, interval=1, replay_interval=3)
+def setup_batchnorm():
+    oarlock.seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1D(16), nn.Tanh(), nn.Dropout(0.2), nn.Linear(16, 3))
+    return model, oarlock.optimizer.AdamW(learning_rate=0.01, parameters=model.parameters())
+
+
+@pytest.mark.parametrize("make", [lambda: setup(dropout=0.2), setup_batchnorm], ids=["dropout", "batchnorm"])
+def test_monitored_training_is_bit_identical_to_unmonitored(make):
+    """Replays (shared and own-batch) leave no trace: the dropout stream, BatchNorm's running statistics (moved
+    by a train-mode replay, then put back) and the gradients are as without a monitor."""
+    model, opt = make()
+    monitor = SDCMonitor(model, opt, interval=1, replay_interval=3, loss_fn=mse)
     monitored = run(model, opt, 12, monitor)
     assert monitor.step == 12 and monitor.detections == []
-    plain = run(*setup(dropout=0.2), 12)
+    if make is setup_batchnorm:     # running statistics differ between data-parallel ranks: not compared
+        assert "1.weight" in monitor.names and "1._mean" not in monitor.names
+    plain = run(*make(), 12)
     assert all(np.array_equal(monitored[k], plain[k]) for k in plain)
 
 
@@ -167,15 +184,40 @@ def test_replay_leaves_gradients_and_modes_alone():
     model(x).sum().backward()
     params = model.parameters()
     grads = [p.grad for p in params]
-    first = gradient_fingerprints(model, params, (x,))
-    assert np.array_equal(first, gradient_fingerprints(model, params, (x,)))   # deterministic
+    first = gradient_fingerprints(model, params, shared_batch_loss(model, (x,)))
+    assert np.array_equal(first, gradient_fingerprints(model, params, shared_batch_loss(model, (x,))))
     assert all(p.grad is g for p, g in zip(params, grads))
     assert model.training and model[0].training and not model[2].training
-    custom = gradient_fingerprints(model, params, (x,), replay_fn=lambda m, inp: m(inp).sum())
+    custom = gradient_fingerprints(model, params, shared_batch_loss(model, (x,), lambda m, inp: m(inp).sum()))
     model.clear_gradients()
     model.eval()
     model(x).sum().backward()
     assert np.array_equal(custom, sdc_fingerprint.fingerprints([p.grad for p in params]))
+
+
+@pytest.mark.parametrize("with_loss_fn", [True, False])
+def test_transient_matmul_fault_in_training_needs_the_own_batch_replay(with_loss_fn):
+    """The first matrix product of step 4's training forward is wrong, and nothing after it: only the replay of
+    the rank's own micro-batch against its training gradients sees it (the shared replays agree)."""
+    model, opt = setup(dropout=0.2)
+    with inject_fault("matmul", rank=0, step=4, calls=1):
+        monitor = SDCMonitor(model, opt, replay_interval=2, loss_fn=mse if with_loss_fn else None)
+    if not with_loss_fn:
+        run(model, opt, 6, monitor)
+        assert monitor.detections == [] and monitor.step == 6
+        return
+    with pytest.raises(SilentDataCorruptionError) as info:
+        run(model, opt, 6, monitor)
+    error = info.value
+    assert (error.step, error.ranks, error.kind) == (4, [0], "replay_mismatch")
+    assert "training step" in str(error)
+
+
+def test_faulty_matmul_calls_limits_the_products_hit():
+    a = oarlock.to_tensor(np.eye(3))
+    with sdc_inject.FaultyMatmul(1.0, calls=1):
+        hit, spared = oarlock.matmul(a, a).numpy(), oarlock.matmul(a, a).numpy()
+    assert hit[0, 0] == 3.0 and np.array_equal(spared, np.eye(3))
 
 
 def test_bit_flip_in_one_process_is_caught_at_the_next_step():
@@ -246,6 +288,7 @@ def test_from_env(monkeypatch):
     (dict(on_detect="ignore"), ValueError, "on_detect must be 'raise', 'rollback' or a callable, got 'ignore'"),
     (dict(spike_threshold=0), ValueError, "spike_threshold"),
     (dict(replay_fn=3), TypeError, "replay_fn must be callable"),
+    (dict(loss_fn="mse"), TypeError, "loss_fn must be callable(model, batch) -> loss"),
     (dict(group=[0, 1]), TypeError, "group must be a Group"),
 ])
 def test_bad_arguments(kwargs, error, part):

@@ -9,10 +9,12 @@ OARLOCK_FAULT_INJECT, read when an SDCMonitor is made: faults separated by ";", 
 - bitflip (rank, step, param, bit=0, index=0): right after optimizer step `step` on global rank `rank` (and after
   the monitor's check of that step), bit `bit` of element `index` (flat) of the parameter named `param` flips in
   place, as a memory fault between two steps would.
-- matmul (rank, step, delta=0.01): while global rank `rank` computes step `step` (from the end of step `step`-1's
-  check to the end of step `step`'s check: its forward, backward, update and replay), every result of the
-  matmul, linear and bmm kernels has delta * (1 + |x|) added to its first element: a faulty core. It works by
-  swapping those kernels in the registry (public Registry tables) and restoring them afterwards.
+- matmul (rank, step, delta=0.01, calls=0): while global rank `rank` computes step `step` (from the end of step
+  `step`-1's check to the end of step `step`'s check: its forward, backward, update and replays), the results of
+  the matmul, linear and bmm kernels have delta * (1 + |x|) added to their first element: a faulty core. calls=N
+  perturbs only the first N of those products (N=1: the first product of the step's training forward, gone by
+  the time a replay runs); 0, every one. It works by swapping those kernels in the registry (public Registry
+  tables) and restoring them afterwards.
 
 Faults fire at the step boundaries the monitor counts, so they need a monitor; each fires once.
 """
@@ -30,7 +32,7 @@ from oarlock.plugin_api import array_of, default_registry
 
 ENV = "OARLOCK_FAULT_INJECT"
 MATMUL_OPS = ("matmul", "linear", "bmm")
-_KEYS = {"bitflip": {"rank", "step", "param", "bit", "index"}, "matmul": {"rank", "step", "delta"}}
+_KEYS = {"bitflip": {"rank", "step", "param", "bit", "index"}, "matmul": {"rank", "step", "delta", "calls"}}
 _ACTIVE: list = []   # the faults of the open inject_fault() blocks
 
 
@@ -43,6 +45,7 @@ class Fault:
     bit: int = 0
     index: int = 0
     delta: float = 0.01
+    calls: int = 0
     fired: bool = field(default=False, compare=False)
 
 
@@ -60,11 +63,11 @@ def make_fault(kind: str, what: str, **keys) -> Fault:
         raise ValueError(f"{what}: a bitflip fault needs param= (a parameter name)")
     try:
         fault = Fault(kind, int(keys["rank"]), int(keys["step"]), keys.get("param"), int(keys.get("bit", 0)),
-                      int(keys.get("index", 0)), float(keys.get("delta", 0.01)))
+                      int(keys.get("index", 0)), float(keys.get("delta", 0.01)), int(keys.get("calls", 0)))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{what}: bad value in {keys!r}: {exc}") from None
-    if fault.step < 1 or fault.rank < 0 or fault.bit < 0 or fault.index < 0:
-        raise ValueError(f"{what}: rank, bit and index must be >= 0 and step >= 1, got {keys!r}")
+    if fault.step < 1 or min(fault.rank, fault.bit, fault.index, fault.calls) < 0:
+        raise ValueError(f"{what}: rank, bit, index and calls must be >= 0 and step >= 1, got {keys!r}")
     return fault
 
 
@@ -108,10 +111,11 @@ def flip_bit(tensor, bit: int, index: int) -> None:
 
 
 class FaultyMatmul:
-    """While entered, the matrix-product kernels of the registry return a perturbed first element."""
+    """While entered, the matrix-product kernels of the registry return a perturbed first element (the first
+    `calls` products only, when calls > 0)."""
 
-    def __init__(self, delta: float):
-        self.delta, self.saved = delta, {}
+    def __init__(self, delta: float, calls: int = 0):
+        self.delta, self.saved, self.left = delta, {}, calls if calls > 0 else None
         self._depth = threading.local()   # a kernel may call another matmul kernel: perturb the outermost only
 
     def _perturbed(self, kernel):
@@ -123,8 +127,10 @@ class FaultyMatmul:
                 out = kernel(*args, **kwargs)
             finally:
                 depth.n -= 1
-            if depth.n:
+            if depth.n or self.left == 0:
                 return out
+            if self.left is not None:
+                self.left -= 1
             out = out.copy()
             out.reshape(-1)[0] += delta * (1 + abs(out.reshape(-1)[0]))
             return out

@@ -1,16 +1,18 @@
 """SDCMonitor: online silent-data-corruption checks of a data-parallel training job.
 
-    monitor = SDCMonitor(model, optimizer, interval=1, replay_interval=100)
+    monitor = SDCMonitor(model, optimizer, interval=1, replay_interval=100, loss_fn=loss_fn)
     for batch in data:
         loss = loss_fn(model, batch); loss.backward()
-        monitor.record_loss(loss)          # optional: the loss guards
+        monitor.record_loss(loss, batch)   # optional: the loss guards (and, with loss_fn, the own-batch replay)
         optimizer.step()                   # the monitor checks after every interval-th step
         optimizer.clear_grad()
 
 Given the optimizer, the monitor wraps that optimizer instance's step() (the instance attribute; close()
 removes it). Every check is collective over `group` (default: fleet's data-parallel group after fleet.init(),
 else the world; one process without init_parallel_env() is a group of one) and every rank of the group must hold
-a replica of the same parameters. What it checks, after the `interval`-th step (see sdc_verdict for the order):
+a replica of the same parameters. The parameters checked are the trainable ones (stop_gradient False): the
+others include BatchNorm's running statistics, which data-parallel ranks keep apart by design. What it checks,
+after the `interval`-th step (see sdc_verdict for the order):
 
 - fingerprints of every parameter, all-gathered: replicas must be bit-identical, so the ranks outside the
   majority are named with the first parameter that differs ("replica_mismatch");
@@ -22,7 +24,13 @@ a replica of the same parameters. What it checks, after the `interval`-th step (
   positional arguments, taken from the group's first rank so that all ranks replay the same one) runs forward
   and backward `replays` times on every rank (eval mode, no all-reduce, a fixed random projection of the output
   as the loss unless replay_fn(model, *inputs) -> loss is given); a rank whose own replays differ names itself,
-  and the ranks' gradients must agree (with two ranks a known-answer matmul test decides which one is wrong).
+  and the ranks' gradients must agree (with two ranks a known-answer matmul test decides which one is wrong);
+- with loss_fn(model, batch) -> loss (the training loss of one micro-batch) and the batch given to
+  record_loss(loss, batch), the replay steps also replay each rank's own micro-batch just before the update,
+  with the parameters, modes and random state its training forward had, and compare its gradients with the
+  ones the training backward computed (captured by gradient hooks armed for that step only): a fault that
+  struck the training compute of a rank and was gone by the replay names that rank. With gradient
+  accumulation, pass the last micro-batch; under a GradScaler, loss_fn returns the scaled loss.
 
 On detection (on_detect): "raise" raises SilentDataCorruptionError on every rank of the group. "rollback" restores
 the in-memory snapshot of the last step that passed every check of that step (parameters and optimizer state; one
@@ -54,7 +62,8 @@ from oarlock_resilience import sdc_inject
 from oarlock_resilience.sdc_errors import SilentDataCorruptionError
 from oarlock_resilience.sdc_fingerprint import fingerprints
 from oarlock_resilience.sdc_guards import LossSpikeGuard, first_nonfinite
-from oarlock_resilience.sdc_replay import gradient_fingerprints, known_answer_ok
+from oarlock_resilience.sdc_replay import (TrainingGradients, gradient_fingerprints, known_answer_ok, own_batch_loss,
+                                           shared_batch_loss)
 from oarlock_resilience.sdc_verdict import pack_step, replay_verdict, step_verdict
 from oarlock_xccl import api as dist
 
@@ -82,7 +91,7 @@ class SDCMonitor:
     """See the module docstring. All checks are collective: every rank of the group runs the same steps."""
 
     def __init__(self, model, optimizer=None, group=None, interval=1, *, replay_interval=0, replay_fn=None,
-                 replays=2, loss_window=50, spike_threshold=10.0, on_detect="raise", max_strikes=3):
+                 loss_fn=None, replays=2, loss_window=50, spike_threshold=10.0, on_detect="raise", max_strikes=3):
         if not isinstance(model, oarlock.nn.Layer):
             raise TypeError(f"{_WHAT}(): model must be an oarlock.nn.Layer, got {type(model).__name__}")
         if optimizer is not None and not callable(getattr(optimizer, "step", None)):
@@ -94,6 +103,8 @@ class SDCMonitor:
             raise ValueError(f"{_WHAT}(): on_detect must be 'raise', 'rollback' or a callable, got {on_detect!r}")
         if replay_fn is not None and not callable(replay_fn):
             raise TypeError(f"{_WHAT}(): replay_fn must be callable(model, *inputs) -> loss, got {replay_fn!r}")
+        if loss_fn is not None and not callable(loss_fn):
+            raise TypeError(f"{_WHAT}(): loss_fn must be callable(model, batch) -> loss, got {loss_fn!r}")
         if isinstance(spike_threshold, bool) or not isinstance(spike_threshold, (int, float)) or spike_threshold <= 0:
             raise ValueError(f"{_WHAT}(): spike_threshold must be a number > 0, got {spike_threshold!r}")
         self.interval = _positive_int("interval", interval)
@@ -101,9 +112,9 @@ class SDCMonitor:
         self.replays = _positive_int("replays", replays)
         self.max_strikes = _positive_int("max_strikes", max_strikes, 0)
         self.model, self.optimizer, self.replay_fn, self.on_detect = model, optimizer, replay_fn, on_detect
-        named = list(model.named_parameters())
+        named = [(name, p) for name, p in model.named_parameters() if not p.stop_gradient]
         if not named:
-            raise ValueError(f"{_WHAT}(): the model has no parameters to check")
+            raise ValueError(f"{_WHAT}(): the model has no trainable parameters to check")
         self.names = [name for name, _ in named]
         self.params = [p for _, p in named]
         self.group = group if group is not None else _default_group()
@@ -120,6 +131,8 @@ class SDCMonitor:
         self._changed = -1            # the parameter found changed between steps, until the next check
         self._loss = None
         self._inputs = None           # the forward arguments of the model's last call (for replay)
+        self.loss_fn, self._batch, self._own_diff = loss_fn, None, -1
+        self._training_grads = TrainingGradients(self.params) if loss_fn is not None else None
         self._replaying = False
         self._snapshot = None
         self._faults = sdc_inject.pending_faults()
@@ -166,6 +179,8 @@ class SDCMonitor:
     def _record_inputs(self, layer, inputs):
         if not self._replaying:
             self._inputs = inputs
+            if self._training_grads is not None:
+                self._training_grads.note_forward()
 
     def close(self) -> None:
         """Stops monitoring: the forward hook and the optimizer's wrapped step are removed."""
@@ -173,6 +188,8 @@ class SDCMonitor:
         if self.optimizer is not None and "step" in vars(self.optimizer):
             del self.optimizer.step
         self._disarm()
+        if self._training_grads is not None:
+            self._training_grads.disarm()
 
     # -- the step ------------------------------------------------------------------------------------------------
     def _before_step(self):
@@ -180,6 +197,23 @@ class SDCMonitor:
             now = fingerprints(self.params)
             changed = np.flatnonzero(now != self._baseline[1])
             self._changed = int(changed[0]) if changed.size else -1
+        if self._training_grads is not None and self._training_grads.armed:
+            self._replay_own_batch(*self._training_grads.disarm())
+
+    def _replay_own_batch(self, training: np.ndarray, rng_state):
+        """Replays this rank's micro-batch at the parameters the update is about to use; notes the first
+        gradient that differs from the training backward's (sent with the replay check after the step)."""
+        if self._batch is None or rng_state is None:
+            return
+        self._replaying = True
+        try:
+            replayed = gradient_fingerprints(self.model, self.params,
+                                             own_batch_loss(self.model, self._batch, self.loss_fn, rng_state),
+                                             eval_mode=False)
+        finally:
+            self._replaying = False
+        differs = np.flatnonzero(replayed != training)
+        self._own_diff = int(differs[0]) if differs.size else -1
 
     def _after_step(self):
         self.step += 1
@@ -195,9 +229,11 @@ class SDCMonitor:
             self._flip_bits(self.step)
             self._arm(self.step + 1)
 
-    def record_loss(self, loss) -> None:
-        """The loss of this rank's current step (a Tensor or a number), for the loss guards of the next check."""
+    def record_loss(self, loss, batch=None) -> None:
+        """The loss of this rank's current step (a Tensor or a number), for the loss guards of the next check;
+        batch: what loss_fn(model, batch) needs to compute that loss again (the own-batch replay)."""
         self._loss = float(loss)
+        self._batch = batch
 
     def accept_changes(self) -> None:
         """Call after changing the parameters outside optimizer.step() (loading a checkpoint) on every rank: the
@@ -242,11 +278,14 @@ class SDCMonitor:
         inputs = self._shared(inputs)
         self._replaying = True
         try:
-            runs = [gradient_fingerprints(self.model, self.params, inputs, self.replay_fn) for _ in range(self.replays)]
+            loss = shared_batch_loss(self.model, inputs, self.replay_fn)
+            runs = [gradient_fingerprints(self.model, self.params, loss) for _ in range(self.replays)]
         finally:
             self._replaying = False
         differs = np.flatnonzero(np.any([run != runs[0] for run in runs], axis=0))
-        packet = np.concatenate([runs[0], np.array([int(differs[0]) if differs.size else -1], dtype=np.int64)])
+        trailer = [int(differs[0]) if differs.size else -1, self._own_diff]
+        self._own_diff = -1
+        packet = np.concatenate([runs[0], np.array(trailer, dtype=np.int64)])
         error = replay_verdict(self._gather(packet), self.ranks, self.names, self.step, self._known_answer_vote)
         if error is not None:
             self._detected(error)
@@ -315,10 +354,14 @@ class SDCMonitor:
 
     # -- fault injection (tests only; see sdc_inject) --------------------------------------------------------------
     def _arm(self, step: int):
+        """Readies what watches step `step` while it computes: the training-gradient capture on a replay step,
+        and the injected faulty matmul of that step."""
+        if self._training_grads is not None and self.replay_interval and step % self.replay_interval == 0:
+            self._training_grads.arm()
         for fault in self._faults:
             if fault.kind == "matmul" and not fault.fired and (fault.rank, fault.step) == (self.rank, step):
                 fault.fired = True
-                self._armed = sdc_inject.FaultyMatmul(fault.delta).__enter__()
+                self._armed = sdc_inject.FaultyMatmul(fault.delta, fault.calls).__enter__()
 
     def _disarm(self):
         if self._armed is not None:

@@ -5,7 +5,8 @@ A step check's packet (int64) is the parameters' fingerprints followed by TRAILE
 parameter that changed since the last check without a step (-1: none), of the first non-finite gradient, of
 the first non-finite parameter, the loss verdict's code and the loss itself (float64 bits). A replay packet is
 the replayed gradients' fingerprints followed by the index of the first gradient that differed between this
-rank's own replays (-1: none).
+rank's own replays and the index of the first gradient of the own-batch replay that differed from the training
+backward's (-1: none, or no own-batch replay).
 """
 
 from __future__ import annotations
@@ -83,11 +84,14 @@ def mismatch_verdict(fps: np.ndarray, ranks: list, names: list, step: int, kind:
 
 
 def replay_verdict(gathered: np.ndarray, ranks: list, names: list, step: int, tie_break):
-    """The error the gathered replay packets [ranks, params + 1] show, or None: a rank whose own replays
-    differed names itself; otherwise the replayed gradients of the shared micro-batch must agree across ranks."""
+    """The error the gathered replay packets [ranks, params + 2] show, or None: a rank whose training backward
+    and own-batch replay disagree, or whose shared replays disagree, names itself; otherwise the replayed
+    gradients of the shared micro-batch must agree across ranks."""
     count = len(names)
-    hits = _reported(gathered[:, count:], 0)
-    if hits:
-        return SilentDataCorruptionError(step, [ranks[p] for p, _ in hits], names[hits[0][1]], "replay_mismatch",
-                                         "two replays of the same micro-batch on one rank gave different gradients")
+    for field, what in ((1, "the replay of the rank's own micro-batch gave other gradients than its training step"),
+                        (0, "two replays of the same micro-batch on one rank gave different gradients")):
+        hits = _reported(gathered[:, count:], field)
+        if hits:
+            return SilentDataCorruptionError(step, [ranks[p] for p, _ in hits], names[hits[0][1]],
+                                             "replay_mismatch", what)
     return mismatch_verdict(gathered[:, :count], ranks, names, step, "replay_mismatch", tie_break)

@@ -4,13 +4,14 @@ with reference runs); rank 0 gathers them through raw mpi4py (not the code under
 
     python -m oarlock.cli launch -n 3 sdc_job.py OUT.json [CLEAN_STEPS]
 
-Scenarios: clean (CLEAN_STEPS steps with every check on; final weights bit-identical to the same training
-without a monitor), bitflip (interval 1: caught at the next step by the rank itself), bitflip_interval (interval 3,
-flipped after an unchecked step: caught by the replica vote), matmul (a faulty matmul on one rank for one step,
-caught by the replay vote), matmul_rollback (the same rolled back to the step before), matmul_pair (the same on
-a 2-rank group: no majority, the known-answer test decides), nan (a nan input on one rank), spike (a loss spike
-on one rank), rollback (bit flip rolled back, training goes on; equal to a run that dropped the lost step's
-update), strikes (max_strikes=0: the first detection raises "repeated").
+Scenarios: clean (CLEAN_STEPS steps with every check on, the own-batch replay too; final weights bit-identical to
+the same training without a monitor), bitflip (interval 1: caught at the next step by the rank itself),
+bitflip_interval (interval 3, flipped after an unchecked step: caught by the replica vote), matmul (a faulty matmul
+on one rank for one step, caught by the replay vote), matmul_transient (one wrong product in a training forward:
+caught by the own-batch replay), matmul_rollback (the same rolled back to the step before), matmul_pair (the same on
+a 2-rank group: no majority, the known-answer test decides), nan (a nan input on one rank), spike (a loss spike on
+one rank), rollback (bit flip rolled back, training goes on; equal to a run that dropped the lost step's update),
+strikes (max_strikes=0: the first detection raises "repeated").
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ def batch(step: int, group_rank: int, size: int, spike=False, nan=False):
     return oarlock.to_tensor(x), oarlock.to_tensor(y)
 
 
+def mse(model, batch):
+    """The training loss of a micro-batch (x, y): also SDCMonitor's loss_fn for the own-batch replay."""
+    x, y = batch
+    return F.mse_loss(model(x), y)
+
+
 def train(steps, monitor_args=None, group=None, skip=(), spike=None, nan=None):
     """(error fields or None, final weights as numpy, monitor) of `steps` steps; spike / nan: (rank, step) whose
     batch is bad; skip: steps whose update is dropped after their forward and backward (the reference of a
@@ -62,11 +69,11 @@ def train(steps, monitor_args=None, group=None, skip=(), spike=None, nan=None):
     error = None
     try:
         for step in range(1, steps + 1):
-            x, y = batch(step, me, len(ranks), spike == (dist.get_rank(), step), nan == (dist.get_rank(), step))
-            loss = F.mse_loss(model(x), y)
+            micro = batch(step, me, len(ranks), spike == (dist.get_rank(), step), nan == (dist.get_rank(), step))
+            loss = mse(model, micro)
             loss.backward()
             if monitor is not None:
-                monitor.record_loss(loss)
+                monitor.record_loss(loss, micro)
             if step not in skip:
                 opt.step()
             opt.clear_grad()
@@ -82,7 +89,7 @@ def same(a: dict, b: dict) -> bool:
 
 
 def scenario_clean(steps):
-    error, weights, monitor = train(steps, dict(interval=1, replay_interval=20))
+    error, weights, monitor = train(steps, dict(interval=1, replay_interval=20, loss_fn=mse))
     _, plain, _ = train(steps)
     return {"error": error, "steps": monitor.step, "equal_to_unmonitored": same(weights, plain)}
 
@@ -102,6 +109,15 @@ def scenario_bitflip_interval():
 def scenario_matmul():
     with inject_fault("matmul", rank=2, step=4):
         error, _, _ = train(10, dict(interval=1, replay_interval=2))
+    return {"error": error}
+
+
+def scenario_matmul_transient():
+    """Only the first matrix product of step 4's training forward on rank 1 is wrong: the own-batch replay
+    (loss_fn) sees its gradients differ from the training's; the shared replay alone could not."""
+    # delta 1 makes the product's element positive, so the ReLU after it cannot mask the fault
+    with inject_fault("matmul", rank=1, step=4, calls=1, delta=1.0):
+        error, _, _ = train(6, dict(interval=1, replay_interval=2, loss_fn=mse))
     return {"error": error}
 
 
@@ -157,7 +173,7 @@ def main(out: str, clean_steps: int):
     pair = dist.new_group([0, 1])   # every rank calls new_group, members or not
     scenarios = {"clean": lambda: scenario_clean(clean_steps), "bitflip": scenario_bitflip,
                  "bitflip_interval": scenario_bitflip_interval, "matmul": scenario_matmul,
-                 "matmul_rollback": scenario_matmul_rollback,
+                 "matmul_transient": scenario_matmul_transient, "matmul_rollback": scenario_matmul_rollback,
                  "matmul_pair": lambda: scenario_matmul_pair(pair),
                  "nan": scenario_nan, "spike": scenario_spike, "rollback": scenario_rollback,
                  "strikes": scenario_strikes}
