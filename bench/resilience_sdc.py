@@ -9,9 +9,10 @@ measured without the noise of everything else in the step.
 The GPT: byte vocab 256, width 128, 4 layers, 4 heads, seq 128, batch 16 per rank, AdamW (bench/train_step.py's).
 Run it in one process (a group of one: fingerprints, the self-check and the guards, no all-gather), or under
 `oarlock launch -n 2` for data parallelism (oarlock.DataParallel; adds the all-gather of the fingerprints).
---replay-interval N adds the replay check every N steps (off by default, as in SDCMonitor).
+--replay-interval N adds the replay check every N steps (off by default, as in SDCMonitor); --loss-fn adds the
+own-batch replay to it (the GPT's loss as SDCMonitor's loss_fn).
 
-    python bench/resilience_sdc.py [--interval 1] [--replay-interval 0] [--blocks 6] [--steps 4] [--small]
+    python bench/resilience_sdc.py [--interval 1] [--replay-interval 0] [--loss-fn] [--blocks 6] [--steps 4] [--small]
     python -m oarlock.cli launch -n 2 bench/resilience_sdc.py
 """
 
@@ -52,7 +53,7 @@ def timed_block(model, forward, opt, rows, steps: int, monitor) -> float:
         loss = model.loss(rows, forward=forward)
         loss.backward()
         if monitor is not None:
-            monitor.record_loss(loss)
+            monitor.record_loss(loss, rows)
         opt.step()
         opt.clear_grad()
     return (time.perf_counter() - start) / steps
@@ -82,6 +83,7 @@ def main():
     parser.add_argument("--replay-interval", type=int, default=0)
     parser.add_argument("--blocks", type=int, default=6, help="blocks of each kind (on and off)")
     parser.add_argument("--steps", type=int, default=4, help="steps per block")
+    parser.add_argument("--loss-fn", action="store_true", help="the own-batch replay too (needs --replay-interval)")
     parser.add_argument("--small", action="store_true", help="a tiny GPT (smoke run)")
     args = parser.parse_args()
     from oarlock.distributed.resilience import SDCMonitor
@@ -94,7 +96,9 @@ def main():
     off, on, spent = [], [], [0.0]
     for _ in range(args.blocks):
         off.append(timed_block(model, forward, opt, rows, args.steps, None))
-        monitor = SDCMonitor(forward, opt, interval=args.interval, replay_interval=args.replay_interval)
+        loss_fn = (lambda fwd, batch: model.loss(batch, forward=fwd)) if args.loss_fn else None
+        monitor = SDCMonitor(forward, opt, interval=args.interval, replay_interval=args.replay_interval,
+                             loss_fn=loss_fn)
         clock_hooks(monitor, spent)
         on.append(timed_block(model, forward, opt, rows, args.steps, monitor))
         monitor.close()
@@ -102,8 +106,10 @@ def main():
         return
     off_ms, on_ms = statistics.median(off) * 1e3, statistics.median(on) * 1e3
     hooks_ms = spent[0] / (args.blocks * args.steps) * 1e3
+    replay = f"every {args.replay_interval}" if args.replay_interval else "never"
+    replay += " (with own batch)" if args.loss_fn and args.replay_interval else ""
     print(f"SDCMonitor overhead, GPT {sizes} x {data_parallel_size()} rank(s), interval {args.interval}, "
-          f"replay every {args.replay_interval or 'never'}: off {off_ms:.2f} ms/step, on {on_ms:.2f} ms/step, "
+          f"replay {replay}: off {off_ms:.2f} ms/step, on {on_ms:.2f} ms/step, "
           f"ratio {on_ms / off_ms:.4f} ({(on_ms / off_ms - 1) * 100:+.2f}%); inside the monitor "
           f"{hooks_ms:.2f} ms/step = {hooks_ms / off_ms * 100:.2f}% of the unmonitored step")
 
