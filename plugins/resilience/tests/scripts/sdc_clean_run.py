@@ -1,8 +1,9 @@
-"""The long false-positive run of SDCMonitor (not part of the test suite; its figures are in the README):
-data-parallel training of sdc_job's small MLP (dropout, AdamW) for STEPS steps on every rank of the job with
-every check on (fingerprints after each step, the between-step self-check, a replay of the last micro-batch
-every 20 steps, the loss guards), then the same training without a monitor. Prints, on rank 0, whether any
-check fired and whether the final weights are bit-identical to the unmonitored run's; exits 1 otherwise.
+"""The long false-positive run of SDCMonitor (not part of the test suite; its figures are in the README): data-
+parallel training of sdc_job's small MLP (dropout, AdamW) for STEPS steps on every rank of the job with every
+check on (fingerprints after each step, the between-step self-check, every 20 steps the shared replay and the own-
+batch replay against the training gradients, the loss guards; dropout on), then the same training without a
+monitor. Prints, on rank 0, whether any check fired and whether the final weights are bit-identical to the
+unmonitored run's; exits 1 otherwise.
 
     python -m oarlock.cli launch -n 2 plugins/resilience/tests/scripts/sdc_clean_run.py [STEPS]   (default 2000)
 
@@ -28,7 +29,7 @@ def main(steps: int) -> int:
     if MPI.COMM_WORLD.rank != 0:
         return 0
     clean = all(r == {"error": None, "steps": steps, "equal_to_unmonitored": True} for r in results)
-    print(f"SDCMonitor clean run: {steps} steps x {len(results)} ranks, interval 1, replay every 20 steps: "
+    print(f"SDCMonitor clean run: {steps} steps x {len(results)} ranks, interval 1, both replays every 20 steps: "
           f"{'no detection, final weights bit-identical to the unmonitored run' if clean else results} "
           f"({time.perf_counter() - start:.0f} s for both runs)")
     return 0 if clean else 1

@@ -6,13 +6,12 @@ with reference runs); rank 0 gathers them through raw mpi4py (not the code under
 
 Scenarios: clean (CLEAN_STEPS steps with every check on, the own-batch replay too; final weights bit-identical to
 the same training without a monitor), bitflip (interval 1: caught at the next step by the rank itself),
-bitflip_interval (interval 3, flipped after an unchecked step: caught by the replica vote), matmul (a faulty matmul
-on one rank for one step, caught by the replay vote), matmul_transient (one wrong product in a training forward:
-caught by the own-batch replay), matmul_rollback (the same rolled back to the step before), matmul_pair (the same on
-a 2-rank group: no majority, the known-answer test decides), nan (a nan input on one rank), spike (a loss spike on
-one rank), rollback (bit flip rolled back, training goes on; equal to a run that dropped the lost step's update),
-strikes (max_strikes=0: the first detection raises "repeated").
-"""
+bitflip_interval (interval 3, flipped after an unchecked step: caught by the replica vote), matmul (a faulty
+matmul on one rank for one step, caught by the replay vote), matmul_transient (one wrong product in a training
+forward: caught by the own-batch replay), matmul_rollback (the whole-step fault, rolled back to the step before),
+matmul_pair (the same on a 2-rank group: no majority, the known-answer test decides), nan (a nan input on one
+rank), spike (a loss spike on one rank), rollback (bit flip rolled back, training goes on; equal to a run that
+dropped the lost step's update), strikes (max_strikes=0: the first detection raises "repeated"). """
 
 from __future__ import annotations
 
