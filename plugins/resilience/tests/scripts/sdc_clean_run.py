@@ -1,7 +1,7 @@
-"""The long false-positive run of SDCMonitor (not part of the test suite; its figures are in the README): data-
-parallel training of sdc_job's small MLP (dropout, AdamW) for STEPS steps on every rank of the job with every
-check on (fingerprints after each step, the between-step self-check, every 20 steps the shared replay and the own-
-batch replay against the training gradients, the loss guards; dropout on), then the same training without a
+"""The long false-positive run of SDCMonitor (not part of the test suite; its figures are in the README):
+data-parallel training of sdc_job's small MLP (dropout, AdamW) for STEPS steps on every rank of the job with every
+check on (fingerprints after each step, the between-step self-check, every 20 steps the shared replay and the
+own-batch replay against the training gradients, the loss guards; dropout on), then the same training without a
 monitor. Prints, on rank 0, whether any check fired and whether the final weights are bit-identical to the
 unmonitored run's; exits 1 otherwise.
 
