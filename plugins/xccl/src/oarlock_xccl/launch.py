@@ -27,7 +27,15 @@ oarlock_xccl.rank script.py args...`); this command adds what mpiexec lacks:
   (OARLOCK_LAUNCHER) twice a second, ends its rank (SIGTERM, SIGKILL 2 s later),
   and mpiexec and its proxies exit once their ranks are gone.
 
-Single node only: the ranks reach the launcher through files and FIFOs in a
+* restarts (--max-restarts K, --min-nproc M): a failed job is stopped as above and
+  started again with OARLOCK_RESTART_COUNT set; the script resumes from its checkpoint
+  (oarlock.distributed.resilience). On one node only.
+* several nodes (--nnodes K --node-rank R --master HOST:PORT): one launcher per node,
+  each with its own mpiexec; the ranks join their jobs into one MPI world through a
+  rendezvous served by node 0's launcher (oarlock_xccl.nodes). A node whose rank
+  fails announces it there and the other nodes' launchers stop their ranks.
+
+Each launcher follows its own node's ranks: they reach it through files and FIFOs in a
 local temporary directory, and are followed through this machine's /proc.
 """
 
@@ -45,7 +53,7 @@ import tempfile
 import threading
 import time
 
-from oarlock_xccl import failure, supervisor
+from oarlock_xccl import failure, nodes, supervisor
 from oarlock_xccl.output import FifoError, OutputPump
 from oarlock_xccl.processes import ProcStat, is_alive, job_processes, send_signal
 
@@ -77,7 +85,13 @@ exit status: the exit code of the first rank that failed (128+N for a rank kille
 vanished without any record: mpiexec's, else 1); else mpiexec's; 128+N when the launcher was stopped by signal N
 (130 for Ctrl-C).
 
-The ranks run on this machine: the launch directory must be theirs too.
+With --nnodes K every node runs `oarlock launch --nnodes K --node-rank R --master HOST:PORT -n N SCRIPT ...` (the same
+N, script and master); node 0's launcher serves a rendezvous on HOST:PORT, the K MPI jobs join into one world of K x N
+ranks (node R's ranks are R*N ... R*N+N-1, also in the output prefixes), and a failure on one node stops every node.
+The ranks see OARLOCK_NNODES, OARLOCK_NODE_RANK, OARLOCK_MASTER and OARLOCK_NPROC_PER_NODE. PADDLE_TRAINER_ID,
+PADDLE_TRAINERS_NUM, SLURM_PROCID and SLURM_NTASKS are removed from the ranks' environment: MPI gives the rank.
+
+Each node's ranks run on that node: its launch directory must be theirs too.
 """
 
 BACKEND_ENV = "OARLOCK_COMM_BACKEND"
@@ -87,6 +101,7 @@ RESTART_ENV = "OARLOCK_RESTART_COUNT"
 
 POLL_S = 0.1            # how often the launcher looks at mpiexec and the rank records
 TERM_WAIT_S = 2.0       # between SIGTERM and SIGKILL
+PEER_POLL_S = 0.5       # how often a multi-node launcher asks the rendezvous whether another node failed
 _FORWARDED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
@@ -100,7 +115,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.usage = ("%(prog)s [-h] -n N [--backend {auto,mpi,nccl}] [--timeout SECONDS] [--grace SECONDS] "
-                    "[--max-restarts K [--min-nproc M]] [--mpiexec PATH] SCRIPT [ARGS ...]")
+                    "[--max-restarts K [--min-nproc M]] [--nnodes K --node-rank R --master HOST:PORT] "
+                    "[--mpiexec PATH] SCRIPT [ARGS ...]")
     parser.add_argument("-n", "--nproc", type=int, required=True, metavar="N", help="number of ranks to start")
     from oarlock.registry import default_registry
     backends = ["auto", *sorted(default_registry().comms)]    # every installed library, third-party ones too
@@ -124,6 +140,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="with --max-restarts: restart on fewer ranks when ranks failed (the failed ones are "
                              "left out, then the count is rounded down to a divisor of N so that a global batch "
                              "still splits evenly), never fewer than M; without it every restart uses N ranks")
+    parser.add_argument("--nnodes", type=int, default=1, metavar="K",
+                        help="number of nodes, each running its own `oarlock launch` with the same -n, script and "
+                             "--master (default 1); the world is K x N ranks, node R's ranks being R*N ... R*N+N-1")
+    parser.add_argument("--node-rank", type=int, default=0, metavar="R", help="this node's number, 0 ... K-1")
+    parser.add_argument("--master", metavar="HOST:PORT",
+                        help="with --nnodes > 1: where node 0's launcher serves the rendezvous (a TCP port every "
+                             "node can reach)")
     parser.add_argument("--mpiexec", metavar="PATH",
                         help="the MPI launcher to use (default: mpiexec next to this Python, else on PATH)")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS ...]",
@@ -139,6 +162,22 @@ def run(args: argparse.Namespace) -> int:
     except LaunchError as exc:
         print(exc, file=sys.stderr)
         return 2
+    rendezvous = None
+    if args.nnodes > 1 and args.node_rank == 0:
+        try:
+            rendezvous = nodes.Rendezvous(args.master)
+        except OSError as exc:
+            print(f"oarlock launch: cannot serve the rendezvous on --master {args.master}: {exc}", file=sys.stderr)
+            return 2
+    try:
+        return _run_restarts(args, mpiexec, extra, script, script_args)
+    finally:
+        if rendezvous is not None:
+            rendezvous.close()
+
+
+def _run_restarts(args, mpiexec: str, extra: list, script: str, script_args: list) -> int:
+    """Run the job, and again after a failure while --max-restarts allows; returns the exit status."""
     nproc = args.nproc
     for restart in range(args.max_restarts + 1):
         status, job = _run_once(args, mpiexec, extra, nproc, restart, script, script_args)
@@ -167,7 +206,8 @@ def _run_once(args, mpiexec: str, extra: list, nproc: int, restart: int, script:
         env = _rank_environment(args, directory)
         if args.max_restarts:
             env[RESTART_ENV] = str(restart)
-        job = _Job(command, env, directory, nproc, args.grace)
+        peers = _Peers(args.master, args.node_rank, args.nnodes) if args.nnodes > 1 else None
+        job = _Job(command, env, directory, nproc, args.grace, peers, rank_offset=args.node_rank * nproc)
         try:
             return job.run(), job
         except FifoError as exc:
@@ -205,6 +245,18 @@ def _check_args(args) -> tuple[str, list[str]]:
     if args.min_nproc is not None and not 1 <= args.min_nproc <= args.nproc:
         raise LaunchError(f"oarlock launch: --min-nproc must be a number of ranks in [1, -n {args.nproc}], got "
                           f"{args.min_nproc}")
+    if args.nnodes < 1 or not 0 <= args.node_rank < args.nnodes:
+        raise LaunchError(f"oarlock launch: --nnodes must be >= 1 and --node-rank in [0, --nnodes), got --nnodes "
+                          f"{args.nnodes} --node-rank {args.node_rank}")
+    if args.nnodes > 1:
+        if args.master is None:
+            raise LaunchError(f"oarlock launch: --nnodes {args.nnodes} needs --master HOST:PORT (node 0's address)")
+        try:
+            nodes.parse_master(args.master, "oarlock launch --master")
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
+        if args.max_restarts:
+            raise LaunchError("oarlock launch: --max-restarts works on one node only (--nnodes 1)")
     if not args.grace >= 0:
         raise LaunchError(f"oarlock launch: --grace must be a number of seconds >= 0, got {args.grace:g}")
     script = command[0]
@@ -225,7 +277,18 @@ def _rank_environment(args, directory: str) -> dict[str, str]:
         env[TIMEOUT_ENV] = format(args.timeout, "g")
     if args.debug:
         env[DEBUG_ENV] = "1"
+    for names in world_announced():
+        env.pop(names, None)   # the launcher is the one that starts the ranks now: MPI says rank and size
+    if args.nnodes > 1:
+        env.update({nodes.NNODES_ENV: str(args.nnodes), nodes.NODE_RANK_ENV: str(args.node_rank),
+                    nodes.MASTER_ENV: args.master, nodes.NPROC_ENV: str(args.nproc)})
     return env
+
+
+def world_announced() -> list[str]:
+    """The rank and size variables of other launchers (Paddle's, Slurm's) that must not reach the ranks."""
+    from oarlock_xccl.world import ANNOUNCED
+    return [name for pair in ANNOUNCED for name in pair]
 
 
 def find_mpiexec(explicit: str | None = None) -> str:
@@ -303,9 +366,10 @@ class _Rank:
 class _RankMonitor:
     """Follows the ranks through their records in the launch directory and their pids."""
 
-    def __init__(self, directory: str, nproc: int):
+    def __init__(self, directory: str, nproc: int, rank_offset: int = 0):
         self.directory = directory
         self.nproc = nproc
+        self.rank_offset = rank_offset   # a multi-node launch names the global rank: node rank * N + local
         self.ranks: dict[int, _Rank] = {}
         self.failures: list[Failure] = []
 
@@ -329,7 +393,7 @@ class _RankMonitor:
         for number in ended:
             self.ranks[number].ended = True
         names = set(os.listdir(self.directory))
-        known = {item.rank for item in self.failures}
+        known = {item.rank - self.rank_offset for item in self.failures}
         failed = self._ranks_with(names, failure.FAILED)
         new = [record for record in map(self._read_failure, sorted(failed - known)) if record is not None]
         if detect_deaths and not self.failures:
@@ -338,6 +402,8 @@ class _RankMonitor:
             if not new:
                 finished = exited | failed | self._ranks_with(names, failure.DONE)
                 new = [Failure(number, None, VANISHED) for number in ended if number not in finished]
+        if self.rank_offset:
+            new = [dataclasses.replace(item, rank=item.rank + self.rank_offset) for item in new]
         new.sort(key=lambda item: (item.time is None, item.time or 0.0))
         self.failures.extend(new)
         return new
@@ -378,12 +444,17 @@ class _RankMonitor:
 class _Job:
     """One mpiexec run: start it, watch it, stop it, and say how it went."""
 
-    def __init__(self, command: list[str], env: dict[str, str], directory: str, nproc: int, grace: float):
+    def __init__(self, command: list[str], env: dict[str, str], directory: str, nproc: int, grace: float,
+                 peers: _Peers | None = None, rank_offset: int = 0):
         self.command = command
         self.env = env
         self.grace = grace
+        self.peers = peers          # the other nodes of a multi-node launch
+        self.remote_failure: str | None = None
         self.pump = OutputPump(directory, nproc)
-        self.monitor = _RankMonitor(directory, nproc)
+        if rank_offset:   # the prefixes show global ranks: this node's are rank_offset ... rank_offset + nproc - 1
+            self.pump.fifos = [(rank + rank_offset, stream, path) for rank, stream, path in self.pump.fifos]
+        self.monitor = _RankMonitor(directory, nproc, rank_offset)
         self.proc: subprocess.Popen | None = None
         self.signals: list[int] = []
         self.stopped = False   # the launcher ended the job (rather than mpiexec exiting by itself)
@@ -416,6 +487,12 @@ class _Job:
                 break
             if self.monitor.failures and deadline is None:
                 deadline = time.monotonic() + self.grace
+            elif self.peers is not None and not self.monitor.failures:
+                self.remote_failure = self.peers.failed_elsewhere()
+                if self.remote_failure is not None:
+                    print(f"oarlock launch: {self.remote_failure}; stopping this node's ranks", file=sys.stderr,
+                          flush=True)
+                    break
             if deadline is not None and time.monotonic() >= deadline:
                 break
             time.sleep(POLL_S)
@@ -428,6 +505,8 @@ class _Job:
         if not failures or failures[0] is not self.monitor.failures[0]:
             return
         first = failures[0]
+        if self.peers is not None:   # the other nodes stop their ranks too
+            self.peers.report(first.describe())
         tail = "; stopping the other ranks" if running else ""
         print(f"oarlock launch: {first.describe()}{tail}", file=sys.stderr, flush=True)
         if first.time is None and len(failures) > 1:
@@ -472,6 +551,16 @@ class _Job:
         # (when mpiexec ended by itself) by any rank
         self._note(self.monitor.poll(detect_deaths=not self.stopped), running=False)
 
+    def _remote_cause(self, failures: list[Failure]) -> str | None:
+        """In a multi-node launch, the failure another node reported when it explains this node's: none of
+        this node's ranks raised (their deaths follow, e.g. from MPI_Abort across the joined world)."""
+        if self.peers is None or self.remote_failure is not None and not failures:
+            return self.remote_failure
+        if not failures or any(item.ending.startswith("failed") for item in failures):
+            return None
+        remote = self.peers.failed_elsewhere(wait=True)
+        return remote if remote is not None and " failed (" in remote else None
+
     def _processes(self) -> dict[int, ProcStat]:
         root = self.proc.pid if self.proc.poll() is None else None
         return job_processes(root, self.monitor.sessions() | {self.proc.pid})
@@ -488,11 +577,18 @@ class _Job:
 
     def _exit_status(self) -> int:
         failures = self.monitor.failures
+        remote = self._remote_cause(failures)
+        if remote is not None:
+            print(f"oarlock launch: the job failed on another node: {remote}; this node's ranks ended with it",
+                  file=sys.stderr)
+            return 1
         if failures:
             ranks = "; ".join(item.describe() for item in failures)
             print(f"oarlock launch: {len(failures)} of {self.monitor.nproc} rank(s) failed: {ranks}", file=sys.stderr)
         if self.signals:
             return 128 + self.signals[0]
+        if self.remote_failure is not None and not failures:
+            return 1
         returncode = self.proc.returncode if self.proc is not None else None
         if failures:
             code = failures[0].exit_code
@@ -508,6 +604,40 @@ class _Job:
             print(f"oarlock launch: mpiexec exited with status {returncode} without a rank reporting a failure",
                   file=sys.stderr)
         return returncode
+
+
+class _Peers:
+    """The other nodes of a multi-node launch, through the rendezvous: a failure here is announced there
+    (key "abort/R"), and one announced there stops this node's ranks (looked up every PEER_POLL_S)."""
+
+    def __init__(self, master: str, node_rank: int, nnodes: int):
+        self.master, self.node_rank, self.nnodes = master, node_rank, nnodes
+        self.next_look = 0.0
+
+    def report(self, description: str) -> None:
+        nodes.put(self.master, f"{nodes.ABORT_KEY}/{self.node_rank}", f"node {self.node_rank}: {description}")
+
+    def failed_elsewhere(self, wait: bool = False) -> str | None:
+        """Another node's failure, if one was reported (a rank's error before a mere death); wait=True asks
+        now and gives the other launchers PEER_POLL_S to report (they notice a rank's record within POLL_S)."""
+        now = time.monotonic()
+        if wait:
+            deadline = now + PEER_POLL_S
+            while (reason := self._look()) is None and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+            return reason
+        if now < self.next_look:
+            return None
+        self.next_look = now + PEER_POLL_S
+        return self._look()
+
+    def _look(self) -> str | None:
+        reasons = [reason for node in range(self.nnodes) if node != self.node_rank
+                   and (reason := nodes.get(self.master, f"{nodes.ABORT_KEY}/{node}")) is not None]
+        if not reasons:
+            return None
+        errors = [reason for reason in reasons if ": rank " in reason and " failed (" in reason]
+        return f"{(errors or reasons)[0]} (reported by that node's launcher)"
 
 
 def _signal_name(number: int) -> str:

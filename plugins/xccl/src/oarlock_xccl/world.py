@@ -5,6 +5,11 @@ MPI is the bootstrap transport for every backend (NCCL's unique ids travel over
 it too), so it starts with the first process group. Two duplicates of
 COMM_WORLD keep the plugin's messages apart from the user's: one for
 bootstrapping communicators, one for the collective watchdog.
+
+The rank and world are MPI's: whatever started the ranks (`oarlock launch`, `mpiexec -hostfile`, srun
+with an MPI built for Slurm's PMI) told MPI. A multi-node `oarlock launch --nnodes` joins the nodes'
+jobs first (oarlock_xccl.nodes). A process MPI started alone while PADDLE_TRAINER_ID /
+PADDLE_TRAINERS_NUM or SLURM_PROCID / SLURM_NTASKS announce a larger world is an error.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ def start():
     if MPI is not None:
         return MPI
     from mpi4py import MPI as mpi
+    from oarlock_xccl import nodes
+    nodes.join(mpi)            # `oarlock launch --nnodes`: the nodes' jobs become one MPI.COMM_WORLD
+    _check_announced(mpi.COMM_WORLD)
     MPI = mpi
     _bootstrap = mpi.COMM_WORLD.Dup()
     _watchdog = mpi.COMM_WORLD.Dup()
@@ -34,6 +42,35 @@ def start():
     atexit.register(_exit_hook)
     _install_excepthook()
     return mpi
+
+
+# (rank, world size) variables of launchers that start ranks without telling MPI: Paddle's and Slurm's
+ANNOUNCED = (("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM"), ("SLURM_PROCID", "SLURM_NTASKS"))
+
+
+def announced() -> tuple[int, int, str] | None:
+    """(rank, world size, "NAME=value, NAME=value") that Paddle's or Slurm's launcher put in the
+    environment (the first pair set), or None."""
+    for rank_name, size_name in ANNOUNCED:
+        rank, size = os.environ.get(rank_name, "").strip(), os.environ.get(size_name, "").strip()
+        if rank.isdigit() and size.isdigit():
+            return int(rank), int(size), f"{rank_name}={rank}, {size_name}={size}"
+    return None
+
+
+def _check_announced(comm) -> None:
+    """A process that MPI started alone while Paddle's or Slurm's variables announce a world of several
+    ranks fails here instead of training by itself without a word. When MPI's own launcher started
+    several ranks it is the authority (under `mpiexec` in a Slurm allocation, SLURM_PROCID names the
+    node's proxy, not the rank)."""
+    found = announced()
+    if found is None or comm.size > 1 or found[1] <= 1:
+        return
+    rank, size, names = found
+    raise RuntimeError(f"init_parallel_env(): the environment says this process is rank {rank} of {size} "
+                       f"({names}), but MPI started it alone (a world of 1). Start the ranks with an MPI "
+                       f"launcher: `oarlock launch -n N` (one per node with --nnodes/--node-rank/--master), "
+                       f"`mpiexec -hostfile FILE -n N`, or srun with an MPI built for Slurm's PMI")
 
 
 def _count_local_ranks(mpi) -> None:

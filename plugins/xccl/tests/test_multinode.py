@@ -1,0 +1,98 @@
+"""Multi-node launch on one machine: two `oarlock launch --nnodes 2 --node-rank R --master HOST:PORT -n 2`
+launchers act as two nodes (two separate mpiexec jobs joined into one MPI world through node 0's
+rendezvous and MPI_Comm_connect/accept).
+
+- examples/hybrid_gpt.py (dp 2 x mp 2) on the two nodes gives every step's loss of one `-n 4` launcher.
+- A rank failing on node 1 stops node 0's ranks too: both launchers end, naming global rank 3.
+- A process started alone while PADDLE_TRAINER_ID / PADDLE_TRAINERS_NUM announce 2 ranks fails in
+  init_parallel_env with a clear error instead of training alone.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mpi4py")
+
+from oarlock_xccl import launch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+GPT = ROOT / "examples" / "hybrid_gpt.py"
+FAIL = Path(__file__).parent / "scripts" / "multinode_fail.py"
+LAUNCH = [sys.executable, "-m", "oarlock.cli", "launch"]
+GPT_ARGS = ["--dp", "2", "--mp", "2", "--steps", "4", "--seed", "3"]
+
+
+def environment() -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("OARLOCK_LAUNCH", "OARLOCK_NODE",
+                                                                     "OARLOCK_NNODES", "OARLOCK_MASTER"))}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def two_nodes(script, *args, timeout=180):
+    """Run `script args` as two nodes of 2 ranks; returns the two launchers' CompletedProcess-like results."""
+    master = f"127.0.0.1:{free_port()}"
+    procs = [subprocess.Popen([*LAUNCH, "--nnodes", "2", "--node-rank", str(node), "--master", master, "-n", "2",
+                               "--grace", "1", str(script), *map(str, args)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=environment(), cwd=ROOT)
+             for node in (0, 1)]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=timeout)
+        results.append((proc.returncode, out, err))
+    return results
+
+
+def test_two_launchers_train_like_one(tmp_path):
+    single = tmp_path / "single.json"
+    done = subprocess.run([*LAUNCH, "-n", "4", str(GPT), *GPT_ARGS, "--json", str(single)], capture_output=True,
+                          text=True, timeout=180, env=environment(), cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    split = tmp_path / "nodes.json"
+    (rc0, out0, err0), (rc1, out1, err1) = two_nodes(GPT, *GPT_ARGS, "--json", split)
+    assert rc0 == 0 and rc1 == 0, f"{err0[-2000:]}\n{err1[-2000:]}"
+    assert json.loads(split.read_text())["layout"]["world"] == 4
+    want, got = json.loads(single.read_text())["losses"], json.loads(split.read_text())["losses"]
+    assert len(got) == 4 and got == want
+
+
+def test_failure_on_one_node_stops_the_other():
+    (rc0, out0, err0), (rc1, out1, err1) = two_nodes(FAIL, 3, timeout=60)
+    # the prefixes and the joined world are global (the others may be ended by the failure before printing)
+    assert "[rank 3] rank 3 of 4 sum 6" in out1
+    assert rc1 == 1 and "rank 3 failed (exit code 1): ValueError: boom on rank 3" in err1, err1[-2000:]
+    assert rc0 == 1 and "node 1: rank 3 failed (exit code 1): ValueError: boom on rank 3" in err0, err0[-2000:]
+
+
+def test_alone_while_paddle_env_announces_two_ranks():
+    env = dict(environment(), PADDLE_TRAINER_ID="1", PADDLE_TRAINERS_NUM="2")
+    done = subprocess.run([sys.executable, "-c", "import oarlock.distributed as d; d.init_parallel_env()"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode != 0
+    assert ("init_parallel_env(): the environment says this process is rank 1 of 2 (PADDLE_TRAINER_ID=1, "
+            "PADDLE_TRAINERS_NUM=2), but MPI started it alone") in done.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--nnodes", "2"], "--nnodes 2 needs --master HOST:PORT"),
+    (["--nnodes", "2", "--node-rank", "2", "--master", "h:1"], "--node-rank in [0, --nnodes), got --nnodes 2 "
+                                                                "--node-rank 2"),
+    (["--nnodes", "2", "--master", "nohost"], "expected HOST:PORT (e.g. 10.0.0.1:29500), got 'nohost'"),
+    (["--nnodes", "2", "--master", "h:1", "--max-restarts", "1"], "--max-restarts works on one node only"),
+])
+def test_bad_arguments(args, message, capsys):
+    import argparse
+    parser = argparse.ArgumentParser()
+    launch.configure(parser)
+    assert launch.run(parser.parse_args(["-n", "2", *args, str(FAIL)])) == 2
+    assert message in capsys.readouterr().err
