@@ -213,6 +213,15 @@ def test_transient_matmul_fault_in_training_needs_the_own_batch_replay(with_loss
     assert "training step" in str(error)
 
 
+def test_faults_from_the_environment(monkeypatch):
+    monkeypatch.setenv("OARLOCK_FAULT_INJECT", "bitflip:rank=0,step=2,param=0.weight,bit=31,index=4")
+    model, opt = setup()
+    monitor = SDCMonitor(model, opt)
+    with pytest.raises(SilentDataCorruptionError) as info:
+        run(model, opt, 5, monitor)
+    assert (info.value.step, info.value.parameter, info.value.kind) == (3, "0.weight", "changed_between_steps")
+
+
 def test_faulty_matmul_calls_limits_the_products_hit():
     a = oarlock.to_tensor(np.eye(3))
     with sdc_inject.FaultyMatmul(1.0, calls=1):

@@ -36,8 +36,8 @@ def projection_loss(output):
     if not isinstance(output, oarlock.Tensor):
         raise TypeError(f"SDCMonitor replay: the model's output must be a Tensor (or a tuple starting with one) "
                         f"for the default projection loss, got {type(output).__name__}; pass replay_fn=")
-    weights = np.random.default_rng(_PROJECTION_SEED).standard_normal(output.shape)
-    return (output * oarlock.to_tensor(weights.astype(output.numpy().dtype))).sum()
+    weights = oarlock.to_tensor(np.random.default_rng(_PROJECTION_SEED).standard_normal(output.shape))
+    return (output * weights.astype(output.dtype).to(output.place)).sum()
 
 
 def gradient_fingerprints(model, params, loss_closure, eval_mode: bool = True) -> np.ndarray:
