@@ -81,6 +81,15 @@ def test_python_autograd_rule(job):
     np.testing.assert_allclose(a["cube_grad"], 3 * a["x"] ** 2, rtol=1e-12)
 
 
+def test_inplace_op_and_its_inplace_gradient(job):
+    first, a, _ = job
+    assert first["inplace_returns_input"]
+    np.testing.assert_allclose(a["inplace_values"], 3.0 * a["x"], rtol=1e-12)
+    w = np.random.default_rng(1).standard_normal(a["x"].shape)   # the job's weights
+    np.testing.assert_allclose(a["inplace_grad"], 3.0 * w + 18.0 * a["x"], rtol=1e-12)
+    assert "leaf Tensor that requires grad" in first["error_inplace_leaf"]
+
+
 def test_second_load_hits_the_cache(job):
     first, _, second = job
     print(f"\nfirst load (compile): {first['load_seconds']:.3f} s; second load, new process (cache): "
@@ -94,8 +103,8 @@ def test_second_load_hits_the_cache(job):
 def test_registered_as_op_public_name_and_plugin(job):
     first, _, _ = job
     assert first["op_library"] and first["public_name"]
-    # 5 forward ops + 2 gradient ops + 1 second-order gradient op, each one CPU kernel
-    assert first["plugin_kernels"] == 8
+    # 6 forward ops + 3 gradient ops + 1 second-order gradient op, each one CPU kernel
+    assert first["plugin_kernels"] == 10
 
 
 def test_zero_copy(job):

@@ -87,8 +87,16 @@ class Library:
     @staticmethod
     def _check(meta) -> list:
         op = meta["name"]
-        if meta["inplace"]:
-            raise NotImplementedError(f"custom op {op!r}: SetInplaceMap is not supported by oarlock yet")
+        inplace = meta["inplace"]
+        if any("@VECTOR" in name for name in inplace):
+            raise NotImplementedError(f"custom op {op!r}: in-place vector inputs (SetInplaceMap of paddle::Vec) are "
+                                      f"not supported by oarlock yet")
+        if meta["level"] == 0 and inplace and (len(inplace) > 1 or len(meta["outputs"]) > 1):
+            raise NotImplementedError(f"custom op {op!r}: oarlock runs an in-place custom op with one in-place input "
+                                      f"and one output; this one maps {inplace} with outputs {meta['outputs']}")
+        unknown = [f"{k}->{v}" for k, v in inplace.items() if k not in meta["inputs"] or v not in meta["outputs"]]
+        if unknown:
+            raise ValueError(f"custom op {op!r}: SetInplaceMap pairs {unknown} name no input/output of the op")
         if any("@VECTOR" in o for o in meta["outputs"]):
             raise NotImplementedError(f"custom op {op!r}: vector outputs (paddle::Vec) are not supported by oarlock "
                                       f"yet")
@@ -114,6 +122,8 @@ class Library:
             options.update(grad=rule, saves=tuple(saves))
         elif grad_meta is not None:
             options.update(self._cpp_rule(ops, meta, grad_meta, level))
+        if level == 0 and meta["inplace"]:     # the kernel writes into that input; the call returns it
+            options["inplace"] = param_name(next(iter(meta["inplace"])))
         if level > 0 or not public:
             options["internal"] = True
         doc = (f"Custom C++ operator {op!r}{' (gradient)' * level} from {self.path.name}: inputs "
@@ -127,13 +137,25 @@ class Library:
         lib, index = self.lib, meta["index"]
         kinds = ["list" if "@VECTOR" in d else "optional" if "@OPTIONAL" in d else "one" for d in meta["inputs"]]
         n_in = len(kinds)
+        written = [k for k, d in enumerate(meta["inputs"]) if d in meta["inplace"]]
+        # an in-place forward op writes into its input (copied back when it had to be made contiguous); a
+        # gradient op's in-place input is the incoming gradient, which others may hold: it gets a copy
+        forward = meta["level"] == 0
 
         def kernel(xp, *args, **values):
             groups = [list(a) if kind == "list" else [] if a is None else [a] for kind, a in zip(kinds, args[:n_in])]
+            targets = {}
+            for k in written:
+                given = groups[k][0]
+                groups[k] = [xp.ascontiguousarray(given) if forward else xp.array(given, copy=True, order="C")]
+                targets[k] = given
             keep, structs = [], []
             for name, _, how in attrs:
                 structs.append(_attr(op_name, name, how, values[name], keep))
             outs = abi.run(lib, index, op_name, groups, structs, xp)
+            for k, given in targets.items():
+                if forward and groups[k][0] is not given:
+                    given[...] = groups[k][0]
             return outs[0] if len(outs) == 1 else tuple(outs)
         kernel.__name__ = kernel.__qualname__ = f"{op_name}_cpp_kernel"
         return kernel
@@ -178,7 +200,7 @@ class Library:
 
         def rule(ctx, *grads):
             import oarlock
-            saved = ctx.saved
+            saved = ctx.saved if saves else ()   # a node that saved nothing has no save plan
             args = []
             for kind, k in plan:
                 if kind == "saved":

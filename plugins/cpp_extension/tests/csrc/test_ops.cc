@@ -130,3 +130,22 @@ PD_BUILD_OP(test_identity).Inputs({"X"}).Outputs({"Out"}).SetKernelFn(PD_KERNEL(
 
 std::vector<paddle::Tensor> CubeForward(const paddle::Tensor& x) { return {x * x * x}; }
 PD_BUILD_OP(test_cube).Inputs({"X"}).Outputs({"Out"}).SetKernelFn(PD_KERNEL(CubeForward));
+
+// in place: x *= factor, the call returns x; the gradient op scales the incoming gradient in place as well
+void ScaleInplace(paddle::Tensor& x, float factor) {  // NOLINT: Paddle's in-place kernels take Tensor&
+  PD_DISPATCH_FLOATING_TYPES(x.type(), "scale_inplace", ([&] {
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<data_t>()[i] *= factor;
+  }));
+}
+PD_BUILD_OP(test_scale_inplace)
+    .Inputs({"X"})
+    .Outputs({"Out"})
+    .Attrs({"factor: float"})
+    .SetInplaceMap({{"X", "Out"}})
+    .SetKernelFn(PD_KERNEL(ScaleInplace));
+PD_BUILD_GRAD_OP(test_scale_inplace)
+    .Inputs({paddle::Grad("Out")})
+    .Outputs({paddle::Grad("X")})
+    .Attrs({"factor: float"})
+    .SetInplaceMap({{paddle::Grad("Out"), paddle::Grad("X")}})
+    .SetKernelFn(PD_KERNEL(ScaleInplace));

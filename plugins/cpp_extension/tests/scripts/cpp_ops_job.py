@@ -104,6 +104,17 @@ def main(build_dir, report, cache_only=False):
     (gc,) = oarlock.grad([ops.test_cube(xc).sum()], [xc])
     arrays["cube_grad"] = gc.numpy()
 
+    # in place: the call returns its input, written; the gradient op runs on a copy of the incoming gradient,
+    # which the loss's other term also receives
+    xs_in = oarlock.to_tensor(x64)
+    result["inplace_returns_input"] = ops.test_scale_inplace(xs_in, 3.0) is xs_in
+    arrays["inplace_values"] = xs_in.numpy()
+    leaf = oarlock.to_tensor(x64, stop_gradient=False)
+    scaled = ops.test_scale_inplace(leaf * 1.0, 3.0)
+    (g_in,) = oarlock.grad([(scaled * oarlock.to_tensor(w)).sum() + (scaled * scaled).sum()], [leaf])
+    arrays["inplace_grad"] = g_in.numpy()
+    result["error_inplace_leaf"] = error_of(lambda: ops.test_scale_inplace(leaf, 2.0))
+
     # zero copy: an input returned as is is the same memory; outputs are views of C++-allocated memory
     xi = oarlock.to_tensor(x64)
     same = ops.test_identity(xi)

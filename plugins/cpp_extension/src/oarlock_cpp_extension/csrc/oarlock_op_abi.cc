@@ -178,15 +178,28 @@ OARLOCK_ABI oarlock_result* oarlock_op_run(int index, const oarlock_tensor* tens
     ctx.outputs.resize(meta.outputs.size());
     meta.kernel(&ctx);
     auto* result = new oarlock_result();
-    if (!ctx.returned) {
-      // in-place outputs are the inputs mapped to them; the others were written through Tensor*
-      for (size_t o = 0; o < meta.outputs.size(); ++o)
-        for (size_t k = 0; k < meta.inputs.size(); ++k) {
-          auto it = meta.inplace.find(meta.inputs[k]);
-          if (it != meta.inplace.end() && it->second == meta.outputs[o]) ctx.outputs[o] = ctx.inputs[k][0];
-        }
+    if (ctx.returned && ctx.outputs.size() == meta.outputs.size()) {
+      result->outputs = std::move(ctx.outputs);
+      return result;
     }
-    result->outputs = std::move(ctx.outputs);
+    // an in-place output is the input mapped to it; the others come, in order, from the returned tensors or
+    // the Tensor* arguments
+    size_t next = 0;
+    for (const auto& name : meta.outputs) {
+      int source = -1;
+      for (size_t k = 0; k < meta.inputs.size(); ++k) {
+        auto it = meta.inplace.find(meta.inputs[k]);
+        if (it != meta.inplace.end() && it->second == name) source = static_cast<int>(k);
+      }
+      if (source >= 0) {
+        result->outputs.push_back(ctx.inputs[static_cast<size_t>(source)][0]);
+      } else if (next < ctx.outputs.size()) {
+        result->outputs.push_back(ctx.outputs[next++]);
+      } else {
+        delete result;
+        PD_THROW("operator ", meta.name, " declares output ", name, " but its kernel gave no tensor for it");
+      }
+    }
     return result;
   } catch (const std::exception& e) {
     last_error = e.what();

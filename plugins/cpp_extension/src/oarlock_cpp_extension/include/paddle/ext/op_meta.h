@@ -138,6 +138,12 @@ struct KernelImpl<Return (*)(Args...), fn> {
       Helper<Tail...>::template Run<in + 1, attr, out>(ctx, std::forward<Prev>(prev)..., ctx->inputs[in]);
     }
   };
+  template <typename... Tail> struct Helper<std::vector<Tensor>&, Tail...> {
+    template <int in, int attr, int out, typename... Prev>
+    static void Run(KernelContext* ctx, Prev&&... prev) {
+      Helper<Tail...>::template Run<in + 1, attr, out>(ctx, std::forward<Prev>(prev)..., ctx->inputs[in]);
+    }
+  };
   template <typename... Tail> struct Helper<const paddle::optional<Tensor>&, Tail...> {
     template <int in, int attr, int out, typename... Prev>
     static void Run(KernelContext* ctx, Prev&&... prev) {

@@ -68,6 +68,9 @@ inline Place ToPlace(PlaceType t) {
          : t == PlaceType::kCPU ? Place(AllocationType::CPU, 0) : Place();
 }
 
+inline bool operator==(const Place& p, PlaceType t) { return p == ToPlace(t); }
+inline bool operator!=(const Place& p, PlaceType t) { return !(p == t); }
+
 class CPUPlace : public Place {
  public:
   CPUPlace() : Place(AllocationType::CPU, 0) {}
