@@ -57,11 +57,11 @@ from collections import Counter
 import numpy as np
 
 import oarlock
-from oarlock.plugin_api import array_of, wrap
 from oarlock_resilience import sdc_inject
 from oarlock_resilience.sdc_errors import SilentDataCorruptionError
 from oarlock_resilience.sdc_fingerprint import fingerprints
 from oarlock_resilience.sdc_guards import LossSpikeGuard, first_nonfinite
+from oarlock_resilience.sdc_snapshot import Snapshot
 from oarlock_resilience.sdc_replay import (TrainingGradients, gradient_fingerprints, known_answer_ok, own_batch_loss,
                                            shared_batch_loss)
 from oarlock_resilience.sdc_verdict import pack_step, replay_verdict, step_verdict
@@ -145,7 +145,7 @@ class SDCMonitor:
         if optimizer is not None:
             self._wrap(optimizer)
         if on_detect == "rollback":
-            self._snapshot = self._take_snapshot()
+            self._snapshot = Snapshot(self.params, optimizer)
         self._arm(1)
 
     @classmethod
@@ -328,7 +328,7 @@ class SDCMonitor:
             raise SilentDataCorruptionError(error.step, repeated, error.parameter, "repeated",
                                             f"named {dict(self.strikes)} times (max_strikes={self.max_strikes}); "
                                             f"last: {error}")
-        self._restore_snapshot()
+        self._snapshot.restore()
         good = [r for r in self.ranks if r not in error.ranks]
         if good and len(self.ranks) > 1:
             for p in self.params:   # the excluded replicas are overwritten by the first good one
@@ -338,19 +338,7 @@ class SDCMonitor:
 
     def _keep_snapshot(self):
         if self.on_detect == "rollback":
-            self._snapshot = self._take_snapshot()
-
-    def _take_snapshot(self):
-        state = None if self.optimizer is None else _host_copy(self.optimizer.state_dict())
-        return [array_of(p).copy() for p in self.params], state
-
-    def _restore_snapshot(self):
-        arrays, state = self._snapshot
-        with oarlock.no_grad():
-            for p, array in zip(self.params, arrays):
-                p.set_value(wrap(array.copy(), p.place))
-        if state is not None:
-            self.optimizer.set_state_dict(_tensor_copy(state))
+            self._snapshot = Snapshot(self.params, self.optimizer)
 
     # -- fault injection (tests only; see sdc_inject) --------------------------------------------------------------
     def _arm(self, step: int):
@@ -374,24 +362,3 @@ class SDCMonitor:
                 fault.fired = True
                 sdc_inject.flip_bit(self.params[self.names.index(fault.param)], fault.bit, fault.index)
 
-
-def _host_copy(value):
-    """A deep copy of a state dict whose Tensors become numpy arrays (or device-array copies)."""
-    if isinstance(value, oarlock.Tensor):
-        return ("tensor", array_of(value).copy(), value.place)
-    if isinstance(value, dict):
-        return {k: _host_copy(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_host_copy(v) for v in value)
-    return value
-
-
-def _tensor_copy(value):
-    """The state dict _host_copy copied, with fresh Tensors."""
-    if isinstance(value, tuple) and len(value) == 3 and value[0] == "tensor":
-        return wrap(value[1].copy(), value[2])
-    if isinstance(value, dict):
-        return {k: _tensor_copy(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_tensor_copy(v) for v in value)
-    return value
