@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 
 import numpy as np
 
@@ -50,6 +51,7 @@ def main() -> int:
     parser.add_argument("--kill-rank", type=int, default=1)
     parser.add_argument("--delete-dir", action="store_true")
     parser.add_argument("--mirror")
+    parser.add_argument("--hidden", type=int, default=32, help="hidden width (bench/resilience_restart.py: larger)")
     parser.add_argument("--dropout", type=float, default=0.2,
                         help="0 makes the losses independent of the number of ranks (the 4 -> 2 restart)")
     args = parser.parse_args()
@@ -58,17 +60,22 @@ def main() -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     restart = int(os.environ.get("OARLOCK_RESTART_COUNT", "0"))
     paddle.seed(0)
-    model = nn.Sequential(nn.Linear(FEATURES, 32), nn.ReLU(), nn.Dropout(args.dropout), nn.Linear(32, CLASSES))
+    model = nn.Sequential(nn.Linear(FEATURES, args.hidden), nn.ReLU(), nn.Dropout(args.dropout),
+                          nn.Linear(args.hidden, CLASSES))
     optimizer = paddle.optimizer.AdamW(learning_rate=0.01, parameters=model.parameters())
     paddle.seed(100 + rank)   # per-rank dropout
     model_state = model.sharded_state_dict()
     state = {"model": model_state, "opt": optimizer.sharded_state_dict(model_state)}
+    began = time.perf_counter()
     start = resilience.resume(state, args.ckpt, mirror=args.mirror)
+    resume_s = time.perf_counter() - began
     first = 0 if start is None else start + 1
     if rank == 0:
         os.makedirs(args.out, exist_ok=True)
     log = open(os.path.join(args.out, "losses.jsonl"), "a") if rank == 0 else None
+    step_s, save_s = [], []
     for step in range(first, args.steps):
+        began = time.perf_counter()
         x, y = batch_of(step)
         share = slice(rank, None, world)
         loss = F.cross_entropy(model(paddle.to_tensor(x[share])), paddle.to_tensor(y[share]))
@@ -81,8 +88,11 @@ def main() -> int:
         if log is not None:
             log.write(json.dumps({"step": step, "loss": float(loss), "world": world, "restart": restart}) + "\n")
             log.flush()
+        step_s.append(time.perf_counter() - began)
         if step % args.every == args.every - 1:
+            began = time.perf_counter()
             resilience.save(state, args.ckpt, step, mirror=args.mirror)
+            save_s.append(time.perf_counter() - began)
         if restart == 0 and step == args.kill_step and rank == args.kill_rank:
             if args.delete_dir:
                 shutil.rmtree(os.path.join(args.ckpt, f"rank{rank}"))
@@ -93,7 +103,9 @@ def main() -> int:
         np.savez(os.path.join(args.out, "final.npz"), *[p.numpy() for p in model.parameters()])
         with open(os.path.join(args.out, "report.json"), "w") as fh:
             json.dump({"world": world, "restart": restart, "resumed_at": start,
-                       "restore": resilience.last_restore()}, fh)
+                       "restore": resilience.last_restore(), "resume_s": resume_s,
+                       "step_s": float(np.median(step_s)) if step_s else None,
+                       "save_s": float(np.median(save_s)) if save_s else None}, fh)
         resilience.remove_replicas(args.ckpt)
     return 0
 
