@@ -286,9 +286,10 @@ def test_from_env(monkeypatch):
     monitor = SDCMonitor.from_env(model, opt)
     assert (monitor.interval, monitor.replay_interval) == (2, 50)
     monitor.close()
-    monkeypatch.setenv("OARLOCK_SDC_CHECK", "often")
-    with pytest.raises(ValueError, match="OARLOCK_SDC_CHECK"):
-        SDCMonitor.from_env(model, opt)
+    for bad in ("often", "interval=x", "period=3"):
+        monkeypatch.setenv("OARLOCK_SDC_CHECK", bad)
+        with pytest.raises(ValueError, match="OARLOCK_SDC_CHECK: expected 1 or key=int pairs"):
+            SDCMonitor.from_env(model, opt)
 
 
 @pytest.mark.parametrize("kwargs,error,part", [

@@ -158,7 +158,8 @@ class SDCMonitor:
         if text != "1":
             for item in filter(None, text.split(",")):
                 key, sep, value = item.partition("=")
-                if not sep or key.strip() not in ("interval", "replay_interval", "replays", "max_strikes"):
+                if not sep or key.strip() not in ("interval", "replay_interval", "replays", "max_strikes") \
+                        or not value.strip().isdigit():
                     raise ValueError(f"{ENV}: expected 1 or key=int pairs among interval, replay_interval, "
                                      f"replays, max_strikes; got {text!r}")
                 kwargs[key.strip()] = int(value)
