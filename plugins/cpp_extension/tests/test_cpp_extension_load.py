@@ -120,6 +120,9 @@ def test_bad_input_errors_name_op_and_cause(job):
     assert first["error_attr_type"].startswith("TypeError") and "'scale'" in first["error_attr_type"]
     assert 'got "max"' in first["error_attr_str"]
     assert "'cpx_test_ops' is already registered" in first["error_reload_other"]
+    # an op using what oarlock lacks (a vector output) is left out with a warning, and its function says why
+    assert any("'test_vector_out' left out" in w and "vector outputs" in w for w in first["warnings"])
+    assert first["error_left_out"].startswith("NotImplementedError") and "paddle::Vec" in first["error_left_out"]
 
 
 def test_compile_error_carries_the_compilers_message(tmp_path):

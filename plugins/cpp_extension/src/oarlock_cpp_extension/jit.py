@@ -87,7 +87,8 @@ def _register(name: str, path, grad_rules, public) -> types.ModuleType:
         raise ValueError(f"oarlock.utils.cpp_extension.load(): a plugin named {name!r} is already registered "
                          f"(an earlier load() of other sources, or an installed plugin); one process loads one "
                          f"library per name: pick another name or restart the process")
-    clashes = {op: registry.ops[op].plugin for op in library.op_names if op in registry.ops}
+    clashes = {op: registry.ops[op].plugin for op in library.op_names
+               if op in registry.ops and op not in library.unsupported}
     if clashes:
         raise ValueError(f"oarlock.utils.cpp_extension.load(): library {name!r} declares ops already registered: "
                          + ", ".join(f"{op!r} (by plugin {owner!r})" for op, owner in clashes.items()))

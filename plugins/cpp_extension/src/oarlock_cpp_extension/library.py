@@ -8,6 +8,7 @@ as an op of its own (whose PD_BUILD_DOUBLE_GRAD_OP, if any, is in turn its rule)
 from __future__ import annotations
 
 import ctypes
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,7 @@ class Library:
         self.metas = abi.describe(self.lib)
         self.functions: dict[str, object] = {}     # op name -> its oarlock callable (forward ops)
         self._levels = {(m["name"], m["level"]): m for m in self.metas}
+        self.unsupported: dict[str, str] | None = None     # op -> why oarlock cannot run it (set by validate)
 
     @property
     def op_names(self) -> list[str]:
@@ -65,8 +67,12 @@ class Library:
         if unknown:
             raise ValueError(f"grad_rules names {unknown}, which library {self.name!r} does not declare; it "
                              f"declares {self.op_names}")
+        if self.unsupported is None:
+            self.validate(grad_rules)
+        for op, reason in self.unsupported.items():
+            self.functions[op] = _unsupported(op, reason)
         for meta in self.metas:
-            if meta["level"] == 0:
+            if meta["level"] == 0 and meta["name"] not in self.unsupported:
                 rule = grad_rules.get(meta["name"])
                 self.functions[meta["name"]] = self._define(ops, meta, 0, rule,
                                                             public and meta["name"] not in taken)
@@ -74,12 +80,23 @@ class Library:
 
     # -- one op --------------------------------------------------------------------------------------
     def validate(self, grad_rules=None) -> None:
-        """Raise, naming the op, for anything `define` would refuse; registers nothing."""
-        for meta in self.metas:
-            self._check(meta)
-            grad_meta = self._levels.get((meta["name"], meta["level"] + 1))
-            if grad_meta is not None and not (meta["level"] == 0 and meta["name"] in (grad_rules or {})):
-                self._plan(meta, grad_meta)
+        """Raise, naming the op, for a library `define` would refuse; registers nothing. An op using a feature
+        oarlock lacks (NotImplementedError) is left out with a warning: the module's function of that name
+        raises the same error, and the library's other ops work."""
+        self.unsupported = {}
+        for op in self.op_names:
+            try:
+                for level in (0, 1, 2):
+                    meta = self._levels.get((op, level))
+                    if meta is None:
+                        break
+                    self._check(meta)
+                    grad_meta = self._levels.get((op, level + 1))
+                    if grad_meta is not None and not (level == 0 and op in (grad_rules or {})):
+                        self._plan(meta, grad_meta)
+            except NotImplementedError as exc:
+                self.unsupported[op] = str(exc)
+                warnings.warn(f"library {self.name!r}: op {op!r} left out: {exc}", UserWarning, stacklevel=3)
         orphans = [m["name"] for m in self.metas if m["level"] > 0 and (m["name"], m["level"] - 1) not in self._levels]
         if orphans:
             raise ValueError(f"library {self.name!r}: gradient ops with no forward op: {orphans}")
@@ -219,6 +236,15 @@ class Library:
             return tuple(result)
         rule.__name__ = f"{op}{'_grad' * level}_rule"
         return {"grad": rule, "saves": tuple(saves)}
+
+
+def _unsupported(op: str, reason: str):
+    """The module function of an op oarlock cannot run: raises why, naming the op."""
+    def call(*args, **kwargs):
+        raise NotImplementedError(reason)
+    call.__name__ = call.__qualname__ = op
+    call.__doc__ = f"Not available in oarlock: {reason}"
+    return call
 
 
 def _attr(op: str, name: str, how: str, value, keep: list) -> abi.Attr:

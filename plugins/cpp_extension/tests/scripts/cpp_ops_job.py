@@ -10,6 +10,7 @@ the other test files of a pytest worker must not see. `--cache-only`: just load 
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -47,11 +48,14 @@ def main(build_dir, report, cache_only=False):
     start = time.perf_counter()
     # test_cube has no PD_BUILD_GRAD_OP: it takes this Python rule, d(x^3) = 3 x^2 g
     cube_rule = (lambda ctx, g: (g * 3.0 * ctx.saved[0] * ctx.saved[0],), ("x",))
-    ops = load("cpx_test_ops", [str(SOURCE)], build_directory=build_dir, extra_cxx_cflags=["-O1"],
-               grad_rules={"test_cube": cube_rule})
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ops = load("cpx_test_ops", [str(SOURCE)], build_directory=build_dir, extra_cxx_cflags=["-O1"],
+                   grad_rules={"test_cube": cube_rule})
     seconds = time.perf_counter() - start
     build = ops.__oarlock_build__
-    result = {"compiled": build.compiled, "load_seconds": seconds, "library": str(build.path),
+    result = {"warnings": [str(w.message) for w in seen],
+              "compiled": build.compiled, "load_seconds": seconds, "library": str(build.path),
               "mtime": build.path.stat().st_mtime_ns}
     if cache_only:
         Path(report + ".json").write_text(json.dumps(result))
@@ -130,6 +134,7 @@ def main(build_dir, report, cache_only=False):
 
     # bad input: errors that name the op and what was wrong
     ints = oarlock.to_tensor(np.arange(6).reshape(2, 3))
+    result["error_left_out"] = error_of(lambda: ops.test_vector_out(xs[0]))
     result["error_int_dtype"] = error_of(lambda: ops.test_softplus(ints, BETA))
     result["error_pd_check"] = error_of(lambda: ops.test_softplus(oarlock.to_tensor(x64), -1.0))
     result["error_attr_type"] = error_of(lambda: ops.test_combine(xs, None, 2.0, "sum", False, [3, 5]))
