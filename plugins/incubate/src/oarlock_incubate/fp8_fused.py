@@ -16,7 +16,7 @@ import numpy as np
 
 import oarlock
 from oarlock_incubate import fp8_numerics as fp8
-from oarlock_incubate.fp8_quant import dtype_name, fp8_tensor, host_float32
+from oarlock_incubate.fp8_args import dtype_name, fp8_tensor, host_float32
 
 FUNCTIONS = ("fused_act_dequant", "fused_stack_transpose_quant", "fused_weighted_swiglu_act_quant",
              "fused_swiglu_weighted_bwd")

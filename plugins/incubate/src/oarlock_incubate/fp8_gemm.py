@@ -21,48 +21,36 @@ import numpy as np
 
 import oarlock
 from oarlock_incubate import fp8_numerics as fp8
-from oarlock_incubate.fp8_quant import dtype_name, host_float32
+from oarlock_incubate import fp8_ops
+from oarlock_incubate.fp8_args import dtype_name, host_float32
 
 FUNCTIONS = ("fp8_gemm_blockwise",)
 OUT_DTYPES = ("bfloat16", "float16", "float32")
 OPERAND_DTYPES = ("float8_e4m3fn", "float8_e5m2")
 
 
-def expand_scale(scale: np.ndarray, rows: int, k: int, one_d: bool) -> np.ndarray:
-    """A decode scale in the GEMM layout ([kb, rows] or [kb, rb]) -> [rows, kb] per row and K-block."""
-    per_row = scale.T if one_d else np.repeat(scale.T, fp8.BLOCK, axis=0)[:rows]
-    return np.ascontiguousarray(per_row, np.float32)
-
-
-def blockwise_matmul(a: np.ndarray, a_scale: np.ndarray, b: np.ndarray, b_scale: np.ndarray) -> np.ndarray:
-    """float32 [M, N]: float8 values a [M, K], b [N, K] (as float32) with per-row-per-K-block decode scales
-    a_scale [M, kb], b_scale [N, kb]; one float32 product per 128-slice of K, promoted with its scales."""
-    m, k = a.shape
-    out = np.zeros([m, b.shape[0]], np.float32)
-    with np.errstate(invalid="ignore", over="ignore"):
-        for j in range(fp8.blocks(k)):
-            cols = slice(j * fp8.BLOCK, (j + 1) * fp8.BLOCK)
-            partial = a[:, cols] @ b[:, cols].T
-            out += partial * (a_scale[:, j:j + 1] * b_scale[None, :, j])
-    return out
-
-
 def _operand(t, fn, arg):
+    """(uint8 codes Tensor, float8 format) of a float8 operand (on gpu: its uint8 codes, taken as e4m3)."""
     if not isinstance(t, oarlock.Tensor):
         raise TypeError(f"{fn}(): argument '{arg}' must be a Tensor; got {type(t).__name__}")
-    if dtype_name(t) not in OPERAND_DTYPES:
+    name = dtype_name(t)
+    if t.ndim != 2:
+        raise ValueError(f"{fn}(): argument '{arg}' has shape {list(t.shape)}; accepted: a 2-D tensor")
+    if name == "uint8" and not t.place.is_cpu_place():
+        return t, "e4m3"
+    if name not in OPERAND_DTYPES:
         raise TypeError(f"{fn}(): argument '{arg}' has dtype {t.dtype}; accepted: {', '.join(OPERAND_DTYPES)}")
-    return host_float32(t, fn, arg)
+    return oarlock.to_tensor(t.numpy().view(np.uint8)), "e4m3" if name == "float8_e4m3fn" else "e5m2"
 
 
-def _scale(t, fn, arg, rows, k, one_d):
+def _scale(t, fn, arg, rows, k, one_d, place):
     s = host_float32(t, fn, arg)
     want = [fp8.blocks(k), rows if one_d else fp8.blocks(rows)]
     if list(s.shape) != want:
         kind = "1-D (1 x 128) scaled" if one_d else "2-D (128 x 128) scaled"
         raise ValueError(f"{fn}(): argument '{arg}' has shape {list(s.shape)}; accepted for a {kind} operand: "
                          f"{want}")
-    return expand_scale(s, rows, k, one_d)
+    return oarlock.to_tensor(fp8.expand_scale(s, rows, k, one_d), place=place)
 
 
 def fp8_gemm_blockwise(a, a_decode_scale, b, b_decode_scale, out_dtype, out=None, bias=None, accumulate=False,
@@ -76,20 +64,20 @@ def fp8_gemm_blockwise(a, a_decode_scale, b, b_decode_scale, out_dtype, out=None
     dtype = str(out_dtype).split(".")[-1]
     if dtype not in OUT_DTYPES:
         raise ValueError(f"{fn}(): argument 'out_dtype' = {out_dtype!r}; accepted: {', '.join(OUT_DTYPES)}")
-    a32, b32 = _operand(a, fn, "a"), _operand(b, fn, "b")
-    (m, k), (n, k_b) = a32.shape, b32.shape
+    (ca, a_fmt), (cb, b_fmt) = _operand(a, fn, "a"), _operand(b, fn, "b")
+    (m, k), (n, k_b) = list(ca.shape), list(cb.shape)
     if k != k_b:
-        raise ValueError(f"{fn}(): a {list(a32.shape)} and b {list(b32.shape)} differ in K (b is [N, K]); "
-                         "accepted: the same last size")
-    product = blockwise_matmul(a32, _scale(a_decode_scale, fn, "a_decode_scale", m, k, is_a_1d_scaled), b32,
-                               _scale(b_decode_scale, fn, "b_decode_scale", n, k, is_b_1d_scaled))
+        raise ValueError(f"{fn}(): a {[m, k]} and b {[n, k_b]} differ in K (b is [N, K]); accepted: the same "
+                         "last size")
     if out is not None and list(out.shape) != [m, n]:
         raise ValueError(f"{fn}(): argument 'out' has shape {list(out.shape)}; accepted: [{m}, {n}]")
+    if accumulate and out is None:
+        raise ValueError(f"{fn}(): accumulate=True needs the tensor to add to in argument 'out'")
+    product = fp8_ops.gemm(ca, _scale(a_decode_scale, fn, "a_decode_scale", m, k, is_a_1d_scaled, ca.place), cb,
+                           _scale(b_decode_scale, fn, "b_decode_scale", n, k, is_b_1d_scaled, ca.place), a_fmt, b_fmt)
     if accumulate:
-        if out is None:
-            raise ValueError(f"{fn}(): accumulate=True needs the tensor to add to in argument 'out'")
-        product = product + out.numpy().astype(np.float32)
-    result = oarlock.to_tensor(product).astype(dtype)
+        product = product + out.astype("float32")
+    result = product.astype(dtype)
     if out is None:
         return result
     out.copy_(result.astype(out.dtype))

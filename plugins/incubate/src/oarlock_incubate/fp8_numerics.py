@@ -138,3 +138,22 @@ def quantize_tensor(values: np.ndarray, scale: np.float32, fmt: str = "e4m3") ->
     """Per-tensor quantization with a given (encode) scale: cast(values * scale)."""
     with np.errstate(invalid="ignore"):
         return cast(np.asarray(values, np.float32) * np.float32(scale), fmt)
+
+
+def expand_scale(scale: np.ndarray, rows: int, k: int, one_d: bool) -> np.ndarray:
+    """A decode scale in the GEMM layout ([kb, rows] or [kb, rb]) -> [rows, kb] per row and K-block."""
+    per_row = scale.T if one_d else np.repeat(scale.T, BLOCK, axis=0)[:rows]
+    return np.ascontiguousarray(per_row, np.float32)
+
+
+def blockwise_matmul(a: np.ndarray, a_scale: np.ndarray, b: np.ndarray, b_scale: np.ndarray) -> np.ndarray:
+    """float32 [M, N]: float8 values a [M, K], b [N, K] (as float32) with per-row-per-K-block decode scales
+    a_scale [M, kb], b_scale [N, kb]; one float32 product per 128-slice of K, promoted with its scales."""
+    m, k = a.shape
+    out = np.zeros([m, b.shape[0]], np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for j in range(blocks(k)):
+            cols = slice(j * BLOCK, (j + 1) * BLOCK)
+            partial = a[:, cols] @ b[:, cols].T
+            out += partial * (a_scale[:, j:j + 1] * b_scale[None, :, j])
+    return out

@@ -27,37 +27,12 @@ import numpy as np
 
 import oarlock
 from oarlock_incubate import fp8_numerics as fp8
+from oarlock_incubate import fp8_ops
+from oarlock_incubate.fp8_args import dtype_name, fp8_tensor
 
 FUNCTIONS = ("fp8_quant_blockwise",)
 INPUT_DTYPES = ("bfloat16", "float16", "float32")
 METHODS = ("1x128", "128x128")
-FLOATING = ("bfloat16", "float16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
-
-
-def host_float32(t, fn: str, arg: str, ndim: int | None = 2) -> np.ndarray:
-    """A Tensor's values as float32 numpy, checked: a floating (or float8) dtype and, when given, ndim."""
-    if not isinstance(t, oarlock.Tensor):
-        raise TypeError(f"{fn}(): argument '{arg}' must be a Tensor; got {type(t).__name__}")
-    if ndim is not None and t.ndim != ndim:
-        raise ValueError(f"{fn}(): argument '{arg}' has shape {list(t.shape)}; accepted: a {ndim}-D tensor")
-    if dtype_name(t) not in FLOATING:
-        raise TypeError(f"{fn}(): argument '{arg}' has dtype {t.dtype}; accepted: a floating dtype")
-    return t.numpy().astype(np.float32)
-
-
-def dtype_name(t) -> str:
-    return str(t.dtype).split(".")[-1]
-
-
-def fp8_tensor(a: np.ndarray) -> oarlock.Tensor:
-    return oarlock.to_tensor(np.ascontiguousarray(a))
-
-
-def quantize(x32: np.ndarray, method: str, epsilon: float = 0.0, pow2: bool = True, fmt: str = "e4m3"):
-    """(float8 [M, K], decode scale in the natural layout: [M, kb] for 1x128, [mb, kb] for 128x128)."""
-    if method == "1x128":
-        return fp8.quantize_rows(x32, epsilon, pow2, fmt)
-    return fp8.quantize_tiles(x32, epsilon, pow2, fmt)
 
 
 def fp8_quant_blockwise(x, epsilon=0.0, input_transpose=False, output_scale_transpose=True,
@@ -75,19 +50,32 @@ def fp8_quant_blockwise(x, epsilon=0.0, input_transpose=False, output_scale_tran
     if return_transpose_only and not input_transpose:
         raise ValueError(f"{fn}(): argument 'return_transpose_only' = True needs input_transpose=True "
                          "(there is no transposed output otherwise)")
-    if isinstance(x, oarlock.Tensor) and dtype_name(x) not in INPUT_DTYPES:
+    if not isinstance(x, oarlock.Tensor):
+        raise TypeError(f"{fn}(): argument 'x' must be a Tensor; got {type(x).__name__}")
+    if dtype_name(x) not in INPUT_DTYPES:
         raise TypeError(f"{fn}(): argument 'x' has dtype {x.dtype}; accepted: {', '.join(INPUT_DTYPES)}")
-    x32 = host_float32(x, fn, "x")
-    if 0 in x32.shape:
-        raise ValueError(f"{fn}(): argument 'x' has shape {list(x32.shape)}; accepted: no zero-size axis")
-    q, scale = quantize(x32, quant_method, epsilon, using_pow2_scale, output_type)
-    outs = (fp8_tensor(q), oarlock.to_tensor(scale.T.copy() if output_scale_transpose else scale))
+    if x.ndim != 2 or 0 in x.shape:
+        raise ValueError(f"{fn}(): argument 'x' has shape {list(x.shape)}; accepted: a 2-D tensor with no "
+                         "zero-size axis")
+    codes, scale = fp8_ops.quant(x, quant_method, float(epsilon), bool(using_pow2_scale), output_type)
+    outs = (float8_of(codes, output_type), _layout(scale, output_scale_transpose))
     if not input_transpose:
         return outs
     if quant_method == "1x128":
-        q_t, scale_t = quantize(np.ascontiguousarray(x32.T), quant_method, epsilon, using_pow2_scale, output_type)
-    else:
-        q_t, scale_t = q.T, scale.T                   # the same tiles, read transposed
-    trans = (fp8_tensor(q_t), oarlock.to_tensor(np.ascontiguousarray(scale_t.T if output_scale_transpose
-                                                                     else scale_t)))
+        codes_t, scale_t = fp8_ops.quant(oarlock.transpose(x, [1, 0]), quant_method, float(epsilon),
+                                         bool(using_pow2_scale), output_type)
+    else:                                             # the same tiles, read transposed
+        codes_t, scale_t = oarlock.transpose(codes, [1, 0]), oarlock.transpose(scale, [1, 0])
+    trans = (float8_of(codes_t, output_type), _layout(scale_t, output_scale_transpose))
     return trans if return_transpose_only else outs + trans
+
+
+def _layout(scale, transpose):
+    return oarlock.transpose(scale, [1, 0]).contiguous() if transpose else scale
+
+
+def float8_of(codes, fmt: str):
+    """The float8 tensor of uint8 codes; on a device without float8 arrays (gpu) the codes themselves."""
+    if codes.place.is_cpu_place():
+        return fp8_tensor(codes.numpy().view(fp8.FORMATS[fmt]))
+    return codes

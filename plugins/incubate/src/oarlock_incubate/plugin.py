@@ -45,7 +45,8 @@ def oarlock_register_api(api):
 
 @hookimpl
 def oarlock_register_ops(ops):
-    from oarlock_incubate import fused_act, fused_rope_partial, moe_combine, moe_dispatch
+    from oarlock_incubate import fp8_ops, fused_act, fused_rope_partial, moe_combine, moe_dispatch
+    fp8_ops.register(ops)
     moe_dispatch.register(ops)
     moe_combine.register(ops)
     fused_rope_partial.register(ops)
