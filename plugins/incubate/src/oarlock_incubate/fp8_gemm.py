@@ -12,6 +12,9 @@ accumulator; the result is rounded once to out_dtype. Block scaling needs that p
 use_split_accumulator=False computes the same. accumulate=True adds the product to `out` (which must then be
 given); bias must be None, as in Paddle 3.2 (its Python wrapper asserts it).
 
+The work is fp8_ops.fp8_gemm_op: numpy on the CPU, kernels/fp8.cu's fp8_gemm_rows on device "gpu" (CUDA
+cores, the same algorithm; on gpu a and b are uint8 codes of e4m3, the gpu device having no float8 arrays).
+
 Error bound against the float64 product of the dequantized operands: |err| <= gamma * sum_k |a_k b_k| + the final
 rounding, gamma = (128 + K/128) * 2^-24 (float32 sums of at most 128 terms, then K/128 promotions)."""
 

@@ -19,7 +19,10 @@ Edge cases as Paddle's kernels: NaN is ignored by the block maximum and quantize
 scale 0, so that block's decode scale is inf, its finite values quantize to 0 and the inf to NaN. Paddle's CUDA
 kernel needs K % 128 == 0, and M % 128 == 0 except for 1x128 without transpose; here ragged last blocks are
 quantized over the elements they hold (the layouts above with ceil), a generalisation. Only output_type "e4m3"
-exists in Paddle; oarlock also takes "e5m2" (max 57344), which the FP8 training recipes use for gradients."""
+exists in Paddle; oarlock also takes "e5m2" (max 57344), which the FP8 training recipes use for gradients.
+
+The work is fp8_ops.fp8_quant_op: numpy on the CPU, kernels/fp8.cu on device "gpu". The gpu device has no float8
+arrays, so there the float8 outputs are their uint8 codes (fp8_gemm_blockwise takes them as e4m3)."""
 
 from __future__ import annotations
 
