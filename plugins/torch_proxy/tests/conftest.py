@@ -13,10 +13,11 @@ import pytest
 
 
 class Pair:
-    """A library imported over real torch (`real`) and through the proxy (`proxy`)."""
+    """A library imported over real torch (`real`) and through the proxy (`proxy`); `sub_real[name]` and
+    `sub_proxy[name]` are the submodules asked for."""
 
-    def __init__(self, real, proxy):
-        self.real, self.proxy = real, proxy
+    def __init__(self, real, proxy, sub_real, sub_proxy):
+        self.real, self.proxy, self.sub_real, self.sub_proxy = real, proxy, sub_real, sub_proxy
 
 
 class ProxyTools:
@@ -24,13 +25,15 @@ class ProxyTools:
         import oarlock_torch_proxy.facade as facade
         self.torch, self.ft = torch, facade
 
-    def load_both(self, lib: str, scope) -> Pair:
+    def load_both(self, lib: str, scope, also=()) -> Pair:
         real = importlib.import_module(lib)
+        sub_real = {name: importlib.import_module(name) for name in also}
         from oarlock.compat import torch_proxy
         with torch_proxy(scope=scope):
             proxied = importlib.import_module(lib)
+            sub_proxy = {name: importlib.import_module(name) for name in also}
         assert proxied is not real and sys.modules[lib] is real
-        return Pair(real, proxied)
+        return Pair(real, proxied, sub_real, sub_proxy)
 
     def to_ft(self, t, requires_grad=False):
         return self.ft.tensor(t.detach().numpy(), requires_grad=requires_grad)

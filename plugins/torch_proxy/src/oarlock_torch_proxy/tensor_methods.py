@@ -117,6 +117,18 @@ def _clash_value(name, torch_value):
     return property(getter)
 
 
+def _shape_property():
+    """x.shape: torch.Size (a tuple, so `x.shape == (2, 3)` holds) for torch code, Paddle's list otherwise."""
+    paddle_shape = _paddle_attr("shape").fget
+
+    def shape(self):
+        if sys._getframe(1).f_globals.get("__builtins__") is PROXY_BUILTINS:
+            return Size(paddle_shape(self))
+        return paddle_shape(self)
+
+    return property(shape, doc=_paddle_attr("shape").__doc__)
+
+
 def _clash(name, torch_fn):
     """Tensor.<name>: torch_fn for torch callers, oarlock's own method for everyone else."""
     paddle_fn = _paddle_attr(name)
@@ -321,10 +333,10 @@ def _clamp_(self, min=None, max=None):
 
 
 def _type(self, dtype=None, non_blocking=False):
+    from oarlock_torch_proxy.facade.dtypes import resolve_type, type_string
     if dtype is None:
-        from oarlock_torch_proxy.facade.dtypes import type_string
         return type_string(self)
-    return self.astype(dtype)
+    return self.astype(resolve_type(dtype))
 
 
 def _retain_grad(self):
@@ -432,6 +444,7 @@ def install() -> None:
         if name not in T.__dict__:
             setattr(T, name, fn)
     T.type = _clash_property("type", _type)
+    T.shape = _shape_property()
     T.is_sparse = _clash_value("is_sparse", lambda self: False)
     for name in ("is_meta", "is_quantized", "is_nested", "is_mkldnn"):
         if name not in T.__dict__:

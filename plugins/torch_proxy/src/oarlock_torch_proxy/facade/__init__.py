@@ -26,7 +26,7 @@ def is_inference_mode_enabled() -> bool:
     return False
 
 
-for _name, _obj in dtypes.NAMES.items():
+for _name, _obj in {**dtypes.NAMES, **dtypes.LEGACY_TYPES}.items():
     globals()[_name] = _obj
 dtype, device = dtypes.dtype, dtypes.device
 get_default_dtype, set_default_dtype = dtypes.get_default_dtype, dtypes.set_default_dtype
@@ -40,7 +40,7 @@ _CREATION = ("Generator", "default_generator", "manual_seed", "seed", "initial_s
 _OPS = ("max", "min", "sort", "argsort", "median", "split", "chunk", "tensor_split", "unbind", "gather",
         "scatter", "scatter_add", "scatter_reduce", "index_select", "where", "tensordot", "take_along_dim", "var",
         "std", "var_mean", "std_mean", "numel", "clamp", "cumprod", "broadcast_tensors", "meshgrid", "is_tensor",
-        "is_nonzero", "fmod", "norm", "clamp_min", "clamp_max", "masked_fill", "cat", "stack", "flatten", "finfo", "iinfo", "compile")
+        "is_nonzero", "einsum", "svd", "fmod", "norm", "clamp_min", "clamp_max", "masked_fill", "cat", "stack", "flatten", "finfo", "iinfo", "compile")
 for _name in _CREATION:
     globals()[_name] = getattr(creation, _name)
 for _name in _OPS:
@@ -84,10 +84,10 @@ for _name in _SAME_AS_OARLOCK:
 
 # the submodules torch imports with itself
 from oarlock_torch_proxy.facade import (amp, autograd, backends, compiler, cuda, distributed, jit,  # noqa: E402
-                                        linalg, nn, optim, special, utils)
+                                        linalg, nn, optim, special, testing, utils)
 
 autocast = amp.autocast
 __getattr__ = missing_getattr("torch")
 __all__ = sorted(n for n in globals() if not n.startswith("_"))
 del _name, _obj
-_ = (Size, amp, autograd, backends, compiler, cuda, distributed, jit, linalg, nn, optim, special, utils)
+_ = (Size, amp, autograd, backends, compiler, cuda, distributed, jit, linalg, nn, optim, special, testing, utils)

@@ -29,11 +29,11 @@ def _finish(t, requires_grad):
 
 
 def _into(out, result):
-    """torch's out=: `out` takes the result's shape, dtype and values in place, and is returned."""
+    """torch's out=: `out` takes the result's shape and values in place, keeps its own dtype, and is returned."""
     if out is None:
         return result
     from oarlock.plugin_api import array_of, rebind
-    rebind(out, array_of(result.detach()))
+    rebind(out, array_of(result.detach().astype(out.dtype)))
     return out
 
 
@@ -142,7 +142,8 @@ def rand_like(input, *, dtype=None, device=None, requires_grad=False, layout=Non
     return rand(*input.shape, dtype=dtype or input.dtype, requires_grad=requires_grad)
 
 
-def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_grad=False):
+def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_grad=False, layout=None,
+                 memory_format=None):
     if high is None:
         low, high = 0, low
     return randint(low, high, tuple(input.shape), dtype=dtype or input.dtype)
@@ -171,7 +172,8 @@ def randint(low=0, high=None, size=None, *, generator=None, dtype=None, device=N
     shape = _sizes((size,), "randint")
     if generator is not None:
         return _into(out, oarlock.to_tensor(generator._rng.integers(low, high, shape)).astype(dtype or dtypes.int64))
-    return _into(out, oarlock.randint(low, high, shape, dtype=dtype or dtypes.int64))
+    drawn = oarlock.randint(low, high, shape, dtype=dtypes.int64)   # torch also draws into float dtypes
+    return _into(out, drawn if dtype is None or dtype == dtypes.int64 else drawn.astype(dtype))
 
 
 def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False, out=None):
@@ -205,7 +207,21 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
 
 
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False, out=None, layout=None):
-    return _into(out, _finish(oarlock.linspace(start, end, steps, dtype=dtype), requires_grad))
+    """torch's linspace, value for value: start + i * step for the first half and end - (steps - 1 - i) * step
+    for the second, in the output dtype's own arithmetic (numpy's rounds differently in the last bit, which
+    large multipliers such as rotary frequencies turn into visible differences)."""
+    dt = np.dtype((dtype or dtypes.get_default_dtype()).name) if (dtype or dtypes.get_default_dtype()).name in (
+        "float32", "float64", "float16") else None
+    if dt is None:
+        return _into(out, _finish(oarlock.linspace(start, end, steps, dtype=dtype), requires_grad))
+    if steps == 1:
+        values = np.array([start], dtype=dt)
+    else:
+        i = np.arange(steps)
+        step = (dt.type(end) - dt.type(start)) / dt.type(steps - 1)
+        values = np.where(i < steps // 2, dt.type(start) + step * i.astype(dt),
+                          dt.type(end) - step * (steps - 1 - i).astype(dt)).astype(dt)
+    return _into(out, _finish(oarlock.to_tensor(values), requires_grad))
 
 
 def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False, out=None):

@@ -4,6 +4,7 @@ as in torch without CUDA); asking for a device's properties is reported."""
 from __future__ import annotations
 
 from oarlock_torch_proxy.facade import amp as _amp
+from oarlock_torch_proxy.facade import dtypes as _dtypes
 from oarlock_torch_proxy.missing import missing_getattr
 
 
@@ -46,4 +47,5 @@ class _Amp:
 
 
 amp = _Amp()
+globals().update(_dtypes.LEGACY_TYPES)   # torch.cuda.FloatTensor & co (never isinstance here: no CUDA tensors)
 __getattr__ = missing_getattr("torch.cuda")

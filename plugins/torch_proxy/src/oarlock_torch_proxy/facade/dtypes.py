@@ -67,3 +67,43 @@ class device(metaclass=_DeviceMeta):
             return type
         spec = type if index is None or ":" in str(type) else f"{type}:{index}"
         return default_registry().parse_place(spec, "torch.device(): argument 'type'")
+
+
+class _LegacyTensorMeta(type):
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, oarlock.Tensor) and obj.dtype == cls.dtype
+
+
+def _legacy_type(name, dt):
+    """torch.FloatTensor & co: FloatTensor(data) or FloatTensor(*sizes) make a tensor of that dtype,
+    isinstance(x, torch.FloatTensor) checks the dtype, and x.type(torch.FloatTensor) casts."""
+
+    def __new__(cls, *args):
+        import builtins
+
+        from oarlock_torch_proxy.tensor_methods import Size
+        if len(args) == 1 and isinstance(args[0], Size):
+            return oarlock.zeros(list(args[0]), dtype=dt)
+        if len(args) == 1 and not isinstance(args[0], builtins.int):
+            return oarlock.tensor(args[0], dtype=dt) if not isinstance(args[0], oarlock.Tensor) \
+                else args[0].astype(dt)
+        return oarlock.zeros(list(args), dtype=dt)
+
+    return _LegacyTensorMeta(name, (), {"__new__": __new__, "dtype": dt, "__module__": "torch"})
+
+
+LEGACY_TYPES = {f"{prefix}Tensor": _legacy_type(f"{prefix}Tensor", dt) for prefix, dt in (
+    ("Float", float32), ("Double", float64), ("Half", float16), ("BFloat16", bfloat16), ("Long", int64),
+    ("Int", int32), ("Short", int16), ("Char", int8), ("Byte", uint8), ("Bool", bool))}
+
+
+def resolve_type(dst):
+    """x.type(dst) / Module.type(dst): a dtype, a legacy tensor type, or its name ("torch.FloatTensor")."""
+    if isinstance(dst, str):
+        name = dst.rpartition(".")[2]
+        if name in LEGACY_TYPES:
+            return LEGACY_TYPES[name].dtype
+        return NAMES[name]
+    if isinstance(dst, _LegacyTensorMeta):
+        return dst.dtype
+    return dst

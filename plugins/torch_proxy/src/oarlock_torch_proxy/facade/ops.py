@@ -4,9 +4,13 @@ gather/scatter with dim first, where with one argument, tensordot's dims, ..."""
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import oarlock
 
 from oarlock_torch_proxy import tensor_methods as tm
+
+_SVD = namedtuple("svd", ["U", "S", "V"])
 
 
 def max(input, dim=None, keepdim=False, *, out=None):
@@ -143,6 +147,17 @@ def norm(input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
     return vector_norm(input.flatten() if dim is None else input, order, dim, keepdim)
 
 
+def svd(input, some=True, compute_uv=True, *, out=None):
+    """torch.svd (deprecated in torch, still used by optimizers): U, S, V with V not transposed. Computed by
+    numpy's LAPACK on the host; not differentiable (asking for a gradient through it is reported)."""
+    import numpy as np
+    if oarlock.is_grad_enabled() and not input.stop_gradient:
+        from oarlock_torch_proxy.missing import not_implemented
+        not_implemented("torch.svd", "with a gradient")
+    u, s, vh = np.linalg.svd(input.numpy(), full_matrices=not some)
+    return _SVD(*(oarlock.to_tensor(np.ascontiguousarray(a)) for a in (u, s, np.swapaxes(vh, -1, -2))))
+
+
 def clamp_min(input, min):
     return oarlock.clip(input, min=min)
 
@@ -169,6 +184,24 @@ def meshgrid(*tensors, indexing="ij"):
     if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
         tensors = tuple(tensors[0])
     return tuple(oarlock.meshgrid(*tensors, indexing=indexing))
+
+
+def einsum(equation, *operands):
+    """torch.einsum(eq, a, b) or (eq, [a, b]); operands with no subscripts (0-d) multiply the result."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    equation = equation.replace(" ", "")
+    inputs, arrow, output = equation.partition("->")
+    subs = inputs.split(",")
+    scalars = [op for s, op in zip(subs, operands) if s == ""]
+    kept = [(s, op) for s, op in zip(subs, operands) if s != ""]
+    if not scalars:
+        return oarlock.einsum(equation, *operands)
+    result = oarlock.einsum(",".join(s for s, _ in kept) + arrow + output, *[op for _, op in kept]) if kept \
+        else scalars.pop()
+    for s in scalars:
+        result = result * s
+    return result
 
 
 def is_tensor(obj) -> bool:

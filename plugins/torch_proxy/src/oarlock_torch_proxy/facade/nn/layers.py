@@ -223,6 +223,34 @@ AdaptiveAvgPool1d = _stateless("AdaptiveAvgPool1d", F.adaptive_avg_pool1d, ("out
 AdaptiveAvgPool2d = _stateless("AdaptiveAvgPool2d", F.adaptive_avg_pool2d, ("output_size",), (None,))
 
 
+class _Pool(Module):
+    """MaxPool / AvgPool layers: F.<pool> with the constructor's options."""
+    _fn = None
+
+    def __init__(self, kernel_size, stride=None, padding=0, **options):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding, self.options = kernel_size, stride, padding, options
+
+    def forward(self, input):
+        return type(self)._fn(input, self.kernel_size, self.stride, self.padding, **self.options)
+
+
+class MaxPool1d(_Pool):
+    _fn = staticmethod(F.max_pool1d)
+
+
+class MaxPool2d(_Pool):
+    _fn = staticmethod(F.max_pool2d)
+
+
+class AvgPool1d(_Pool):
+    _fn = staticmethod(F.avg_pool1d)
+
+
+class AvgPool2d(_Pool):
+    _fn = staticmethod(F.avg_pool2d)
+
+
 class PReLU(Module):
     def __init__(self, num_parameters=1, init=0.25, device=None, dtype=None):
         super().__init__()

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import OrderedDict, namedtuple
 
 import oarlock
+from oarlock.plugin_api import array_of, rebind
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 Parameter = oarlock.nn.Parameter
@@ -190,8 +191,14 @@ class Module(oarlock.nn.Layer):
                 p.grad.zero_()
 
     def to(self, *args, **kwargs):
-        device, dtype = _parse_to(args, kwargs)
-        super().to(dtype=dtype)   # one device here: moving to it changes nothing
+        """Cast floating parameters and buffers in place (each keeps its identity, as optimizers hold them);
+        there is one device here, so moving to it changes nothing."""
+        _device, dtype = _parse_to(args, kwargs)
+        if dtype is not None:
+            with oarlock.no_grad():
+                for t in [*self.parameters(), *self.buffers()]:
+                    if t.dtype.is_floating_point and t.dtype != dtype:
+                        rebind(t, array_of(t.astype(dtype)))
         return self
 
     def float(self):
@@ -213,7 +220,8 @@ class Module(oarlock.nn.Layer):
         return self
 
     def type(self, dst_type):
-        return self.to(dst_type)
+        from oarlock_torch_proxy.facade.dtypes import resolve_type
+        return self.to(resolve_type(dst_type))
 
     def share_memory(self):
         return self
