@@ -142,7 +142,7 @@ def test_cuda_source_compiles_with_nvcc(tmp_path):
     from oarlock_cpp_extension import abi
     from oarlock_cpp_extension.build import build
     result = build("relu_cuda", [str(HERE / "csrc" / "relu_dispatch.cc"), str(HERE / "csrc" / "relu_gpu.cu")],
-                   build_directory=str(tmp_path))
+                   cflags=["-O0"], cuda_cflags=["-O0"], build_directory=str(tmp_path))
     lib = abi.bind(ctypes.CDLL(str(result.path)))
     assert lib.oarlock_built_with_cuda() == 1
     assert [m["name"] for m in abi.describe(lib)] == ["test_relu_cuda"]

@@ -50,7 +50,7 @@ def main(build_dir, report, cache_only=False):
     cube_rule = (lambda ctx, g: (g * 3.0 * ctx.saved[0] * ctx.saved[0],), ("x",))
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        ops = load("cpx_test_ops", [str(SOURCE)], build_directory=build_dir, extra_cxx_cflags=["-O1"],
+        ops = load("cpx_test_ops", [str(SOURCE)], build_directory=build_dir, extra_cxx_cflags=["-O0"],
                    grad_rules={"test_cube": cube_rule})
     seconds = time.perf_counter() - start
     build = ops.__oarlock_build__
@@ -142,7 +142,7 @@ def main(build_dir, report, cache_only=False):
     # the same name with other flags is another library: refused in this process, naming the earlier one
     result["error_reload_other"] = error_of(lambda: load("cpx_test_ops", [str(SOURCE)], build_directory=build_dir))
     result["same_module_again"] = load("cpx_test_ops", [str(SOURCE)], build_directory=build_dir,
-                                       extra_cxx_cflags=["-O1"], grad_rules={"test_cube": cube_rule}) is ops
+                                       extra_cxx_cflags=["-O0"], grad_rules={"test_cube": cube_rule}) is ops
     np.savez(report + ".npz", **arrays)
     Path(report + ".json").write_text(json.dumps(result))
 
