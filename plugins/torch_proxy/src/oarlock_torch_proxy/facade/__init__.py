@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import oarlock
 
+from oarlock_torch_proxy import tensor_methods
 from oarlock_torch_proxy.facade import creation, dtypes, ops
 from oarlock_torch_proxy.missing import missing_getattr
 from oarlock_torch_proxy.tensor_methods import Size
+
+tensor_methods.install()   # the façade's functions and its users rely on torch's Tensor methods
 
 __version__ = "2.5.0"   # the torch API level the façade follows; libraries gate features on it
 

@@ -137,6 +137,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == oarlock.bool \
             else scores + attn_mask
     weights = _F.softmax(scores, axis=-1)
+    if attn_mask is not None or is_causal:   # a fully masked row attends to nothing: zeros, as torch gives
+        weights = oarlock.where(oarlock.isnan(weights), oarlock.zeros_like(weights), weights)
     if dropout_p > 0:
         weights = _F.dropout(weights, p=dropout_p, training=True)
     return oarlock.matmul(weights, value)
@@ -160,9 +162,25 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         input = oarlock.moveaxis(input, 1, -1)
         if target.dtype.is_floating_point:
             target = oarlock.moveaxis(target, 1, -1)
-    soft = target.dtype.is_floating_point
-    return _F.cross_entropy(input, target, weight=weight, ignore_index=ignore_index, reduction=reduction,
-                            soft_label=soft, axis=-1, label_smoothing=label_smoothing)
+    if target.dtype.is_floating_point:   # class probabilities: differentiable in the target too, as in torch
+        classes = input.shape[-1]
+        if label_smoothing:
+            target = target * (1 - label_smoothing) + label_smoothing / classes
+        terms = -target * _F.log_softmax(input, axis=-1)
+        if weight is not None:
+            terms = terms * weight
+        return _reduce(terms.sum(-1), reduction, "cross_entropy")
+    if reduction != "mean":
+        return _F.cross_entropy(input, target, weight=weight, ignore_index=ignore_index, reduction=reduction,
+                                axis=-1, label_smoothing=label_smoothing)
+    # torch's mean divides by the (weighted) count of the targets that are not ignored
+    losses = _F.cross_entropy(input, target, weight=weight, ignore_index=ignore_index, reduction="none",
+                              axis=-1, label_smoothing=label_smoothing)
+    kept = (target != ignore_index)
+    safe = oarlock.where(kept, target, oarlock.zeros_like(target))
+    counts = kept.astype(losses.dtype) if weight is None else oarlock.gather(weight, safe.flatten()).reshape(
+        target.shape) * kept.astype(losses.dtype)
+    return losses.sum() / counts.sum()
 
 
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
