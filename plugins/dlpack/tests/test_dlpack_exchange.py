@@ -120,6 +120,10 @@ def test_bad_input_is_named():
         to_dlpack([1, 2])
     with pytest.raises(TypeError, match=r"from_dlpack\(\): argument 'dlpack' must be a DLPack capsule .* got int"):
         from_dlpack(3)
+    frozen = np.zeros(3, dtype=ml_dtypes.bfloat16)
+    frozen.flags.writeable = False
+    with pytest.raises(BufferError, match="read-only"):
+        to_dlpack(from_dlpack(frozen))
 
 
 def test_cupy_both_ways():

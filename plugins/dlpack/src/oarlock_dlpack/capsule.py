@@ -106,6 +106,8 @@ def _capsule_destructor(capsule):
 def export(array: np.ndarray):
     """A "dltensor" capsule over host `array` (any dtype DLPack can describe), sharing its memory."""
     code, bits = dtype_code(array.dtype)
+    if not array.flags.writeable:   # a legacy capsule cannot say "read-only", and consumers may write
+        raise BufferError("DLPack: cannot export a read-only array (its consumer could write to it); copy it first")
     itemsize = array.dtype.itemsize
     if any(s % itemsize for s in array.strides):
         raise BufferError(f"DLPack needs strides in whole elements, got {array.strides} for itemsize {itemsize}")
