@@ -193,6 +193,9 @@ class Fp8Linear(nn.Layer):
                              f"(in_features={self.in_features})")
         if recipe is None:
             return nn.functional.linear(x, self.weight, self.bias)
+        if not x.place.is_cpu_place():
+            raise NotImplementedError(f"Fp8Linear: input on {x.place}: FP8 training runs in the CPU emulation only "
+                                      "(the gpu device has no float8 arrays); accepted: a cpu tensor")
         y = _Fp8Matmul.apply(x, self.weight, recipe, self.fp8_state)
         return y if self.bias is None else y + self.bias.astype(y.dtype)
 

@@ -32,6 +32,7 @@ def oarlock_register_api(api):
         api.export(FP8, name, getattr(fp8_autocast, name))
     for name in fp8_recipe.RECIPES + ("recipe_named",):
         api.export(FP8, name, getattr(fp8_recipe, name))
+    api.export("oarlock.amp", "fp8_autocast", fp8_autocast.fp8_autocast)   # AMP's FP8 switch, beside auto_cast
     api.namespace(QUANT, doc=quant.__doc__)
     for module in (quant, quant_w4):
         for name in module.FUNCTIONS:
