@@ -3,8 +3,10 @@
 Transfer. After every save each rank packs its files (data file, random generators, the metadata on
 the coordinator, and the manifest) into one byte buffer and posts a non-blocking send of it to its
 buddy and a non-blocking receive of its predecessor's buffer, on a process group of its own (so the
-replica traffic never matches a training send or receive). Training goes on meanwhile; the transfer
-is completed at the next save, at flush_replicas(), or when the program ends normally.
+replica traffic never matches a training send or receive). Training goes on meanwhile: a background
+thread polls the two requests (MPI runs with MPI_THREAD_MULTIPLE) and stores the replica as soon as it
+has arrived. The next save, flush_replicas() and the normal end of the program wait for it (then under
+the collective watchdog, so a buddy that died is an error after the timeout, not a hang).
 
 Where the replica lives. A replica must outlive the job that made it: when a rank dies, the launcher
 (`oarlock launch --max-restarts`) restarts every rank, so a Python object in the buddy's process would
@@ -25,12 +27,15 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
+import time
 
 import numpy as np
 
 from oarlock_resilience import recovery_files as files
 
 ROOT_ENV = "OARLOCK_REPLICA_DIR"
+POLL_S = 0.02   # how often the background thread tests the transfer in flight
 
 
 def store_root() -> str:
@@ -111,22 +116,51 @@ class Replicator:
         incoming = oarlock.zeros([sizes[self.predecessor]], dtype="uint8")
         receive = dist.irecv(incoming, src=self.predecessor, group=self.group)
         send = dist.isend(outgoing, dst=self.buddy, group=self.group)
-        self.pending = (send, receive, incoming, step, self.predecessor, outgoing)
+        self.pending = _Transfer(send, receive, incoming, outgoing, step, self.predecessor)
+        self.pending.thread = threading.Thread(target=self._complete_in_background, args=(self.pending,),
+                                               daemon=True, name="oarlock-replica")
+        self.pending.thread.start()
+
+    def _complete_in_background(self, transfer) -> None:
+        while not transfer.stop.is_set():
+            with transfer.lock:
+                if transfer.receive.is_completed() and transfer.send.is_completed():
+                    self._store(transfer)
+                    return
+            time.sleep(POLL_S)
 
     def flush(self) -> None:
         """Complete the transfer in flight, if any, and store the replica received."""
-        if self.pending is None:
+        transfer, self.pending = self.pending, None
+        if transfer is None:
             return
-        send, receive, incoming, step, owner, _ = self.pending
-        self.pending = None
-        receive.wait()
-        send.wait()
-        data = np.asarray(incoming.numpy()).tobytes()
-        targets = [held_dir(self.path, self.rank, owner)]
+        transfer.stop.set()
+        transfer.thread.join()
+        with transfer.lock:
+            if not transfer.stored:
+                transfer.receive.wait()
+                transfer.send.wait()
+                self._store(transfer)
+
+    def _store(self, transfer) -> None:
+        data = np.asarray(transfer.incoming.numpy()).tobytes()
+        targets = [held_dir(self.path, self.rank, transfer.owner)]
         if self.mirror is not None:
-            targets.append(files.rank_dir(self.mirror, owner))
+            targets.append(files.rank_dir(self.mirror, transfer.owner))
         for target in targets:
-            write_replica(target, unpack(data), step, self.keep)
+            write_replica(target, unpack(data), transfer.step, self.keep)
+        transfer.stored = True
+
+
+class _Transfer:
+    """One checkpoint's replica exchange in flight (the tensors are kept alive until it completes)."""
+
+    def __init__(self, send, receive, incoming, outgoing, step: int, owner: int):
+        self.send, self.receive, self.incoming, self.outgoing = send, receive, incoming, outgoing
+        self.step, self.owner = step, owner
+        self.lock, self.stop = threading.Lock(), threading.Event()
+        self.stored = False
+        self.thread: threading.Thread | None = None
 
 
 def write_replica(directory: str, entries: list, step: int, keep: int) -> None:
