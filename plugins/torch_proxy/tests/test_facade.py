@@ -44,7 +44,8 @@ FUNCTIONS = [
     ("full(int)", lambda t, x, y: t.full((2, 3), 7)), ("arange", lambda t, x, y: t.arange(2, 11, 3)),
     ("arange(float)", lambda t, x, y: t.arange(0.0, 1.0, 0.25)), ("linspace", lambda t, x, y: t.linspace(-1, 1, 7)),
     ("eye", lambda t, x, y: t.eye(3, 4)), ("tensor(ints)", lambda t, x, y: t.tensor([[1, 2], [3, 4]])),
-    ("zeros_like", lambda t, x, y: t.zeros_like(x, dtype=t.float64)), ("full_like", lambda t, x, y: t.full_like(x, 2.5)),
+    ("zeros_like", lambda t, x, y: t.zeros_like(x, dtype=t.float64)),
+    ("full_like", lambda t, x, y: t.full_like(x, 2.5)),
 ]
 
 # Tensor methods called from torch code: (name, args builder)
@@ -127,9 +128,11 @@ def test_in_place_and_legacy_methods(proxy_tools, torch_code):
 def test_dtypes_devices_and_generators(proxy_tools):
     torch, ft = proxy_tools.torch, proxy_tools.ft
     x = ft.ones(2, 3)
-    assert x.dtype == ft.float32 and ft.float is ft.float32 and ft.long is ft.int64 and ft.get_default_dtype() == ft.float32
+    assert x.dtype == ft.float32 and ft.float is ft.float32 and ft.long is ft.int64
+    assert ft.get_default_dtype() == ft.float32
     assert ft.device("cpu") == x.device and isinstance(x.device, ft.device) and x.device.type == "cpu"
-    assert ft.tensor([1, 2]).dtype == ft.int64 and ft.tensor([1.0]).dtype == ft.float32 and ft.tensor(True).dtype == ft.bool
+    assert ft.tensor([1, 2]).dtype == ft.int64 and ft.tensor([1.0]).dtype == ft.float32
+    assert ft.tensor(True).dtype == ft.bool
     assert ft.finfo(ft.float32).eps == torch.finfo(torch.float32).eps
     g1, g2 = ft.Generator().manual_seed(3), ft.Generator().manual_seed(3)
     assert np.array_equal(ft.randn(4, generator=g1).numpy(), ft.randn(4, generator=g2).numpy())

@@ -434,7 +434,8 @@ def install() -> None:
              "clamp_max_": lambda self, max: _clamp_(self, max=max),
              "get_device": lambda self: -1 if not self.place.is_gpu_place() else self.place.index,
              "unfold": _unfold, "movedim": lambda self, source, destination: oarlock.moveaxis(self, source,
-                                                                                             destination), "reshape_as": lambda self, other: self.reshape(other.shape),
+                                                                                             destination),
+             "reshape_as": lambda self, other: self.reshape(other.shape),
              "sgn_": _in_place("sign"), "sign_": _in_place("sign"), "atan2_": _in_place("atan2"),
              "normal_": lambda self, mean=0.0, std=1.0, generator=None: self.copy_(
                  oarlock.normal(mean, std, self.shape).astype(self.dtype)),

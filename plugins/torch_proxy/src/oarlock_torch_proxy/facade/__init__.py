@@ -43,16 +43,17 @@ _CREATION = ("Generator", "default_generator", "manual_seed", "seed", "initial_s
 _OPS = ("max", "min", "sort", "argsort", "median", "split", "chunk", "tensor_split", "unbind", "gather",
         "scatter", "scatter_add", "scatter_reduce", "index_select", "where", "tensordot", "take_along_dim", "var",
         "std", "var_mean", "std_mean", "numel", "clamp", "cumprod", "broadcast_tensors", "meshgrid", "is_tensor",
-        "is_nonzero", "einsum", "svd", "fmod", "norm", "clamp_min", "clamp_max", "masked_fill", "cat", "stack", "flatten", "finfo", "iinfo", "compile")
+        "is_nonzero", "einsum", "svd", "fmod", "norm", "clamp_min", "clamp_max", "masked_fill", "cat", "stack",
+        "flatten", "finfo", "iinfo", "compile")
 for _name in _CREATION:
     globals()[_name] = getattr(creation, _name)
 for _name in _OPS:
     globals()[_name] = getattr(ops, _name)
-concat = concatenate = cat
+concat = concatenate = ops.cat
 movedim = oarlock.moveaxis
 preserve_format, contiguous_format, channels_last = "preserve_format", "contiguous_format", "channels_last"
 strided = "strided"
-clip = clamp
+clip = ops.clamp
 
 # oarlock functions whose torch meaning oarlock has (torch's argument names are accepted as aliases). Each
 # entry is a claim checked against real torch by tests/test_facade_ops.py.

@@ -10,7 +10,6 @@ import numpy as np
 import oarlock
 
 from oarlock_torch_proxy.facade import dtypes
-from oarlock_torch_proxy.missing import not_implemented
 
 
 def _sizes(size, name):
@@ -203,7 +202,8 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     values = [start, end, step]
     if dtype is None and all(isinstance(v, (builtins.int, np.integer)) for v in values):
         dtype = dtypes.int64
-    return _into(out, _finish(oarlock.arange(start, end, step, dtype=dtype or dtypes.get_default_dtype()), requires_grad))
+    made = oarlock.arange(start, end, step, dtype=dtype or dtypes.get_default_dtype())
+    return _into(out, _finish(made, requires_grad))
 
 
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False, out=None, layout=None):
