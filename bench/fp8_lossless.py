@@ -52,6 +52,8 @@ def run(mode: str, seed: int, steps: int, eval_every: int) -> dict:
             else:
                 loss = trainer.evaluate()
             valid.append((step, loss))
+            print(f"{mode} seed {seed}: step {step}, validation loss {loss:.4f} "
+                  f"({time.perf_counter() - start:.0f} s)", flush=True)
     return {"mode": mode, "seed": seed, "valid": valid, "train": trainer.history.train,
             "seconds": time.perf_counter() - start}
 
