@@ -83,6 +83,9 @@ def test_first_nonfinite():
     assert sdc_guards.first_nonfinite([ok, None, ok]) == -1
     assert sdc_guards.first_nonfinite([ok, None, bad]) == 2
     assert sdc_guards.first_nonfinite([oarlock.to_tensor(np.array([1, 2]))]) == -1   # integers are never nan
+    for dtype in ("bfloat16", "float16", "float64"):
+        assert sdc_guards.first_nonfinite([ok, bad.astype(dtype)]) == 1, dtype
+        assert sdc_guards.first_nonfinite([ok.astype(dtype)]) == -1, dtype
 
 
 # -- fault injection ------------------------------------------------------------------------------------------------

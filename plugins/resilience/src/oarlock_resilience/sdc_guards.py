@@ -20,10 +20,15 @@ def first_nonfinite(tensors) -> int:
         if t is None:
             continue
         array = array_of(t)
-        if array.dtype.kind in "fc" and not bool(np.isfinite(array).all() if isinstance(array, np.ndarray)
-                                                 else _module_of(array).isfinite(array).all()):
+        if _can_be_nonfinite(array.dtype) and not bool(np.isfinite(array).all() if isinstance(array, np.ndarray)
+                                                         else _module_of(array).isfinite(array).all()):
             return i
     return -1
+
+
+def _can_be_nonfinite(dtype) -> bool:
+    """Floating and complex dtypes, ml_dtypes' bfloat16 and float8 included (numpy gives those kind "V")."""
+    return dtype.kind in "fcV"
 
 
 def _module_of(array):
