@@ -60,3 +60,25 @@ def test_bad_arguments(args, message, capsys):
     launch.configure(parser)
     assert launch.run(parser.parse_args([*args, JOB])) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, expected", [
+    ([], {"OARLOCK_SDC_CHECK": None, "OARLOCK_NNODES": None}),
+    (["--sdc-check"], {"OARLOCK_SDC_CHECK": "1"}),
+    (["--sdc-options", "interval=2,replay_interval=100"], {"OARLOCK_SDC_CHECK": "interval=2,replay_interval=100"}),
+    (["--nnodes", "2", "--node-rank", "1", "--master", "10.0.0.1:29500"],
+     {"OARLOCK_NNODES": "2", "OARLOCK_NODE_RANK": "1", "OARLOCK_MASTER": "10.0.0.1:29500",
+      "OARLOCK_NPROC_PER_NODE": "2"}),
+])
+def test_rank_environment(args, expected, monkeypatch):
+    """The switches reach every rank as variables; Paddle's and Slurm's rank variables do not (MPI names the rank)."""
+    for name in ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.setenv(name, "0")
+    for name in ("OARLOCK_SDC_CHECK", "OARLOCK_NNODES"):
+        monkeypatch.delenv(name, raising=False)
+    parser = argparse.ArgumentParser()
+    launch.configure(parser)
+    env = launch._rank_environment(parser.parse_args(["-n", "2", *args, JOB]), "/tmp/launch-dir")
+    for name, value in expected.items():
+        assert env.get(name) == value, name
+    assert not {"PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "SLURM_PROCID", "SLURM_NTASKS"} & set(env)

@@ -70,6 +70,7 @@ environment of every rank (besides mpiexec's own, e.g. PMI_RANK):
   OARLOCK_COLLECTIVE_TIMEOUT  the --timeout value in seconds; set only when --timeout is given
   OARLOCK_DISTRIBUTED_DEBUG   1 with --debug
   OARLOCK_RESTART_COUNT       with --max-restarts: 0 in the first run, then how many times the job was restarted
+  OARLOCK_SDC_CHECK           1 with --sdc-check, SPEC with --sdc-options SPEC (SDCMonitor.from_env reads it)
 
 Every line a rank writes to stdout or stderr is printed as "[rank R] line" on the launcher's stdout or stderr.
 When a rank fails (an exception, a non-zero exit status, os._exit or a signal) the launcher names it and the
@@ -98,6 +99,7 @@ BACKEND_ENV = "OARLOCK_COMM_BACKEND"
 TIMEOUT_ENV = "OARLOCK_COLLECTIVE_TIMEOUT"
 DEBUG_ENV = "OARLOCK_DISTRIBUTED_DEBUG"
 RESTART_ENV = "OARLOCK_RESTART_COUNT"
+SDC_ENV = "OARLOCK_SDC_CHECK"
 
 POLL_S = 0.1            # how often the launcher looks at mpiexec and the rank records
 TERM_WAIT_S = 2.0       # between SIGTERM and SIGKILL
@@ -114,9 +116,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the `oarlock launch` arguments to `parser` (the subcommand's parser)."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    parser.usage = ("%(prog)s [-h] -n N [--backend {auto,mpi,nccl}] [--timeout SECONDS] [--grace SECONDS] "
-                    "[--max-restarts K [--min-nproc M]] [--nnodes K --node-rank R --master HOST:PORT] "
-                    "[--mpiexec PATH] SCRIPT [ARGS ...]")
+    parser.usage = ("%(prog)s [-h] -n N [--backend {auto,mpi,nccl}] [--timeout SECONDS] [--grace SECONDS]\n"
+                    "       [--sdc-check] [--sdc-options SPEC] [--max-restarts K [--min-nproc M]]\n"
+                    "       [--nnodes K --node-rank R --master HOST:PORT] [--mpiexec PATH] SCRIPT [ARGS ...]")
     parser.add_argument("-n", "--nproc", type=int, required=True, metavar="N", help="number of ranks to start")
     from oarlock.registry import default_registry
     backends = ["auto", *sorted(default_registry().comms)]    # every installed library, third-party ones too
@@ -132,6 +134,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grace", type=float, default=3.0, metavar="SECONDS",
                         help="after a rank failed, how long the job may take to end by itself before the launcher "
                              "stops the other ranks (default 3)")
+    parser.add_argument("--sdc-check", action="store_true",
+                        help="online silent-data-corruption checks in every rank (OARLOCK_SDC_CHECK=1, read by "
+                             "oarlock.distributed.resilience.SDCMonitor.from_env)")
+    parser.add_argument("--sdc-options", metavar="SPEC",
+                        help="with or without --sdc-check: the checks' settings as OARLOCK_SDC_CHECK=SPEC, e.g. "
+                             "interval=2,replay_interval=100")
     parser.add_argument("--max-restarts", type=int, default=0, metavar="K",
                         help="when a rank fails, stop the job and start all ranks again, up to K times (default 0); "
                              "the ranks see OARLOCK_RESTART_COUNT and resume from their latest checkpoint (see "
@@ -277,6 +285,8 @@ def _rank_environment(args, directory: str) -> dict[str, str]:
         env[TIMEOUT_ENV] = format(args.timeout, "g")
     if args.debug:
         env[DEBUG_ENV] = "1"
+    if args.sdc_options or args.sdc_check:
+        env[SDC_ENV] = args.sdc_options or "1"
     for names in world_announced():
         env.pop(names, None)   # the launcher is the one that starts the ranks now: MPI says rank and size
     if args.nnodes > 1:
