@@ -72,7 +72,7 @@ def test_bad_arguments(args, message, capsys):
 ])
 def test_rank_environment(args, expected, monkeypatch):
     """The switches reach every rank as variables; Paddle's and Slurm's rank variables do not (MPI names the rank)."""
-    for name in ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "SLURM_PROCID", "SLURM_NTASKS"):
+    for name in ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS"):
         monkeypatch.setenv(name, "0")
     for name in ("OARLOCK_SDC_CHECK", "OARLOCK_NNODES"):
         monkeypatch.delenv(name, raising=False)
@@ -81,4 +81,4 @@ def test_rank_environment(args, expected, monkeypatch):
     env = launch._rank_environment(parser.parse_args(["-n", "2", *args, JOB]), "/tmp/launch-dir")
     for name, value in expected.items():
         assert env.get(name) == value, name
-    assert not {"PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "SLURM_PROCID", "SLURM_NTASKS"} & set(env)
+    assert not {"PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS"} & set(env)

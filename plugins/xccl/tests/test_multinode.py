@@ -96,3 +96,26 @@ def test_bad_arguments(args, message, capsys):
     launch.configure(parser)
     assert launch.run(parser.parse_args(["-n", "2", *args, str(FAIL)])) == 2
     assert message in capsys.readouterr().err
+
+
+class _Alone:
+    rank, size = 0, 1
+
+
+@pytest.mark.parametrize("env, refused", [
+    ({"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2"}, "(SLURM_PROCID=1, SLURM_STEP_NUM_TASKS=2)"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}, None),            # a batch script's shell: one process is fine
+    ({"PADDLE_TRAINER_ID": "0", "PADDLE_TRAINERS_NUM": "1"}, None),
+])
+def test_announced_world_of_other_launchers(env, refused, monkeypatch):
+    from oarlock_xccl import world
+    for name in ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if refused is None:
+        world._check_announced(_Alone())
+    else:
+        with pytest.raises(RuntimeError, match="MPI started it alone") as info:
+            world._check_announced(_Alone())
+        assert refused in str(info.value)

@@ -90,7 +90,7 @@ With --nnodes K every node runs `oarlock launch --nnodes K --node-rank R --maste
 N, script and master); node 0's launcher serves a rendezvous on HOST:PORT, the K MPI jobs join into one world of K x N
 ranks (node R's ranks are R*N ... R*N+N-1, also in the output prefixes), and a failure on one node stops every node.
 The ranks see OARLOCK_NNODES, OARLOCK_NODE_RANK, OARLOCK_MASTER and OARLOCK_NPROC_PER_NODE. PADDLE_TRAINER_ID,
-PADDLE_TRAINERS_NUM, SLURM_PROCID and SLURM_NTASKS are removed from the ranks' environment: MPI gives the rank.
+PADDLE_TRAINERS_NUM, SLURM_PROCID and SLURM_STEP_NUM_TASKS are removed from the ranks' environment: MPI gives the rank.
 
 Each node's ranks run on that node: its launch directory must be theirs too.
 """

@@ -9,7 +9,7 @@ bootstrapping communicators, one for the collective watchdog.
 The rank and world are MPI's: whatever started the ranks (`oarlock launch`, `mpiexec -hostfile`, srun
 with an MPI built for Slurm's PMI) told MPI. A multi-node `oarlock launch --nnodes` joins the nodes'
 jobs first (oarlock_xccl.nodes). A process MPI started alone while PADDLE_TRAINER_ID /
-PADDLE_TRAINERS_NUM or SLURM_PROCID / SLURM_NTASKS announce a larger world is an error.
+PADDLE_TRAINERS_NUM or srun's SLURM_PROCID / SLURM_STEP_NUM_TASKS announce a larger world is an error.
 """
 
 from __future__ import annotations
@@ -44,8 +44,10 @@ def start():
     return mpi
 
 
-# (rank, world size) variables of launchers that start ranks without telling MPI: Paddle's and Slurm's
-ANNOUNCED = (("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM"), ("SLURM_PROCID", "SLURM_NTASKS"))
+# (rank, world size) variables of launchers that start ranks without telling MPI: Paddle's, and Slurm's
+# srun (SLURM_STEP_NUM_TASKS belongs to an srun step; SLURM_NTASKS is also set in a batch script's own shell,
+# where a single process is no mistake)
+ANNOUNCED = (("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM"), ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS"))
 
 
 def announced() -> tuple[int, int, str] | None:
