@@ -191,3 +191,11 @@ def test_bad_arguments_name_the_function_and_argument():
         F.fp8_gemm_blockwise(x, s, q, s, "bfloat16")
     with pytest.raises(ValueError, match=r"argument 'out_dtype' = 'int8'"):
         F.fp8_gemm_blockwise(q, s, q, s, "int8")
+
+
+def test_column_blocks_are_the_row_blocks_of_the_transpose():
+    x = _bf16_input(200, 320).astype(np.float32)          # edge cases included; what FP8 training's dW uses
+    q, decode = fp8_numerics.quantize_cols(x)
+    codes, scales = ref.quantize_rows(np.ascontiguousarray(x.T))
+    ref.assert_codes_equal(np.ascontiguousarray(q.T), codes)
+    np.testing.assert_array_equal(decode.T, scales)

@@ -108,6 +108,11 @@ def _rows(values: np.ndarray, recipe, fmt: str) -> np.ndarray:
     return fp8.dequantize_rows(*fp8.quantize_rows(np.ascontiguousarray(values), pow2=recipe.power_2_scale, fmt=fmt))
 
 
+def _cols(values: np.ndarray, recipe, fmt: str) -> np.ndarray:
+    """The float32 values of values [R, K] quantized in 128 x 1 blocks of each column (along the tokens)."""
+    return fp8.dequantize_cols(*fp8.quantize_cols(values, pow2=recipe.power_2_scale, fmt=fmt))
+
+
 def _forward(recipe, state, x, w):
     """y [R, N] float32 and what backward needs, for x [R, K], w [K, N] float32. The float8 operands are
     multiplied as their float32 values times their decode scales in one float32 GEMM (exact products: the block
@@ -133,7 +138,7 @@ def _backward(recipe, state, saved, dy):
     x, wd = saved
     grad_x = _rows(dy, recipe, fmt) @ wd.T                           # dy in 1 x 128 blocks along N (this K)
     # dW = x^T dy sums over the tokens: both are quantized again in 1 x 128 blocks along the token axis
-    grad_w = _rows(x.T, recipe, recipe.forward_format) @ _rows(dy.T, recipe, fmt).T
+    grad_w = _cols(x, recipe, recipe.forward_format).T @ _cols(dy, recipe, fmt)
     return grad_x, grad_w
 
 

@@ -124,6 +124,23 @@ def quantize_tiles(values: np.ndarray, epsilon: float = 0.0, pow2: bool = True, 
     return q, decode_scale(scale)
 
 
+def quantize_cols(values: np.ndarray, epsilon: float = 0.0, pow2: bool = True, fmt: str = "e4m3",
+                  size: int = BLOCK):
+    """size x 1 blocks of each column of [M, K] (quantize_rows of values.T, without the transposed copy) ->
+    (float8 [M, K], decode scales [ceil(M/size), K])."""
+    m, k = values.shape
+    a = _padded_abs(values, blocks(m, size) * size, k)
+    scale = scale_of(_block_max(a.reshape(-1, size, k), 1), epsilon, pow2, fmt)
+    with np.errstate(invalid="ignore"):
+        q = cast(np.asarray(values, np.float32) * np.repeat(scale, size, axis=0)[:m], fmt)
+    return q, decode_scale(scale)
+
+
+def dequantize_cols(q: np.ndarray, decode: np.ndarray, size: int = BLOCK) -> np.ndarray:
+    """float32 values of quantize_cols' (q, decode)."""
+    return to_float32(q) * np.repeat(decode, size, axis=0)[:q.shape[0]]
+
+
 def dequantize_rows(q: np.ndarray, decode: np.ndarray, size: int = BLOCK) -> np.ndarray:
     """float32 values of quantize_rows' (q, decode): q * decode per block."""
     return to_float32(q) * expand_rows(decode, q.shape[1], size)
