@@ -199,3 +199,18 @@ def test_column_blocks_are_the_row_blocks_of_the_transpose():
     codes, scales = ref.quantize_rows(np.ascontiguousarray(x.T))
     ref.assert_codes_equal(np.ascontiguousarray(q.T), codes)
     np.testing.assert_array_equal(decode.T, scales)
+
+
+def test_fused_transpose_split_quant():
+    x = _bf16_input(384, 512)
+    outs, scales = F.fused_transpose_split_quant(oarlock.to_tensor(x), None, [128, 0, 256], pow_2_scales=True)
+    assert [list(o.shape) for o in outs] == [[512, 128], [512, 0], [512, 256]]        # Paddle's layouts
+    assert [list(s.shape) for s in scales] == [[1, 512], [0, 512], [2, 512]]
+    x32 = x.astype(np.float32)
+    for out, scale, part in zip(outs, scales, (x32[:128], x32[128:128], x32[128:])):
+        if part.shape[0]:
+            codes, want = ref.quantize_rows(np.ascontiguousarray(part.T))
+            ref.assert_codes_equal(out.numpy(), codes)
+            np.testing.assert_array_equal(scale.numpy(), want.T)
+    with pytest.raises(ValueError, match=r"fused_transpose_split_quant\(\): argument 'tokens_per_expert' = \[1, 2\]"):
+        F.fused_transpose_split_quant(oarlock.to_tensor(x), None, [1, 2])

@@ -8,6 +8,10 @@ decode scales). The quantizing ones use fp8_numerics (the scale rule of fp8_quan
 - fused_stack_transpose_quant: the [M, K] inputs stacked to [E*M, K] (transpose=False) or each transposed and
   stacked to [E*K, M] (transpose=True), quantized in 128 x 128 tiles with power-of-two scales, decode scales
   [rows/128, cols/128] (Paddle's example: one [2048, 128] input -> out [128, 2048], scale [1, 16]).
+- fused_transpose_split_quant (MoE dispatch of the weight gradient's input): the rows of x [M, K] split by
+  tokens_per_expert, each part quantized in 128 x 1 blocks along its tokens and returned transposed: outs[i]
+  [K, t_i], scales[i] [ceil(t_i/128), K] (Paddle's example: x [384, 512], three experts of 128 -> outs [512, 128],
+  scales [1, 512]); power-of-two scales only with pow_2_scales.
 fused_act_dequant(x, x_scale) = x * x_scale per 1 x 128 block ([M, ceil(N/128)] scales), in bfloat16."""
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from oarlock_incubate import fp8_numerics as fp8
 from oarlock_incubate.fp8_args import dtype_name, fp8_tensor, host_float32
 
 FUNCTIONS = ("fused_act_dequant", "fused_stack_transpose_quant", "fused_weighted_swiglu_act_quant",
-             "fused_swiglu_weighted_bwd")
+             "fused_swiglu_weighted_bwd", "fused_transpose_split_quant")
 
 
 def _bf16(a: np.ndarray) -> oarlock.Tensor:
@@ -110,3 +114,26 @@ def fused_swiglu_weighted_bwd(o1, do2_s, unzipped_probs, name=None):
     do1 = np.concatenate([dgate, do2 * silu], axis=-1)
     probs_grad = (g * o2).sum(axis=-1, dtype=np.float32).reshape(unzipped_probs.shape)
     return _bf16(do1), oarlock.to_tensor(probs_grad.astype(np.float32)), _bf16(o2 * p)
+
+
+def fused_transpose_split_quant(x, input_scales, tokens_per_expert, pow_2_scales=False):
+    """([float8 [K, t_i]], [float32 decode scales [ceil(t_i/128), K]]) of x [M, K] split into experts' rows by
+    tokens_per_expert (summing to M), each quantized in 128-token blocks of every column and transposed.
+    input_scales must be None (the dequantization of an already-quantized x is not implemented)."""
+    fn = "fused_transpose_split_quant"
+    if input_scales is not None:
+        raise NotImplementedError(f"{fn}(): argument 'input_scales' is a {type(input_scales).__name__}: an "
+                                  "already-quantized x is not implemented; accepted: None")
+    x32 = host_float32(x, fn, "x")
+    counts = [int(t) for t in tokens_per_expert]
+    if any(t < 0 for t in counts) or sum(counts) != x32.shape[0]:
+        raise ValueError(f"{fn}(): argument 'tokens_per_expert' = {counts} (sum {sum(counts)}); accepted: "
+                         f"counts >= 0 summing to x's {x32.shape[0]} rows")
+    if 0 in x32.shape:
+        return [], []
+    outs, scales = [], []
+    for part in np.split(x32, np.cumsum(counts)[:-1]):
+        q, decode = fp8.quantize_cols(part, pow2=bool(pow_2_scales))
+        outs.append(fp8_tensor(q.T))
+        scales.append(oarlock.to_tensor(decode))
+    return outs, scales
