@@ -4,8 +4,11 @@ rendezvous and MPI_Comm_connect/accept).
 
 - examples/hybrid_gpt.py (dp 2 x mp 2) on the two nodes gives every step's loss of one `-n 4` launcher.
 - A rank failing on node 1 stops node 0's ranks too: both launchers end, naming global rank 3.
-- A process started alone while PADDLE_TRAINER_ID / PADDLE_TRAINERS_NUM announce 2 ranks fails in
-  init_parallel_env with a clear error instead of training alone.
+- Two processes started alone with srun's variables (SLURM_PROCID, SLURM_STEP_NUM_TASKS) and
+  MASTER_ADDR / MASTER_PORT join into one world of 2 in init_parallel_env (each re-runs itself under
+  `mpiexec -n 1`; rank 0 serves the rendezvous).
+- A process started alone while PADDLE_TRAINER_ID / PADDLE_TRAINERS_NUM announce 2 ranks, with no
+  rendezvous address, fails in init_parallel_env with a clear error instead of training alone.
 """
 
 import json
@@ -28,9 +31,15 @@ LAUNCH = [sys.executable, "-m", "oarlock.cli", "launch"]
 GPT_ARGS = ["--dp", "2", "--mp", "2", "--steps", "4", "--seed", "3"]
 
 
+OTHER_LAUNCHERS = ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "PADDLE_MASTER", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS",
+                   "MASTER_ADDR", "MASTER_PORT")
+
+
 def environment() -> dict:
     return {k: v for k, v in os.environ.items() if not k.startswith(("OARLOCK_LAUNCH", "OARLOCK_NODE",
-                                                                     "OARLOCK_NNODES", "OARLOCK_MASTER"))}
+                                                                     "OARLOCK_NNODES", "OARLOCK_MASTER",
+                                                                     "OARLOCK_REWIRED"))
+            and k not in OTHER_LAUNCHERS}
 
 
 def free_port() -> int:
@@ -72,6 +81,18 @@ def test_failure_on_one_node_stops_the_other():
     assert "[rank 3] rank 3 of 4 sum 6" in out1
     assert rc1 == 1 and "rank 3 failed (exit code 1): ValueError: boom on rank 3" in err1, err1[-2000:]
     assert rc0 == 1 and "node 1: rank 3 failed (exit code 1): ValueError: boom on rank 3" in err0, err0[-2000:]
+
+
+def test_processes_started_alone_join_like_srun():
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, str(FAIL), "-1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=dict(environment(), SLURM_PROCID=str(rank), SLURM_STEP_NUM_TASKS="2",
+                                                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
+             for rank in (1, 0)]
+    outputs = [proc.communicate(timeout=60) for proc in procs]
+    for (out, err), proc, rank in zip(outputs, procs, (1, 0)):
+        assert proc.returncode == 0, err[-2000:]
+        assert f"rank {rank} of 2 sum 1" in out
 
 
 def test_alone_while_paddle_env_announces_two_ranks():

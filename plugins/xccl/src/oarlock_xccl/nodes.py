@@ -19,13 +19,24 @@ They become one world through MPI's dynamic-process interface, which MPICH imple
 
 Rank 0 of every node reads the port name; node 0's launcher must be reachable at --master from every
 node, and nodes must reach each other's ranks over TCP (MPICH's port names are host:port addresses).
+
+Processes started one by one by another launcher (srun without an MPI built for Slurm's PMI, Paddle's
+`python -m paddle.distributed.launch`) are joined the same way, each process a node of one rank: when
+init_parallel_env finds PADDLE_TRAINER_ID / PADDLE_TRAINERS_NUM (or srun's SLURM_PROCID /
+SLURM_STEP_NUM_TASKS) announcing several ranks, no MPI launcher around it, and a rendezvous address
+(OARLOCK_MASTER, PADDLE_MASTER, or MASTER_ADDR and MASTER_PORT), the process replaces itself
+(exec) by `mpiexec -launcher fork -n 1` running its own command line again: two MPI singletons cannot
+connect (MPICH gives them the same process ids), processes of separate mpiexec jobs can. The
+announced rank 0 serves the rendezvous itself. What the script did before init_parallel_env runs twice.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import socketserver
+import sys
 import threading
 import time
 
@@ -34,7 +45,10 @@ NODE_RANK_ENV = "OARLOCK_NODE_RANK"
 MASTER_ENV = "OARLOCK_MASTER"
 NPROC_ENV = "OARLOCK_NPROC_PER_NODE"
 JOIN_TIMEOUT_S = float(os.environ.get("OARLOCK_RENDEZVOUS_TIMEOUT", "300"))   # waiting for the port name
+SERVE_ENV = "OARLOCK_SERVE_RENDEZVOUS"   # set for the process that serves the rendezvous itself
+REWIRED_ENV = "OARLOCK_REWIRED"          # set once a process started alone re-ran itself under mpiexec
 PORT_KEY, ABORT_KEY = "mpi-port", "abort"
+_served: list = []                       # the Rendezvous this process serves (kept for its lifetime)
 
 
 def parse_master(value: str, where: str) -> tuple[str, int]:
@@ -125,6 +139,42 @@ def configured() -> tuple[int, int, str] | None:
     return nnodes, int(os.environ.get(NODE_RANK_ENV, "0")), os.environ[MASTER_ENV]
 
 
+def announced_master() -> str | None:
+    """The rendezvous address the environment gives: OARLOCK_MASTER, PADDLE_MASTER, or MASTER_ADDR:MASTER_PORT."""
+    for name in (MASTER_ENV, "PADDLE_MASTER"):
+        if os.environ.get(name):
+            return os.environ[name]
+    if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+        return f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    return None
+
+
+def rewire_alone() -> None:
+    """A process started without an MPI launcher while the environment announces rank r of W > 1 (and a
+    rendezvous address): re-run it under `mpiexec -n 1` as node r of W (see the module docstring). Returns
+    when there is nothing to do; otherwise does not return. Called before MPI starts."""
+    from oarlock_xccl import failure, world
+    if os.environ.get(REWIRED_ENV) or configured() is not None or any(os.environ.get(n) for n in failure.RANK_ENVS):
+        return
+    found, master = world.announced(), announced_master()
+    if found is None or found[1] <= 1 or master is None or not hasattr(os, "execve"):
+        return   # without a rendezvous address world._check_announced says what is missing
+    rank, size, _ = found
+    parse_master(master, "the rendezvous address")
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if not os.access(mpiexec, os.X_OK):
+        mpiexec = shutil.which("mpiexec")
+    if mpiexec is None:
+        return
+    env = dict(os.environ, **{NNODES_ENV: str(size), NODE_RANK_ENV: str(rank), MASTER_ENV: master, NPROC_ENV: "1",
+                              REWIRED_ENV: "1"})
+    if rank == 0:
+        env[SERVE_ENV] = "1"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(mpiexec, [mpiexec, "-launcher", "fork", "-n", "1", sys.executable, *sys.orig_argv[1:]], env)
+
+
 def join(mpi) -> None:
     """Join this node's MPI job with the other nodes' (steps 2-4 above); collective over the local
     COMM_WORLD, called before anything else uses MPI. Replaces mpi.COMM_WORLD by the joined world."""
@@ -136,6 +186,8 @@ def join(mpi) -> None:
     port = None
     if node_rank == 0:
         if local.rank == 0:
+            if os.environ.get(SERVE_ENV) and not _served:
+                _served.append(Rendezvous(master))
             port = mpi.Open_port()
             if not put(master, PORT_KEY, port):
                 raise RuntimeError(f"oarlock.distributed: cannot publish the MPI port at the rendezvous {master}")

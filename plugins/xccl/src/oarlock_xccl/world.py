@@ -9,7 +9,9 @@ bootstrapping communicators, one for the collective watchdog.
 The rank and world are MPI's: whatever started the ranks (`oarlock launch`, `mpiexec -hostfile`, srun
 with an MPI built for Slurm's PMI) told MPI. A multi-node `oarlock launch --nnodes` joins the nodes'
 jobs first (oarlock_xccl.nodes). A process MPI started alone while PADDLE_TRAINER_ID /
-PADDLE_TRAINERS_NUM or srun's SLURM_PROCID / SLURM_STEP_NUM_TASKS announce a larger world is an error.
+PADDLE_TRAINERS_NUM or srun's SLURM_PROCID / SLURM_STEP_NUM_TASKS announce a larger world re-runs
+itself under mpiexec and joins the others (oarlock_xccl.nodes.rewire_alone), given a rendezvous
+address; without one it is an error.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ def start():
     global MPI, _bootstrap, _watchdog
     if MPI is not None:
         return MPI
-    from mpi4py import MPI as mpi
     from oarlock_xccl import nodes
+    nodes.rewire_alone()       # a process started alone in an announced world re-runs under mpiexec (exec)
+    from mpi4py import MPI as mpi
     nodes.join(mpi)            # `oarlock launch --nnodes`: the nodes' jobs become one MPI.COMM_WORLD
     _check_announced(mpi.COMM_WORLD)
     MPI = mpi
@@ -70,8 +73,10 @@ def _check_announced(comm) -> None:
         return
     rank, size, names = found
     raise RuntimeError(f"init_parallel_env(): the environment says this process is rank {rank} of {size} "
-                       f"({names}), but MPI started it alone (a world of 1). Start the ranks with an MPI "
-                       f"launcher: `oarlock launch -n N` (one per node with --nnodes/--node-rank/--master), "
+                       f"({names}), but MPI started it alone (a world of 1) and no rendezvous address is set. Give "
+                       f"every process one (OARLOCK_MASTER, PADDLE_MASTER, or MASTER_ADDR and MASTER_PORT: "
+                       f"HOST:PORT of rank 0) so that they join, or start the ranks with an MPI launcher: "
+                       f"`oarlock launch -n N` (one per node with --nnodes/--node-rank/--master), "
                        f"`mpiexec -hostfile FILE -n N`, or srun with an MPI built for Slurm's PMI")
 
 
