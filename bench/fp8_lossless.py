@@ -115,6 +115,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--fp8-seeds", type=int, default=None,
+                        help="seeds of the FP8 modes (default --seeds): fewer for a quicker first look")
     parser.add_argument("--eval-every", type=int, default=50)
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of bf16,blockwise,delayed")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (processes)")
@@ -125,7 +127,10 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"argument --modes: {unknown}; accepted: {', '.join(MODES)}")
     os.makedirs(args.out, exist_ok=True)
-    jobs = [(m, s, args.steps, args.eval_every) for m in modes for s in range(args.seeds)]
+    fp8_seeds = args.seeds if args.fp8_seeds is None else args.fp8_seeds
+    jobs = [(m, s, args.steps, args.eval_every) for m in modes
+            for s in range(args.seeds if m == "bf16" else fp8_seeds)]
+    jobs.sort(key=lambda job: job[0] == "bf16")       # the slow FP8 runs first
     with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
         results = list(pool.map(run, *zip(*jobs)))
     with open(os.path.join(args.out, "results.json"), "w") as fh:
