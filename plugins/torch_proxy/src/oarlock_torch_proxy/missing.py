@@ -17,7 +17,7 @@ def caller_site(depth: int) -> str:
 
 # torch's submodules the façade does not have: `torch.fft.rfft2(x)` names torch.fft.rfft2 (the name asked for),
 # not just torch.fft; `import torch.fft` still fails as a missing module
-TORCH_SUBMODULES = frozenset({"fft", "sparse", "distributions", "onnx", "export", "func", "masked", "nested",
+TORCH_SUBMODULES = frozenset({"fft", "sparse", "onnx", "export", "masked", "nested",
                               "quantization", "ao", "profiler", "hub", "signal", "testing", "overrides", "library",
                               "xpu", "mps", "package", "fx", "futures", "multiprocessing", "_dynamo", "_inductor",
                               "_C", "storage", "random", "types", "serialization", "cpu", "mtia", "accelerator"})
@@ -41,6 +41,17 @@ class MissingNamespace:
 
     def __repr__(self):
         return f"<missing torch module {self._torch_name}>"
+
+
+def missing_class(torch_name: str):
+    """A torch class the façade knows by name but does not implement: importing it works (libraries import
+    many classes they use only on some paths), making one raises NotImplementedError naming it."""
+
+    def __new__(cls, *args, **kwargs):
+        not_implemented(torch_name)
+
+    return type(torch_name.rpartition(".")[2], (), {"__new__": __new__, "__module__": torch_name.rpartition(".")[0],
+                                                    "__doc__": f"{torch_name}: not implemented by the torch proxy"})
 
 
 def missing_getattr(torch_module: str):

@@ -8,6 +8,8 @@ spellings). Any other name raises NotImplementedError naming it and its caller (
 
 from __future__ import annotations
 
+import math
+
 import oarlock
 
 from oarlock_torch_proxy import tensor_methods
@@ -53,6 +55,7 @@ concat = concatenate = ops.cat
 movedim = oarlock.moveaxis
 preserve_format, contiguous_format, channels_last = "preserve_format", "contiguous_format", "channels_last"
 strided = "strided"
+pi, e, inf, nan, newaxis = math.pi, math.e, math.inf, math.nan, None
 clip = ops.clamp
 
 # oarlock functions whose torch meaning oarlock has (torch's argument names are accepted as aliases). Each
@@ -87,11 +90,13 @@ for _name in _SAME_AS_OARLOCK:
         globals()[_name] = getattr(oarlock, _name)
 
 # the submodules torch imports with itself
-from oarlock_torch_proxy.facade import (amp, autograd, backends, compiler, cuda, distributed, jit,  # noqa: E402
-                                        linalg, nn, optim, special, testing, utils)
+from oarlock_torch_proxy.facade import (amp, autograd, backends, compiler, cuda, distributed,  # noqa: E402
+                                        distributions, func, jit, linalg, nn, optim, special, testing, utils)
 
 autocast = amp.autocast
+vmap = func.vmap
 __getattr__ = missing_getattr("torch")
 __all__ = sorted(n for n in globals() if not n.startswith("_"))
 del _name, _obj
-_ = (Size, amp, autograd, backends, compiler, cuda, distributed, jit, linalg, nn, optim, special, testing, utils)
+_ = (Size, amp, autograd, backends, compiler, cuda, distributed, distributions, func, jit, linalg, nn, optim, special,
+     testing, utils)

@@ -10,7 +10,14 @@ from oarlock_torch_proxy.facade.nn.layers import (  # noqa: F401
     Tanh, Threshold, Unflatten)
 from oarlock_torch_proxy.facade.nn.module import (  # noqa: F401
     Module, ModuleDict, ModuleList, Parameter, ParameterDict, ParameterList, Sequential)
-from oarlock_torch_proxy.missing import missing_getattr
+from oarlock_torch_proxy.missing import missing_class, missing_getattr
+
+# importable (x-transformers and others import them at module level), reported when made
+for _name in ("LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "MultiheadAttention", "Transformer", "TransformerEncoder",
+              "TransformerDecoder", "TransformerEncoderLayer", "TransformerDecoderLayer", "ConvTranspose1d",
+              "ConvTranspose2d", "Conv3d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d",
+              "InstanceNorm2d", "EmbeddingBag", "Upsample"):
+    globals()[_name] = missing_class(f"torch.nn.{_name}")
 
 __getattr__ = missing_getattr("torch.nn")
 _ = (functional, init, utils)

@@ -138,7 +138,8 @@ class Module(oarlock.nn.Layer):
     # -- state -------------------------------------------------------------------------------------
     def state_dict(self, *args, destination=None, prefix="", keep_vars=False):
         out = OrderedDict() if destination is None else destination
-        for mod_prefix, module in self.named_modules(prefix=prefix.rstrip(".")):
+        # every path to a shared (tied) module is listed, as torch's state_dict does
+        for mod_prefix, module in self.named_modules(prefix=prefix.rstrip("."), remove_duplicate=False):
             head = f"{mod_prefix}." if mod_prefix else ""
             for name, p in module._parameters.items():
                 if p is not None:

@@ -51,4 +51,6 @@ def vector_to_parameters(vec, parameters):
             offset += n
 
 
+from oarlock_torch_proxy.facade.nn.utils import rnn  # noqa: E402
+
 __getattr__ = missing_getattr("torch.nn.utils")
