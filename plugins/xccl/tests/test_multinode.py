@@ -4,9 +4,9 @@ rendezvous and MPI_Comm_connect/accept).
 
 - examples/hybrid_gpt.py (dp 2 x mp 2) on the two nodes gives every step's loss of one `-n 4` launcher.
 - A rank failing on node 1 stops node 0's ranks too: both launchers end, naming global rank 3.
-- Two processes started alone with srun's variables (SLURM_PROCID, SLURM_STEP_NUM_TASKS) and
-  MASTER_ADDR / MASTER_PORT join into one world of 2 in init_parallel_env (each re-runs itself under
-  `mpiexec -n 1`; rank 0 serves the rendezvous).
+- The two processes Paddle's own `python -m paddle.distributed.launch --nproc_per_node 2` starts join
+  into one world of 2 in init_parallel_env (each re-runs itself under `mpiexec -n 1`; rank 0 serves
+  the rendezvous at PADDLE_MASTER). srun's variables are read the same way (unit cases; no Slurm here).
 - A process started alone while PADDLE_TRAINER_ID / PADDLE_TRAINERS_NUM announce 2 ranks, with no
   rendezvous address, fails in init_parallel_env with a clear error instead of training alone.
 """
@@ -83,16 +83,16 @@ def test_failure_on_one_node_stops_the_other():
     assert rc0 == 1 and "node 1: rank 3 failed (exit code 1): ValueError: boom on rank 3" in err0, err0[-2000:]
 
 
-def test_processes_started_alone_join_like_srun():
-    port = free_port()
-    procs = [subprocess.Popen([sys.executable, str(FAIL), "-1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=dict(environment(), SLURM_PROCID=str(rank), SLURM_STEP_NUM_TASKS="2",
-                                                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
-             for rank in (1, 0)]
-    outputs = [proc.communicate(timeout=60) for proc in procs]
-    for (out, err), proc, rank in zip(outputs, procs, (1, 0)):
-        assert proc.returncode == 0, err[-2000:]
-        assert f"rank {rank} of 2 sum 1" in out
+def test_processes_of_paddles_launcher_join(tmp_path):
+    """Paddle 3.2's own launcher starts two processes (PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM, PADDLE_MASTER)."""
+    pytest.importorskip("paddle")
+    logs = tmp_path / "logs"
+    done = subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
+                           str(logs), str(FAIL), "-1"], capture_output=True, text=True, timeout=120,
+                          env=environment(), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    for rank in range(2):
+        assert f"rank {rank} of 2 sum 1" in (logs / f"workerlog.{rank}").read_text()
 
 
 def test_alone_while_paddle_env_announces_two_ranks():
@@ -129,6 +129,8 @@ class _Alone:
     ({"PADDLE_TRAINER_ID": "0", "PADDLE_TRAINERS_NUM": "1"}, None),
 ])
 def test_announced_world_of_other_launchers(env, refused, monkeypatch):
+    """srun's and Paddle's rank variables, read in-process: a world of several refused for a process alone (no
+    rendezvous address), a world of one (or a batch script's SLURM_NTASKS) accepted."""
     from oarlock_xccl import world
     for name in ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"):
         monkeypatch.delenv(name, raising=False)
@@ -140,3 +142,17 @@ def test_announced_world_of_other_launchers(env, refused, monkeypatch):
         with pytest.raises(RuntimeError, match="MPI started it alone") as info:
             world._check_announced(_Alone())
         assert refused in str(info.value)
+
+
+@pytest.mark.parametrize("env, master", [
+    ({"MASTER_ADDR": "10.0.0.2", "MASTER_PORT": "29500"}, "10.0.0.2:29500"),
+    ({"PADDLE_MASTER": "10.0.0.3:6170", "MASTER_ADDR": "10.0.0.2", "MASTER_PORT": "29500"}, "10.0.0.3:6170"),
+    ({"MASTER_ADDR": "10.0.0.2"}, None),
+])
+def test_rendezvous_address_from_the_environment(env, master, monkeypatch):
+    from oarlock_xccl import nodes
+    for name in ("OARLOCK_MASTER", "PADDLE_MASTER", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert nodes.announced_master() == master
