@@ -112,3 +112,22 @@ def test_missing_torch_names_raise_not_implemented(torch_code):
     with pytest.raises(NotImplementedError, match=r"torch\.autocast\(device_type='cpu'"):
         with facade.autocast("cpu"):
             pass
+
+
+def test_scoped_library_works_without_real_torch_imported():
+    """A fresh process: nothing imports the real torch, yet einops (which looks for "torch" in sys.modules
+    before using it) works through the proxy, and sys.modules still has no torch."""
+    pytest.importorskip("einops")
+    import subprocess
+    code = textwrap.dedent("""
+        import sys, oarlock
+        with oarlock.compat.torch_proxy(scope={"einops"}):
+            import einops
+        out = einops.rearrange(oarlock.arange(6).reshape([2, 3]), "a b -> b a")
+        assert isinstance(out, oarlock.Tensor) and out.shape == [3, 2], out
+        assert out.numpy().tolist() == [[0, 3], [1, 4], [2, 5]]
+        assert "torch" not in sys.modules
+        print("ok")
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-2000:]

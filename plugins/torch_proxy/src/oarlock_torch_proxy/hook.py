@@ -22,11 +22,13 @@ meanings differ (`x.max(1)`, `x.split(2)`, `x.numel()`) look at their caller's g
 from __future__ import annotations
 
 import builtins
+import collections.abc
 import contextlib
 import importlib
 import importlib.abc
 import sys
 import threading
+import types
 
 FACADE = "oarlock_torch_proxy.facade"
 _LOCK = threading.RLock()
@@ -69,8 +71,53 @@ def facade_module(torch_name: str):
                                 f"{caller_site(3)}); please report it").named(torch_name) from None
 
 
+class _ScopedModules(collections.abc.MutableMapping):
+    """`sys.modules` as modules in the scope see it: the torch names are the façade's modules (libraries such
+    as einops and einx look for "torch" there before using it), everything else is the real sys.modules."""
+
+    def _facade(self, name):
+        return sys.modules.get(FACADE + name[len("torch"):]) if _is_torch(name) else None
+
+    def __getitem__(self, name):
+        module = self._facade(name)
+        return module if module is not None else sys.modules[name]
+
+    def __contains__(self, name):
+        return self._facade(name) is not None or name in sys.modules
+
+    def __setitem__(self, name, module):
+        sys.modules[name] = module
+
+    def __delitem__(self, name):
+        del sys.modules[name]
+
+    def __iter__(self):
+        return iter(list(sys.modules))
+
+    def __len__(self):
+        return len(sys.modules)
+
+
+class _ScopedSys(types.ModuleType):
+    """The `sys` module handed to modules in the scope: the real one, except `modules` (_ScopedModules)."""
+
+    modules = _ScopedModules()
+
+    def __getattr__(self, name):
+        return getattr(sys, name)
+
+    def __setattr__(self, name, value):
+        setattr(sys, name, value)
+
+
+_SCOPED_SYS = _ScopedSys("sys")
+
+
 def proxy_import(name, globals=None, locals=None, fromlist=(), level=0):
-    """`__import__` of the modules in the scope: torch names go to the façade, the rest to the real import."""
+    """`__import__` of the modules in the scope: torch names go to the façade, `sys` is _ScopedSys, the rest
+    goes to the real import."""
+    if level == 0 and name == "sys":
+        return _SCOPED_SYS
     if level == 0 and _is_torch(name):
         module = facade_module(name)
         if fromlist:
