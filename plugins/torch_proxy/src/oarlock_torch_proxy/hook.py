@@ -76,7 +76,12 @@ class _ScopedModules(collections.abc.MutableMapping):
     as einops and einx look for "torch" there before using it), everything else is the real sys.modules."""
 
     def _facade(self, name):
-        return sys.modules.get(FACADE + name[len("torch"):]) if _is_torch(name) else None
+        if not _is_torch(name):
+            return None
+        try:
+            return facade_module(name)   # the façade counts as imported: libraries probe before importing
+        except MissingModule:
+            return None
 
     def __getitem__(self, name):
         module = self._facade(name)
@@ -118,6 +123,12 @@ def proxy_import(name, globals=None, locals=None, fromlist=(), level=0):
     goes to the real import."""
     if level == 0 and name == "sys":
         return _SCOPED_SYS
+    if not _STATE.enabled and _SCOPE_OF:
+        target = _absolute(name, globals, level)
+        top = target.partition(".")[0]
+        if top in _SCOPE_OF:   # a proxied package importing its own modules after the proxy was turned off
+            with torch_proxy(scope=_SCOPE_OF[top]):
+                return _real_import(name, globals, locals, fromlist, level)
     if level == 0 and _is_torch(name):
         module = facade_module(name)
         if fromlist:
@@ -128,6 +139,14 @@ def proxy_import(name, globals=None, locals=None, fromlist=(), level=0):
             return module
         return facade_module("torch")
     return _real_import(name, globals, locals, fromlist, level)
+
+
+def _absolute(name, globals, level):
+    if level == 0 or not globals:
+        return name
+    package = globals.get("__package__") or globals.get("__name__", "")
+    base = package.rsplit(".", level - 1)[0] if level > 1 else package
+    return f"{base}.{name}" if name else base
 
 
 _real_import = builtins.__import__
@@ -211,6 +230,11 @@ class _State:
 
 _STATE = _State()
 _FINDER = ScopeFinder()
+# modules imported through the proxy, kept while it is off (they are not in sys.modules then), and the scope
+# each top-level package was imported with: a package imported through the proxy that imports one of its own
+# submodules later (einops loads einops._torch_specific on first use) must get it through the proxy too
+_PROXIED: dict[str, object] = {}
+_SCOPE_OF: dict[str, frozenset | None] = {}
 
 
 def _check_scope(scope):
@@ -260,6 +284,10 @@ def enable_torch_proxy(scope=None) -> None:
         _STATE.scope, _STATE.enabled = names, True
         for name in [n for n in sys.modules if _in_scope(n) or (names is None and _is_torch(n))]:
             _STATE.saved[name] = sys.modules.pop(name)
+        # the copies imported through an earlier session come back: one façade-bound copy per process
+        for name in [n for n in _PROXIED if _in_scope(n)]:
+            sys.modules[name] = _PROXIED.pop(name)
+            _STATE.loaded.add(name)
         sys.meta_path.insert(0, _FINDER)
         if names is None:
             sys.modules["torch"] = facade_module("torch")
@@ -288,7 +316,11 @@ def disable_torch_proxy() -> None:
             return
         sys.meta_path.remove(_FINDER)
         facade_names = [n for n in sys.modules if _is_torch(n)] if _STATE.scope is None else []
-        for name in list(_STATE.loaded) + facade_names:
+        for name in _STATE.loaded:
+            if name in sys.modules:
+                _PROXIED[name] = sys.modules.pop(name)
+                _SCOPE_OF[name.partition(".")[0]] = _STATE.scope
+        for name in facade_names:
             sys.modules.pop(name, None)
         sys.modules.update(_STATE.saved)
         for caller_globals, previous in _STATE.marked:
