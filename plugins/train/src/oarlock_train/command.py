@@ -194,6 +194,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
              "DelayedScaling: per-tensor scales from an amax history, e4m3 forward and e5m2 gradients; not with "
              "--resume, --recompute or --memory-budget, its histories are not checkpointed) or current "
              "(per-tensor scales from each tensor's own amax) (default blockwise)")
+    add("--sdc-check", nargs="?", const="1", default=None, metavar="SPEC",
+        help="check for silent data corruption (oarlock-resilience's SDCMonitor): the data-parallel replicas' "
+             "parameters compared after every step, inf/nan and loss-spike guards; SPEC: settings such as "
+             "interval=2,replay_interval=100 (default: every step, no replay); sets OARLOCK_SDC_CHECK for every "
+             "rank; needs --dp layouts (not --mp, --pp, --sharding, --ep)")
     add("--corpus-file", default=None, help=argparse.SUPPRESS)  # set by --nproc for the ranks it starts
     add("--device", default="cpu",
         help="device passed to oarlock.set_device(): cpu, or gpu, gpu:N or another plugin device when one is "
@@ -288,6 +293,13 @@ def _run(args) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     launched = getattr(args, "launched", False)
+    parted = [f"--{name} {getattr(layout, name)}" for name in ("mp", "pp", "sharding", "ep")
+              if getattr(layout, name) > 1]
+    if args.sdc_check is not None and parted:
+        raise UsageError(f"argument --sdc-check: compares data-parallel replicas of the whole model, and "
+                         f"{', '.join(parted)} splits it over ranks; use --dp (or --nproc alone)")
+    if args.sdc_check is not None:   # read by the Trainer (and inherited by the ranks --nproc starts)
+        os.environ["OARLOCK_SDC_CHECK"] = args.sdc_check
     if layout.nproc > 1 and not launched:
         return _launch(args, cfg, layout)
     if args.corpus_file is not None and not launched:

@@ -178,6 +178,18 @@ class ParallelTrainer(Trainer):
                                          hcg.get_sharding_parallel_group()) if g is not None and g.nranks > 1]
         super().__init__(cfg, corpus)
 
+    def _sdc_monitor(self):
+        """SDC checks compare whole replicas: with --mp, --pp, --sharding or --ep a rank holds a part of the
+        model, and the checks are refused before training starts (the fault-injection tests use --dp)."""
+        import os
+        parted = {name: getattr(self.layout, name) for name in ("mp", "pp", "sharding", "ep")
+                  if getattr(self.layout, name) > 1}
+        if parted and os.environ.get("OARLOCK_SDC_CHECK", "").strip() not in ("", "0"):
+            raise RuntimeError("oarlock train: --sdc-check compares data-parallel replicas of the whole model; "
+                               f"this layout splits it ({', '.join(f'{k} {v}' for k, v in parted.items())}): "
+                               "use --dp (or --nproc alone) with --sdc-check")
+        return super()._sdc_monitor()
+
     def _make_batch_group(self, hcg):
         """The group whose rank i holds data share i of every batch (what the MoE gates' batch_group needs):
         the moe group under --ep alone, the data-parallel group under --dp alone, every rank under both."""

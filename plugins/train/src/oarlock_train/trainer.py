@@ -104,6 +104,7 @@ class Trainer:
         self.recompute = False
         self.memory_budget: int | None = None
         self.memory_planner = None
+        self.sdc = self._sdc_monitor()   # oarlock launch --sdc-check: silent-data-corruption checks, else None
 
     # -- hooks of the parallel trainer ------------------------------------------------------------------------
     def _local_model(self, full: GPT):
@@ -121,6 +122,21 @@ class Trainer:
     def _batch_share(self, index):
         """This process's rows of the global batch `index`."""
         return index
+
+    def _sdc_monitor(self):
+        """Under `oarlock launch --sdc-check` (OARLOCK_SDC_CHECK set): oarlock-resilience's SDCMonitor over this
+        process's model and optimizer (it checks after every interval-th optimizer step, and the loss guards see
+        each step's loss); None otherwise. Looked up through oarlock.distributed, so oarlock-train does not
+        depend on the plugin unless the switch is used."""
+        import os
+        if os.environ.get("OARLOCK_SDC_CHECK", "").strip() in ("", "0"):
+            return None
+        resilience = getattr(oarlock.distributed, "resilience", None)
+        if resilience is None or not hasattr(resilience, "SDCMonitor"):
+            raise RuntimeError("oarlock train: OARLOCK_SDC_CHECK is set (oarlock launch --sdc-check) but "
+                               "silent-data-corruption checks need the oarlock-resilience plugin: "
+                               "pip install oarlock-resilience")
+        return resilience.SDCMonitor.from_env(self.model, self.optimizer)
 
     def _valid_chunks(self) -> range:
         """The indices of the EVAL_BATCH-row chunks of the validation split this process evaluates."""
@@ -226,6 +242,8 @@ class Trainer:
             self._objective(loss).backward()
         self._sync_gradients()
         self._zero_missing_gradients()
+        if self.sdc is not None:   # the loss guards of the check that follows optimizer.step()
+            self.sdc.record_loss(loss)
         if self.measure_grad_norm:
             # the norm the global-norm clip computes inside step(): one more pass over the gradients
             self.grad_norm = self._global_grad_norm()
