@@ -219,6 +219,11 @@ LAYERS = [
     ("PReLU", lambda nn: nn.PReLU(), (2, 5)), ("Hardswish", lambda nn: nn.Hardswish(), (2, 5)),
     ("Softmax", lambda nn: nn.Softmax(dim=0), (3, 5)), ("Flatten", lambda nn: nn.Flatten(), (2, 3, 5)),
     ("Unflatten", lambda nn: nn.Unflatten(1, (2, 3)), (2, 6)), ("Bilinear", None, None),
+    ("BatchNorm1d", lambda nn: nn.BatchNorm1d(4), (6, 4, 5)), ("BatchNorm2d", lambda nn: nn.BatchNorm2d(
+        3, momentum=None), (2, 3, 4, 5)), ("ConvTranspose1d", lambda nn: nn.ConvTranspose1d(4, 6, 3, stride=2,
+                                                                                            groups=2), (2, 4, 5)),
+    ("ConvTranspose2d", lambda nn: nn.ConvTranspose2d(3, 2, (2, 3), padding=1, output_padding=(0, 1), stride=2),
+     (2, 3, 4, 5)), ("Upsample", lambda nn: nn.Upsample(scale_factor=2, mode="nearest"), (2, 3, 4, 5)),
 ]
 
 
@@ -248,6 +253,37 @@ def test_layers_match_torch(proxy_tools, name, make, shape):
         assert proxy_tools.rel(xt.grad, xo.grad) <= 1e-5
     for (n, p), (_, q) in zip(mt.named_parameters(), mo.named_parameters()):
         assert proxy_tools.rel(p.grad, q.grad) <= 1e-5, n
+    for (n, b), (_, c) in zip(mt.state_dict().items(), mo.state_dict().items()):   # running statistics
+        assert proxy_tools.rel(b, c) <= TOL, n
+    mt.eval()
+    mo.eval()
+    if shape is not None:
+        assert proxy_tools.rel(mt(xt), mo(xo)) <= TOL
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_multihead_attention_matches_torch(proxy_tools, batch_first):
+    torch, ft = proxy_tools.torch, proxy_tools.ft
+    mt, mo = (fw.nn.MultiheadAttention(8, 2, batch_first=batch_first) for fw in (torch, ft))
+    assert list(mt.state_dict()) == list(mo.state_dict())
+    proxy_tools.copy_weights(mt, mo)
+    q, kv = RNG.standard_normal((5, 3, 8)).astype("float32"), RNG.standard_normal((7, 3, 8)).astype("float32")
+    if batch_first:
+        q, kv = q.transpose(1, 0, 2).copy(), kv.transpose(1, 0, 2).copy()
+    pad = np.zeros((3, 7), bool)
+    pad[1, 5:] = True
+    causal = np.triu(np.ones((5, 7), bool), 1)
+    results = []
+    for fw, m in ((torch, mt), (ft, mo)):
+        query = fw.tensor(q, requires_grad=True)
+        out, weights = m(query, fw.tensor(kv), fw.tensor(kv), key_padding_mask=fw.tensor(pad),
+                         attn_mask=fw.tensor(causal))
+        (out * fw.tensor(np.linspace(-1, 1, 120, dtype="float32").reshape(tuple(out.shape)))).sum().backward()
+        results.append((out, weights, query.grad))
+    for a, b in zip(*results):
+        assert proxy_tools.rel(a, b) <= 1e-5
+    for (n, p), (_, g) in zip(mt.named_parameters(), mo.named_parameters()):
+        assert proxy_tools.rel(p.grad, g.grad) <= 1e-5, n
 
 
 FUNCTIONAL = [

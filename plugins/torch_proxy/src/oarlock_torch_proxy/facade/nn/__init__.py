@@ -2,7 +2,7 @@
 
 from oarlock_torch_proxy.facade.nn import functional, init, utils
 from oarlock_torch_proxy.facade.nn.layers import (  # noqa: F401
-    ELU, GELU, GLU, SELU, AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d,
+    ELU, GELU, GLU, SELU, BatchNorm1d, BatchNorm2d, ConvTranspose1d, ConvTranspose2d, MultiheadAttention, Upsample, AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d,
     BCELoss, BCEWithLogitsLoss, Bilinear, Conv1d,
     Conv2d, CrossEntropyLoss, Dropout, Embedding, Flatten, GroupNorm, Hardsigmoid, Hardswish, Hardtanh, HuberLoss,
     Identity, KLDivLoss, L1Loss, LayerNorm, LeakyReLU, Linear, LogSigmoid, LogSoftmax, Mish, MSELoss, NLLLoss,
@@ -13,10 +13,9 @@ from oarlock_torch_proxy.facade.nn.module import (  # noqa: F401
 from oarlock_torch_proxy.missing import missing_class, missing_getattr
 
 # importable (x-transformers and others import them at module level), reported when made
-for _name in ("LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "MultiheadAttention", "Transformer", "TransformerEncoder",
-              "TransformerDecoder", "TransformerEncoderLayer", "TransformerDecoderLayer", "ConvTranspose1d",
-              "ConvTranspose2d", "Conv3d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d",
-              "InstanceNorm2d", "EmbeddingBag", "Upsample"):
+for _name in ("LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "Transformer", "TransformerEncoder",
+              "TransformerDecoder", "TransformerEncoderLayer", "TransformerDecoderLayer", "Conv3d", "BatchNorm3d",
+              "InstanceNorm1d", "InstanceNorm2d", "EmbeddingBag"):
     globals()[_name] = missing_class(f"torch.nn.{_name}")
 
 __getattr__ = missing_getattr("torch.nn")

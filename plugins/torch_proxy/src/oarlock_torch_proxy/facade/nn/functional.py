@@ -144,6 +144,41 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return oarlock.matmul(weights, value)
 
 
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    """torch's batch_norm over dimension 1: batch statistics (biased variance) in training, where the running
+    statistics move by `momentum` towards the batch mean and the unbiased batch variance (in place); the running
+    statistics otherwise."""
+    axes = [0, *range(2, input.ndim)]
+    shape = [1, input.shape[1]] + [1] * (input.ndim - 2)
+    if training:
+        mean = input.mean(axes)
+        var = ((input - mean.reshape(shape)) ** 2).mean(axes)
+        if running_mean is not None:
+            n = input.numel().item() // input.shape[1] if isinstance(input.numel(), oarlock.Tensor) \
+                else input.numel() // input.shape[1]
+            with oarlock.no_grad():
+                running_mean.copy_(running_mean * (1 - momentum) + mean.detach() * momentum)
+                running_var.copy_(running_var * (1 - momentum) + var.detach() * (n / max(n - 1, 1)) * momentum)
+    else:
+        mean, var = running_mean, running_var
+    out = (input - mean.reshape(shape)) * oarlock.rsqrt(var.reshape(shape) + eps)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    return out
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    return _F.conv1d_transpose(input, weight, bias, stride=stride, padding=padding, output_padding=output_padding,
+                               groups=groups, dilation=dilation)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    return _F.conv2d_transpose(input, weight, bias, stride=stride, padding=padding, output_padding=output_padding,
+                               dilation=dilation, groups=groups)
+
+
 def _reduce(loss, reduction, name):
     if reduction == "mean":
         return loss.mean()

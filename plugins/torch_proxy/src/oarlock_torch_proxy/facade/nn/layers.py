@@ -146,6 +146,152 @@ class Dropout(Module):
         return F.dropout(input, self.p, self.training)
 
 
+class _BatchNorm(Module):
+    """torch's BatchNorm: weight/bias, running_mean/running_var/num_batches_tracked buffers; momentum=None is
+    the cumulative average."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, device=None,
+                 dtype=None):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        dt = dtype or oarlock.get_default_dtype()
+        if affine:
+            self.weight = Parameter(oarlock.ones([num_features], dtype=dt))
+            self.bias = Parameter(oarlock.zeros([num_features], dtype=dt))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer("running_mean", oarlock.zeros([num_features], dtype=dt))
+            self.register_buffer("running_var", oarlock.ones([num_features], dtype=dt))
+            self.register_buffer("num_batches_tracked", oarlock.zeros([], dtype="int64"))
+        else:
+            self.running_mean = self.running_var = self.num_batches_tracked = None
+
+    def forward(self, input):
+        if input.ndim not in self._ndims:
+            raise ValueError(f"{type(self).__name__}: expected a {' or '.join(map(str, self._ndims))}-D input, "
+                             f"got {input.ndim}-D")
+        momentum = self.momentum
+        use_batch = self.training or self.running_mean is None
+        if self.training and self.track_running_stats:
+            with oarlock.no_grad():
+                self.num_batches_tracked.copy_(self.num_batches_tracked + 1)
+            if momentum is None:
+                momentum = 1.0 / float(self.num_batches_tracked.item())
+        return F.batch_norm(input, self.running_mean if self.track_running_stats else None,
+                            self.running_var if self.track_running_stats else None, self.weight, self.bias,
+                            use_batch, momentum or 0.0, self.eps)
+
+
+class BatchNorm1d(_BatchNorm):
+    _ndims = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    _ndims = (4,)
+
+
+class _ConvTransposeNd(Module):
+    _dims = 1
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
+                 bias=True, dilation=1, padding_mode="zeros", device=None, dtype=None):
+        super().__init__()
+        if padding_mode != "zeros":
+            not_implemented(f"torch.nn.ConvTranspose{self._dims}d", f"with padding_mode={padding_mode!r}")
+        k = (kernel_size,) * self._dims if isinstance(kernel_size, int) else tuple(kernel_size)
+        self.stride, self.padding, self.output_padding = stride, padding, output_padding
+        self.groups, self.dilation = groups, dilation
+        self.weight = Parameter(_empty(in_channels, out_channels // groups, *k, dtype=dtype))
+        self.bias = Parameter(_empty(out_channels, dtype=dtype)) if bias else None
+        if not bias:
+            self.register_parameter("bias", None)
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
+            bound = 1 / math.sqrt(fan_in) if fan_in else 0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input):
+        conv = F.conv_transpose1d if self._dims == 1 else F.conv_transpose2d
+        return conv(input, self.weight, self.bias, self.stride, self.padding, self.output_padding, self.groups,
+                    self.dilation)
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    _dims = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    _dims = 2
+
+
+class MultiheadAttention(Module):
+    """torch's MultiheadAttention with one packed in_proj_weight [3E, E] (kdim = vdim = embed_dim), out_proj,
+    key_padding_mask / attn_mask (bool: True = masked; float: added), head-averaged weights."""
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False,
+                 kdim=None, vdim=None, batch_first=False, device=None, dtype=None):
+        super().__init__()
+        if add_bias_kv or add_zero_attn or kdim not in (None, embed_dim) or vdim not in (None, embed_dim):
+            not_implemented("torch.nn.MultiheadAttention", "with add_bias_kv, add_zero_attn or kdim/vdim")
+        if embed_dim % num_heads:
+            raise ValueError(f"MultiheadAttention(): embed_dim {embed_dim} must be divisible by num_heads "
+                             f"{num_heads}")
+        self.embed_dim, self.num_heads, self.dropout, self.batch_first = embed_dim, num_heads, dropout, batch_first
+        self.head_dim = embed_dim // num_heads
+        self.in_proj_weight = Parameter(_empty(3 * embed_dim, embed_dim, dtype=dtype))
+        init.xavier_uniform_(self.in_proj_weight)
+        if bias:
+            self.in_proj_bias = Parameter(oarlock.zeros([3 * embed_dim], dtype=dtype or oarlock.get_default_dtype()))
+        else:
+            self.register_parameter("in_proj_bias", None)
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype)
+        if bias:
+            init.constant_(self.out_proj.bias, 0.0)
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+                average_attn_weights=True, is_causal=False):
+        if not self.batch_first:   # [L, N, E] -> [N, L, E]
+            query, key, value = (t.transpose([1, 0, 2]) for t in (query, key, value))
+        n, lq, e = query.shape
+        ls = key.shape[1]
+        w_q, w_k, w_v = oarlock.split(self.in_proj_weight, 3, axis=0)
+        b_q, b_k, b_v = oarlock.split(self.in_proj_bias, 3, axis=0) if self.in_proj_bias is not None else (None,) * 3
+        heads = [F.linear(x, w, b).reshape([n, -1, self.num_heads, self.head_dim]).transpose([0, 2, 1, 3])
+                 for x, w, b in ((query, w_q, b_q), (key, w_k, b_k), (value, w_v, b_v))]
+        q, k, v = heads
+        scores = oarlock.matmul(q, k, transpose_y=True) / math.sqrt(self.head_dim)
+        if attn_mask is not None:
+            mask = attn_mask.reshape([n, self.num_heads, lq, ls]) if attn_mask.ndim == 3 else attn_mask
+            scores = scores.masked_fill(mask, float("-inf")) if mask.dtype == oarlock.bool else scores + mask
+        elif is_causal:
+            scores = scores.masked_fill(~oarlock.tril(oarlock.ones([lq, ls], dtype="bool")), float("-inf"))
+        if key_padding_mask is not None:
+            pad = key_padding_mask.reshape([n, 1, 1, ls])
+            scores = scores.masked_fill(pad, float("-inf")) if pad.dtype == oarlock.bool else scores + pad
+        weights = F.softmax(scores, dim=-1)
+        out = oarlock.matmul(F.dropout(weights, self.dropout, self.training), v)
+        out = self.out_proj(out.transpose([0, 2, 1, 3]).reshape([n, lq, e]))
+        if not self.batch_first:
+            out = out.transpose([1, 0, 2])
+        if not need_weights:
+            return out, None
+        return out, (weights.mean(1) if average_attn_weights else weights)
+
+
+class Upsample(Module):
+    def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                 recompute_scale_factor=None):
+        super().__init__()
+        self.size, self.scale_factor, self.mode, self.align_corners = size, scale_factor, mode, align_corners
+
+    def forward(self, input):
+        return F.interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners)
+
+
 class _ConvNd(Module):
     _dims = 1
 
