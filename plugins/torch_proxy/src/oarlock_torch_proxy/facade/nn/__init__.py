@@ -2,7 +2,8 @@
 
 from oarlock_torch_proxy.facade.nn import functional, init, utils
 from oarlock_torch_proxy.facade.nn.layers import (  # noqa: F401
-    ELU, GELU, GLU, SELU, BatchNorm1d, BatchNorm2d, ConvTranspose1d, ConvTranspose2d, MultiheadAttention, Upsample, AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d,
+    ELU, GELU, GLU, SELU, BatchNorm1d, BatchNorm2d, ConvTranspose1d, ConvTranspose2d, MultiheadAttention, Upsample,
+    AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d,
     BCELoss, BCEWithLogitsLoss, Bilinear, Conv1d,
     Conv2d, CrossEntropyLoss, Dropout, Embedding, Flatten, GroupNorm, Hardsigmoid, Hardswish, Hardtanh, HuberLoss,
     Identity, KLDivLoss, L1Loss, LayerNorm, LeakyReLU, Linear, LogSigmoid, LogSoftmax, Mish, MSELoss, NLLLoss,
