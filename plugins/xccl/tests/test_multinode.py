@@ -156,3 +156,20 @@ def test_rendezvous_address_from_the_environment(env, master, monkeypatch):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert nodes.announced_master() == master
+
+
+def test_rank_and_world_before_init_count_every_node(monkeypatch):
+    """Before init_parallel_env, get_rank()/get_world_size() of a rank of node 1 (2 ranks a node) are global,
+    not its node launcher's local figures; outside --nnodes they are the launcher's."""
+    import oarlock.distributed as dist
+    from oarlock_xccl import groups
+
+    if groups.is_initialized():
+        pytest.skip("this process already joined a world")
+    monkeypatch.setenv("PMI_RANK", "1")
+    monkeypatch.setenv("PMI_SIZE", "2")
+    assert (dist.get_rank(), dist.get_world_size()) == (1, 2)
+    monkeypatch.setenv("OARLOCK_NNODES", "2")
+    monkeypatch.setenv("OARLOCK_NODE_RANK", "1")
+    monkeypatch.setenv("OARLOCK_NPROC_PER_NODE", "2")
+    assert (dist.get_rank(), dist.get_world_size()) == (3, 4)

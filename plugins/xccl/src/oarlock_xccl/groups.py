@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import os
 
-from oarlock_xccl import failure, watchdog, world
+from oarlock_xccl import failure, nodes, watchdog, world
 
 _DEFAULT_TIMEOUT_S = 1800.0     # Paddle's default collective timeout (30 minutes)
 _UID_TAG = 1
@@ -186,15 +186,16 @@ def destroy_process_group(group=None) -> None:
 
 
 def get_rank(group=None) -> int:
-    """This process's rank in `group` (global rank for None; works before init_parallel_env)."""
+    """This process's rank in `group` (global rank for None; works before init_parallel_env, across the nodes of
+    an `oarlock launch --nnodes` job too)."""
     if group is None and not is_initialized():
-        return failure.launch_rank()
+        return nodes.global_view(failure.launch_rank(), _launch_size())[0]
     return resolve(group, "get_rank").rank
 
 
 def get_world_size(group=None) -> int:
     if group is None and not is_initialized():
-        return _launch_size()
+        return nodes.global_view(failure.launch_rank(), _launch_size())[1]
     return resolve(group, "get_world_size").nranks
 
 

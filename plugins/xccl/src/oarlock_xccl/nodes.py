@@ -48,6 +48,17 @@ JOIN_TIMEOUT_S = float(os.environ.get("OARLOCK_RENDEZVOUS_TIMEOUT", "300"))   # 
 SERVE_ENV = "OARLOCK_SERVE_RENDEZVOUS"   # set for the process that serves the rendezvous itself
 REWIRED_ENV = "OARLOCK_REWIRED"          # set once a process started alone re-ran itself under mpiexec
 PORT_KEY, ABORT_KEY = "mpi-port", "abort"
+
+
+def global_view(local_rank: int, local_size: int) -> tuple[int, int]:
+    """(global rank, world size) of a rank its node's MPI launcher calls local_rank of local_size, before the
+    nodes' worlds are joined: under --nnodes K, node R's ranks follow nodes 0..R-1's, each node NPROC_PER_NODE
+    ranks; outside a multi-node job, the launcher's own figures."""
+    nnodes = os.environ.get(NNODES_ENV, "").strip()
+    if not nnodes.isdigit() or int(nnodes) <= 1:
+        return local_rank, local_size
+    per_node = int(os.environ.get(NPROC_ENV, str(local_size)))
+    return int(os.environ.get(NODE_RANK_ENV, "0")) * per_node + local_rank, int(nnodes) * per_node
 _served: list = []                       # the Rendezvous this process serves (kept for its lifetime)
 
 
