@@ -421,7 +421,7 @@ def install() -> None:
     for name in ("var", "std"):
         setattr(T, name, _var_std(name))
     T.unbind = _unbind
-    for name in ("add", "add_", "sub", "sub_"):
+    for name in ("add_", "sub_"):   # the in-place forms: optimizers written for torch 1.x use the old overloads
         setattr(T, name, _with_alpha(name))
     added = {"new_tensor": _new_tensor, "addcmul_": _addcmul_, "addcdiv_": _addcdiv_, "lerp_": _lerp_,
              "stride": _stride, "clamp_": _clamp_, "clip_": _clamp_, "retain_grad": _retain_grad,
@@ -441,8 +441,9 @@ def install() -> None:
                  oarlock.normal(mean, std, self.shape).astype(self.dtype)),
              # C's fmod: the remainder takes the dividend's sign (Paddle's mod takes the divisor's)
              "fmod": lambda self, other: self - (self / other).trunc() * other}
+    probe = oarlock.zeros([1])
     for name, fn in added.items():
-        if name not in T.__dict__:
+        if name not in T.__dict__ and not hasattr(probe, name):   # oarlock's own (clip_, ...) stays
             setattr(T, name, fn)
     T.type = _clash_property("type", _type)
     T.shape = _shape_property()
