@@ -301,3 +301,42 @@ def test_x_transformers_readme_examples(proxy_tools):
             lambda m, fw: m(fw.tensor(tokens), fw.tensor(tokens[:, ::-1].copy())))
     _report("x-transformers", errors)
     assert max(errors) <= TOL, " ".join(f"{e:.2e}" for e in errors)
+
+
+# ----------------------------------------------------------------------------------- vector-quantize-pytorch
+def test_vector_quantize_pytorch_readme_examples(proxy_tools):
+    """vector-quantize-pytorch's README quantizers in training mode: VectorQuantize (EMA codebook), ResidualVQ,
+    FSQ, LFQ and SimVQ; quantized outputs, indices, losses, the input gradient (straight-through) and the
+    codebook buffers after the EMA update, against torch."""
+    pytest.importorskip("vector_quantize_pytorch")
+    scope = {"vector_quantize_pytorch", "einops", "einx", "torch_einops_utils"}
+    pair = proxy_tools.load_both("vector_quantize_pytorch", scope)
+    torch, ft = proxy_tools.torch, proxy_tools.ft
+    rng = np.random.default_rng(6)
+    errors = []
+    for name, options, dim in (("VectorQuantize", dict(dim=32, codebook_size=64, decay=0.8, commitment_weight=1.0),
+                                32),
+                               ("ResidualVQ", dict(dim=32, num_quantizers=3, codebook_size=64), 32),
+                               ("FSQ", dict(levels=[8, 5, 5, 5]), 4), ("LFQ", dict(codebook_size=256, dim=32), 32),
+                               ("SimVQ", dict(dim=32, codebook_size=64), 32)):
+        model_t, model_o = getattr(pair.real, name)(**options), getattr(pair.proxy, name)(**options)
+        proxy_tools.copy_weights(model_t, model_o)
+        (x,) = _inputs(rng, (2, 16, dim))
+        outs = []
+        for model, fw in ((model_t, torch), (model_o, ft)):
+            xin = fw.tensor(x, requires_grad=True)
+            out = model(xin)
+            quantized = out[0]
+            weights = np.linspace(-1, 1, int(np.prod(tuple(quantized.shape))), dtype="float32")
+            loss = (quantized * fw.tensor(weights.reshape(tuple(quantized.shape)))).sum()
+            for extra in out[2:]:
+                if extra is not None and extra.dtype.is_floating_point:
+                    loss = loss + extra.sum()
+            loss.backward()
+            outs.append((out, xin.grad, model.state_dict()))
+        (out_t, grad_t, state_t), (out_o, grad_o, state_o) = outs
+        errors += [proxy_tools.rel(a, b) for a, b in zip(out_t, out_o) if a is not None and hasattr(a, "shape")]
+        errors.append(proxy_tools.rel(grad_t, grad_o))
+        errors += [proxy_tools.rel(state_t[k], state_o[k]) for k in state_t]
+    _report("vector-quantize-pytorch", errors)
+    assert max(errors) <= TOL, " ".join(f"{e:.2e}" for e in errors)

@@ -94,6 +94,15 @@ from oarlock_torch_proxy.facade import (amp, autograd, backends, compiler, cuda,
                                         distributions, func, jit, linalg, nn, optim, special, testing, utils)
 
 autocast = amp.autocast
+
+
+def detach(input):
+    return input.detach()
+
+
+def lerp(input, end, weight):
+    return oarlock.lerp(input, end, weight)
+
 vmap = func.vmap
 __getattr__ = missing_getattr("torch")
 __all__ = sorted(n for n in globals() if not n.startswith("_"))

@@ -3,7 +3,9 @@ is_initialized() before using it, and any other use is reported."""
 
 from __future__ import annotations
 
-from oarlock_torch_proxy.missing import missing_getattr
+from oarlock_torch_proxy.missing import MissingNamespace, missing_getattr
+
+nn = MissingNamespace("torch.distributed.nn")   # importable (`from torch.distributed import nn`), reported on use
 
 
 def is_available() -> bool:
