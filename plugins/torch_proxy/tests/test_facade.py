@@ -46,6 +46,8 @@ FUNCTIONS = [
     ("eye", lambda t, x, y: t.eye(3, 4)), ("tensor(ints)", lambda t, x, y: t.tensor([[1, 2], [3, 4]])),
     ("zeros_like", lambda t, x, y: t.zeros_like(x, dtype=t.float64)),
     ("full_like", lambda t, x, y: t.full_like(x, 2.5)),
+    ("unique", lambda t, x, y: t.unique(t.tensor(IDX))), ("arctan", lambda t, x, y: t.arctan(x)),
+    ("broadcast_shapes", lambda t, x, y: t.broadcast_shapes((3, 1, 5), (4, 1))),
 ]
 
 # Tensor methods called from torch code: (name, args builder)
@@ -64,6 +66,7 @@ METHODS = [
     ("new_zeros", lambda t: ((2, 2),)), ("new_tensor", lambda t: ([1.0, 2.0],)), ("clamp_min", lambda t: (0.1,)),
     ("addcmul", lambda t: (t.ones(5), t.ones(5))), ("amax", lambda t: ((0, 2),)), ("type", lambda t: (t.float64,)),
     ("stride", lambda t: ()), ("dim", lambda t: ()), ("nelement", lambda t: ()),
+    ("log_softmax", lambda t: (1,)), ("cumprod", lambda t: (2,)), ("select", lambda t: (1, -1)),
 ]
 
 
@@ -309,6 +312,9 @@ FUNCTIONAL = [
     ("cosine_similarity", lambda F, t, x, y: F.cosine_similarity(x, y, dim=-1)),
     ("logsigmoid", lambda F, t, x, y: F.logsigmoid(x)), ("softplus", lambda F, t, x, y: F.softplus(x, beta=2)),
     ("dropout(eval)", lambda F, t, x, y: F.dropout(x, 0.5, training=False)),
+    ("pairwise_distance", lambda F, t, x, y: F.pairwise_distance(x, y)),
+    ("gaussian_nll_loss", lambda F, t, x, y: F.gaussian_nll_loss(x, y, y.abs() + 0.1)),
+    ("batch_norm(train)", lambda F, t, x, y: F.batch_norm(x, t.zeros(4), t.ones(4), y[0, :, 0], None, True)),
 ]
 
 

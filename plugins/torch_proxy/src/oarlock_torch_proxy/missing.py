@@ -17,10 +17,10 @@ def caller_site(depth: int) -> str:
 
 # torch's submodules the façade does not have: `torch.fft.rfft2(x)` names torch.fft.rfft2 (the name asked for),
 # not just torch.fft; `import torch.fft` still fails as a missing module
-TORCH_SUBMODULES = frozenset({"fft", "sparse", "onnx", "export", "masked", "nested",
-                              "quantization", "ao", "profiler", "hub", "signal", "testing", "overrides", "library",
-                              "xpu", "mps", "package", "fx", "futures", "multiprocessing", "_dynamo", "_inductor",
-                              "_C", "storage", "random", "types", "serialization", "cpu", "mtia", "accelerator"})
+TORCH_SUBMODULES = frozenset({"fft", "sparse", "onnx", "export", "masked", "nested", "quantization", "ao", "profiler",
+                              "hub", "signal", "overrides", "library", "mps", "package", "fx", "futures",
+                              "multiprocessing", "_dynamo", "_inductor", "_C", "storage", "random", "types",
+                              "serialization", "cpu", "mtia", "accelerator"})
 
 
 class MissingNamespace:

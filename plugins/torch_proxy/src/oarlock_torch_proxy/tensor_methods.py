@@ -428,6 +428,15 @@ def install() -> None:
              "masked_scatter": _masked_scatter, "index_add": _index_add,
              "nelement": lambda self: CallableSize(self.shape).real,
              "addcmul": _addcmul, "addcdiv": _addcdiv, "new": _new, "resize_as_": _resize_as_,
+             "log_softmax": lambda self, dim=None, dtype=None: oarlock.nn.functional.log_softmax(
+                 self if dtype is None else self.astype(dtype), axis=-1 if dim is None else dim),
+             "cumprod": lambda self, dim, dtype=None: __import__(
+                 "oarlock_torch_proxy.facade.ops", fromlist=["cumprod"]).cumprod(self, dim),
+             "select": lambda self, dim, index: oarlock.index_select(
+                 self, oarlock.to_tensor([index % self.shape[dim]]), axis=dim).squeeze(dim),
+             "bernoulli_": lambda self, p=0.5, generator=None: self.copy_(
+                 oarlock.bernoulli(oarlock.full(self.shape, p, dtype="float32")).astype(self.dtype)),
+             "arctan": lambda self: oarlock.atan(self), "arctanh": lambda self: oarlock.atanh(self),
              "clamp_min": lambda self, min: oarlock.clip(self, min=min),
              "clamp_max": lambda self, max: oarlock.clip(self, max=max),
              "clamp_min_": lambda self, min: _clamp_(self, min=min),

@@ -46,7 +46,7 @@ _OPS = ("max", "min", "sort", "argsort", "median", "split", "chunk", "tensor_spl
         "scatter", "scatter_add", "scatter_reduce", "index_select", "where", "tensordot", "take_along_dim", "var",
         "std", "var_mean", "std_mean", "numel", "clamp", "cumprod", "broadcast_tensors", "meshgrid", "is_tensor",
         "is_nonzero", "einsum", "svd", "fmod", "norm", "clamp_min", "clamp_max", "masked_fill", "cat", "stack",
-        "flatten", "finfo", "iinfo", "compile")
+        "flatten", "finfo", "iinfo", "compile", "unique", "broadcast_shapes")
 for _name in _CREATION:
     globals()[_name] = getattr(creation, _name)
 for _name in _OPS:
@@ -91,9 +91,17 @@ for _name in _SAME_AS_OARLOCK:
 
 # the submodules torch imports with itself
 from oarlock_torch_proxy.facade import (amp, autograd, backends, compiler, cuda, distributed,  # noqa: E402
-                                        distributions, func, jit, linalg, nn, optim, special, testing, utils)
+                                        distributions, func, jit, linalg, nn, optim, special, testing, utils,
+                                        xpu)
 
 autocast = amp.autocast
+
+
+globals().update(ops.FOREACH)
+for _alias, _name in (("arctan", "atan"), ("arctanh", "atanh"), ("arcsin", "asin"), ("arccos", "acos"),
+                      ("arcsinh", "asinh"), ("arccosh", "acosh"), ("arctan2", "atan2")):
+    if hasattr(oarlock, _name):
+        globals()[_alias] = getattr(oarlock, _name)
 
 
 def detach(input):
@@ -108,4 +116,4 @@ __getattr__ = missing_getattr("torch")
 __all__ = sorted(n for n in globals() if not n.startswith("_"))
 del _name, _obj
 _ = (Size, amp, autograd, backends, compiler, cuda, distributed, distributions, func, jit, linalg, nn, optim, special,
-     testing, utils)
+     testing, utils, xpu)

@@ -245,3 +245,29 @@ def compile(model=None, **kwargs):
     if model is None:
         return lambda fn: fn
     return model
+
+
+def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):
+    return oarlock.unique(input, return_inverse=return_inverse, return_counts=return_counts, axis=dim)
+
+
+def broadcast_shapes(*shapes):
+    import numpy as np
+    return tm.Size(np.broadcast_shapes(*[tuple(s) if not isinstance(s, int) else (s,) for s in shapes]))
+
+
+def _foreach(method):
+    """torch._foreach_<op>(tensors, *others): the in-place op on each tensor, the other operands zipped in
+    when they are lists."""
+
+    def run(tensors, *others, **kwargs):
+        for i, t in enumerate(tensors):
+            args = [o[i] if isinstance(o, (list, tuple)) else o for o in others]
+            getattr(t, method)(*args, **kwargs)
+
+    run.__name__ = f"_foreach_{method}"
+    return run
+
+
+FOREACH = {f"_foreach_{m}": _foreach(m) for m in ("add_", "sub_", "mul_", "div_", "lerp_", "addcmul_", "addcdiv_",
+                                                 "sqrt_", "sign_", "zero_", "copy_", "clamp_min_", "clamp_max_")}

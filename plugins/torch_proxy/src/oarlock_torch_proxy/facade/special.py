@@ -12,6 +12,10 @@ for _name in ("erf", "erfc", "erfinv", "expm1", "exp2", "logit", "sinc", "i0", "
         globals()[_name] = getattr(oarlock, _name)
 
 
+def ndtr(x):
+    return 0.5 * (1 + oarlock.erf(x / 2 ** 0.5))
+
+
 def expit(x):
     return oarlock.sigmoid(x)
 

@@ -179,6 +179,30 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
                                dilation=dilation, groups=groups)
 
 
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    diff = (x1 - x2 + eps).abs()
+    return (diff ** p).sum(-1, keepdim=keepdim) ** (1.0 / p)
+
+
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    var = oarlock.clip(var, min=eps)
+    loss = 0.5 * (oarlock.log(var) + (input - target) ** 2 / var)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return _reduce(loss, reduction, "gaussian_nll_loss")
+
+
+def gumbel_softmax(logits, tau=1.0, hard=False, eps=1e-10, dim=-1):
+    gumbels = -oarlock.log(-oarlock.log(oarlock.rand(logits.shape, dtype=logits.dtype) + eps) + eps)
+    soft = softmax((logits + gumbels) / tau, dim=dim)
+    if not hard:
+        return soft
+    index = soft.argmax(dim, keepdim=True)
+    hard_one = oarlock.put_along_axis(oarlock.zeros_like(soft), index, oarlock.ones_like(index, dtype=soft.dtype),
+                                      dim)
+    return hard_one - soft.detach() + soft
+
+
 def _reduce(loss, reduction, name):
     if reduction == "mean":
         return loss.mean()
