@@ -413,3 +413,21 @@ def test_data_utilities_match_torch(proxy_tools):
     assert len(batches) == 2 and batches[0]["x"].shape == [2, 2] and batches[0]["y"].dtype == ft.int64
     left, right = ft.utils.data.random_split(Pairs(), [3, 2], generator=ft.Generator().manual_seed(1))
     assert sorted([left[i]["y"] for i in range(3)] + [right[i]["y"] for i in range(2)]) == [0, 1, 2, 3, 4]
+
+
+def test_save_and_load_round_trip(proxy_tools, tmp_path):
+    ft = proxy_tools.ft
+    model = ft.nn.Sequential(ft.nn.Linear(3, 4), ft.nn.BatchNorm1d(4))
+    opt = ft.optim.Adam(model.parameters(), lr=0.1)
+    model(ft.randn(5, 3)).sum().backward()
+    opt.step()
+    ft.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": 3}, tmp_path / "ckpt.pt")
+    loaded = ft.load(tmp_path / "ckpt.pt", map_location="cpu")
+    assert loaded["step"] == 3 and list(loaded["model"]) == list(model.state_dict())
+    for key, value in model.state_dict().items():
+        assert np.array_equal(loaded["model"][key].numpy(), value.numpy()) and loaded["model"][key].dtype == value.dtype
+    clone = ft.nn.Sequential(ft.nn.Linear(3, 4), ft.nn.BatchNorm1d(4))
+    clone.load_state_dict(loaded["model"])
+    x = ft.randn(2, 3)
+    assert np.array_equal(clone.eval()(x).numpy(), model.eval()(x).numpy())
+    assert np.array_equal(loaded["opt"]["state"][0]["exp_avg"].numpy(), opt.state_dict()["state"][0]["exp_avg"].numpy())

@@ -104,6 +104,9 @@ for _alias, _name in (("arctan", "atan"), ("arctanh", "atanh"), ("arcsin", "asin
         globals()[_alias] = getattr(oarlock, _name)
 
 
+from oarlock_torch_proxy.facade.serialization import load, save  # noqa: E402
+
+
 def detach(input):
     return input.detach()
 
