@@ -431,3 +431,24 @@ def test_save_and_load_round_trip(proxy_tools, tmp_path):
     x = ft.randn(2, 3)
     assert np.array_equal(clone.eval()(x).numpy(), model.eval()(x).numpy())
     assert np.array_equal(loaded["opt"]["state"][0]["exp_avg"].numpy(), opt.state_dict()["state"][0]["exp_avg"].numpy())
+
+
+@pytest.mark.parametrize("kind,options", [("LSTM", dict(num_layers=2, bidirectional=True)),
+                                          ("GRU", dict(batch_first=True)), ("RNN", dict(nonlinearity="relu"))])
+def test_recurrent_layers_match_torch(proxy_tools, kind, options):
+    torch, ft = proxy_tools.torch, proxy_tools.ft
+    mt, mo = getattr(torch.nn, kind)(5, 4, **options), getattr(ft.nn, kind)(5, 4, **options)
+    assert [(n, list(p.shape)) for n, p in mt.named_parameters()] == [(n, p.shape) for n, p in mo.named_parameters()]
+    proxy_tools.copy_weights(mt, mo)
+    data = RNG.standard_normal((3, 6, 5)).astype("float32")
+    results = []
+    for fw, m in ((torch, mt), (ft, mo)):
+        x = fw.tensor(data, requires_grad=True)
+        out, state = m(x)
+        states = state if isinstance(state, tuple) else (state,)
+        (out.sum() + sum(s.pow(2).sum() for s in states)).backward()
+        results.append([out, *states, x.grad])
+    for a, b in zip(*results):
+        assert proxy_tools.rel(a, b) <= 1e-5
+    for (n, p), (_, q) in zip(mt.named_parameters(), mo.named_parameters()):
+        assert proxy_tools.rel(p.grad, q.grad) <= 1e-5, n

@@ -9,12 +9,13 @@ from oarlock_torch_proxy.facade.nn.layers import (  # noqa: F401
     Identity, KLDivLoss, L1Loss, LayerNorm, LeakyReLU, Linear, LogSigmoid, LogSoftmax, Mish, MSELoss, NLLLoss,
     PixelShuffle, PReLU, ReLU, ReLU6, RMSNorm, Sigmoid, SiLU, SmoothL1Loss, Softmax, Softmin, Softplus, Softsign,
     Tanh, Threshold, Unflatten)
+from oarlock_torch_proxy.facade.nn.rnn import GRU, LSTM, RNN  # noqa: F401
 from oarlock_torch_proxy.facade.nn.module import (  # noqa: F401
     Module, ModuleDict, ModuleList, Parameter, ParameterDict, ParameterList, Sequential)
 from oarlock_torch_proxy.missing import missing_class, missing_getattr
 
 # importable (x-transformers and others import them at module level), reported when made
-for _name in ("LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "Transformer", "TransformerEncoder",
+for _name in ("LSTMCell", "GRUCell", "Transformer", "TransformerEncoder",
               "TransformerDecoder", "TransformerEncoderLayer", "TransformerDecoderLayer", "Conv3d", "BatchNorm3d",
               "InstanceNorm1d", "InstanceNorm2d", "EmbeddingBag"):
     globals()[_name] = missing_class(f"torch.nn.{_name}")
