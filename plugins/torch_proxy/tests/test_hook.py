@@ -7,7 +7,9 @@ from __future__ import annotations
 import importlib
 import sys
 import textwrap
+from pathlib import Path
 
+import numpy as np
 import oarlock
 import pytest
 from oarlock.compat import disable_torch_proxy, enable_torch_proxy, torch_proxy, torch_proxy_enabled
@@ -131,3 +133,24 @@ def test_scoped_library_works_without_real_torch_imported():
     """)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-2000:]
+
+
+def test_plain_torch_script_runs_everywhere_mode(tmp_path, torch):
+    """scope=None on a plain PyTorch training script run as __main__ (scripts/train_script.py: CNN, BatchNorm,
+    DataLoader, SGD + StepLR, eval under no_grad, `logits.max(1)`): the same losses, accuracy and BatchNorm
+    statistics as the real torch from the same initial weights."""
+    import json
+    import subprocess
+    scripts = Path(__file__).parent / "scripts"
+    init, real_out, proxy_out = tmp_path / "init.npz", tmp_path / "real.json", tmp_path / "proxy.json"
+    for command in ([sys.executable, str(scripts / "train_script.py"), str(real_out), "--save-init", str(init)],
+                    [sys.executable, str(scripts / "run_with_proxy.py"), str(scripts / "train_script.py"),
+                     str(proxy_out), "--load-init", str(init)]):
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+    real, proxied = json.loads(real_out.read_text()), json.loads(proxy_out.read_text())
+    assert real["torch"] == "torch" and proxied["torch"].startswith("oarlock")
+    assert real["correct"] == proxied["correct"] and real["lr"] == proxied["lr"]
+    for key in ("losses", "max_values", "running_var"):
+        a, b = np.array(real[key]), np.array(proxied[key])
+        assert np.abs(a - b).max() <= 1e-5 * np.abs(a).max(), key

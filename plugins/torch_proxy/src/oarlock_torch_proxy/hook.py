@@ -17,7 +17,8 @@ How a scoped import works (both the real torch and the façade can live in one p
   real ones set aside), so `importlib.import_module("torch")` and `sys.modules["torch"]` checks see it too.
 
 The same private builtins dict marks a module as a torch caller: the Tensor methods whose torch and Paddle
-meanings differ (`x.max(1)`, `x.split(2)`, `x.numel()`) look at their caller's globals (tensor_methods)."""
+meanings differ (`x.max(1)`, `x.split(2)`, `x.numel()`) look at their caller's globals (tensor_methods); with
+scope=None every module but oarlock's own is a torch caller (a script run as __main__ included)."""
 
 from __future__ import annotations
 
@@ -152,6 +153,8 @@ def _absolute(name, globals, level):
 _real_import = builtins.__import__
 # the builtins every module in the scope runs with; its identity marks "a torch caller" (tensor_methods)
 PROXY_BUILTINS: dict = dict(builtins.__dict__, __import__=proxy_import)
+# [True] while the proxy is on everywhere (scope=None): then every module but oarlock's counts as torch code
+EVERYWHERE = [False]
 
 
 class _ScopedLoader(importlib.abc.Loader):
@@ -225,7 +228,6 @@ class _State:
         self.scope: frozenset | None = None
         self.saved: dict[str, object] = {}   # modules set aside while the proxy is on
         self.loaded: set[str] = set()        # modules imported under the proxy
-        self.marked: list[dict] = []         # globals of callers marked as torch code (scope=None mode)
 
 
 _STATE = _State()
@@ -291,17 +293,7 @@ def enable_torch_proxy(scope=None) -> None:
         sys.meta_path.insert(0, _FINDER)
         if names is None:
             sys.modules["torch"] = facade_module("torch")
-            caller = sys._getframe(1).f_globals
-            if caller.get("__name__", "").partition(".")[0] not in ("oarlock_torch_proxy", "contextlib"):
-                _mark(caller)
-            else:
-                _mark(sys._getframe(3).f_globals)   # called through the torch_proxy() context manager
-
-
-def _mark(caller_globals: dict) -> None:
-    """Treat the module that turned the proxy on everywhere as torch code too (its `x.max(1)`)."""
-    _STATE.marked.append((caller_globals, caller_globals.get("__builtins__")))
-    caller_globals["__builtins__"] = PROXY_BUILTINS
+            EVERYWHERE[0] = True
 
 
 def _describe(scope) -> str:
@@ -323,11 +315,9 @@ def disable_torch_proxy() -> None:
         for name in facade_names:
             sys.modules.pop(name, None)
         sys.modules.update(_STATE.saved)
-        for caller_globals, previous in _STATE.marked:
-            caller_globals["__builtins__"] = previous
+        EVERYWHERE[0] = False
         _STATE.saved.clear()
         _STATE.loaded.clear()
-        _STATE.marked.clear()
         _STATE.enabled, _STATE.scope = False, None
 
 

@@ -22,16 +22,24 @@ from collections import namedtuple
 import oarlock
 from oarlock.plugin_api import default_registry
 
-from oarlock_torch_proxy.hook import PROXY_BUILTINS
+from oarlock_torch_proxy.hook import EVERYWHERE, PROXY_BUILTINS
 
 _installed = False
 _ValuesIndices = {name: namedtuple(name, ["values", "indices"])
                   for name in ("max", "min", "sort", "median", "mode", "kthvalue", "cummax", "cummin")}
 
 
+def _torch_globals(g) -> bool:
+    """Whether code running with module globals `g` is torch code: a module imported through the proxy (its
+    builtins are the proxy's), or, with the proxy on everywhere (scope=None), any module but oarlock's own and
+    the array libraries'."""
+    return g.get("__builtins__") is PROXY_BUILTINS or (
+        EVERYWHERE[0] and not g.get("__name__", "").startswith(("oarlock", "numpy", "ml_dtypes")))
+
+
 def torch_caller(depth: int = 2) -> bool:
     """Whether the frame `depth` levels up (the caller of the method calling this) is torch code."""
-    return sys._getframe(depth).f_globals.get("__builtins__") is PROXY_BUILTINS
+    return _torch_globals(sys._getframe(depth).f_globals)
 
 
 class Size(tuple):
@@ -97,7 +105,7 @@ def _clash_property(name, torch_method):
     paddle_prop = _paddle_attr(name)
 
     def getter(self):
-        if sys._getframe(1).f_globals.get("__builtins__") is PROXY_BUILTINS:
+        if _torch_globals(sys._getframe(1).f_globals):
             return torch_method.__get__(self, oarlock.Tensor)
         return paddle_prop.fget(self)
 
@@ -110,7 +118,7 @@ def _clash_value(name, torch_value):
     paddle_fn = _paddle_attr(name)
 
     def getter(self):
-        if sys._getframe(1).f_globals.get("__builtins__") is PROXY_BUILTINS:
+        if _torch_globals(sys._getframe(1).f_globals):
             return torch_value(self)
         return paddle_fn.__get__(self, oarlock.Tensor)
 
@@ -122,7 +130,7 @@ def _shape_property():
     paddle_shape = _paddle_attr("shape").fget
 
     def shape(self):
-        if sys._getframe(1).f_globals.get("__builtins__") is PROXY_BUILTINS:
+        if _torch_globals(sys._getframe(1).f_globals):
             return Size(paddle_shape(self))
         return paddle_shape(self)
 
@@ -134,7 +142,7 @@ def _clash(name, torch_fn):
     paddle_fn = _paddle_attr(name)
 
     def method(self, *args, **kwargs):
-        if sys._getframe(1).f_globals.get("__builtins__") is PROXY_BUILTINS:
+        if _torch_globals(sys._getframe(1).f_globals):
             return torch_fn(self, *args, **kwargs)
         return paddle_fn(self, *args, **kwargs)
 
@@ -392,7 +400,7 @@ def _missing_getattr(core_getattr):
         try:
             return core_getattr(self, name)
         except AttributeError:
-            if sys._getframe(1).f_globals.get("__builtins__") is not PROXY_BUILTINS or name.startswith("_"):
+            if not _torch_globals(sys._getframe(1).f_globals) or name.startswith("_"):
                 raise
         from oarlock_torch_proxy.hook import MissingAttribute
         from oarlock_torch_proxy.missing import caller_site
