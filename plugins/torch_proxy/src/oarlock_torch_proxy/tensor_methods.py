@@ -90,19 +90,18 @@ def _reduce_with_indices(name, values_fn, indices_fn):
 
 def _paddle_attr(name):
     """oarlock's own Tensor.<name> (a function or a property), before the proxy replaces it."""
-    oarlock.zeros([1])   # loads the plugins, which put their Tensor names in place
+    entry = default_registry().api["Tensor"].get(name)   # loads the plugins first (no tensor, no device needed)
     if name in oarlock.Tensor.__dict__:
         return oarlock.Tensor.__dict__[name]
-    entry = default_registry().api["Tensor"].get(name)
-    if entry is None:
-        raise LookupError(f"oarlock.Tensor has no {name!r} to resolve against torch's")
-    return entry[0]
+    return None if entry is None else entry[0]   # None: no plugin gives oarlock's Tensor that name
 
 
 def _clash_property(name, torch_method):
     """Tensor.<name> that is a property in Paddle and a method in torch (`x.type`): torch callers get the
     bound method, everyone else the property's value."""
     paddle_prop = _paddle_attr(name)
+    if paddle_prop is None:
+        return property(lambda self: torch_method.__get__(self, oarlock.Tensor))
 
     def getter(self):
         if _torch_globals(sys._getframe(1).f_globals):
@@ -116,6 +115,8 @@ def _clash_value(name, torch_value):
     """Tensor.<name> that is a method in Paddle and a property in torch (`x.is_sparse`): torch callers read
     torch_value(self), everyone else gets Paddle's bound method."""
     paddle_fn = _paddle_attr(name)
+    if paddle_fn is None:
+        return property(torch_value)
 
     def getter(self):
         if _torch_globals(sys._getframe(1).f_globals):
@@ -140,6 +141,8 @@ def _shape_property():
 def _clash(name, torch_fn):
     """Tensor.<name>: torch_fn for torch callers, oarlock's own method for everyone else."""
     paddle_fn = _paddle_attr(name)
+    if paddle_fn is None:
+        return torch_fn
 
     def method(self, *args, **kwargs):
         if _torch_globals(sys._getframe(1).f_globals):
@@ -155,6 +158,8 @@ def _clash(name, torch_fn):
 def _by_args(name, is_torch_call, torch_fn):
     """Tensor.<name> whose torch and Paddle calls differ in their arguments' types."""
     paddle_fn = _paddle_attr(name)
+    if paddle_fn is None:
+        return torch_fn
 
     def method(self, *args, **kwargs):
         if is_torch_call(args, kwargs):
@@ -427,10 +432,12 @@ def install() -> None:
                            "scatter_add": _scatter_add}.items():
         setattr(T, name, _by_args(name, _int_first, torch_fn))
     for name in ("var", "std"):
-        setattr(T, name, _var_std(name))
+        if _paddle_attr(name) is not None:
+            setattr(T, name, _var_std(name))
     T.unbind = _unbind
     for name in ("add_", "sub_"):   # the in-place forms: optimizers written for torch 1.x use the old overloads
-        setattr(T, name, _with_alpha(name))
+        if _paddle_attr(name) is not None:
+            setattr(T, name, _with_alpha(name))
     added = {"new_tensor": _new_tensor, "addcmul_": _addcmul_, "addcdiv_": _addcdiv_, "lerp_": _lerp_,
              "stride": _stride, "clamp_": _clamp_, "clip_": _clamp_, "retain_grad": _retain_grad,
              "masked_scatter": _masked_scatter, "index_add": _index_add,
@@ -458,9 +465,9 @@ def install() -> None:
                  oarlock.normal(mean, std, self.shape).astype(self.dtype)),
              # C's fmod: the remainder takes the dividend's sign (Paddle's mod takes the divisor's)
              "fmod": lambda self, other: self - (self / other).trunc() * other}
-    probe = oarlock.zeros([1])
+    own = default_registry().api["Tensor"]
     for name, fn in added.items():
-        if name not in T.__dict__ and not hasattr(probe, name):   # oarlock's own (clip_, ...) stays
+        if name not in T.__dict__ and name not in own:   # oarlock's own (clip_, ...) stays
             setattr(T, name, fn)
     T.type = _clash_property("type", _type)
     T.shape = _shape_property()

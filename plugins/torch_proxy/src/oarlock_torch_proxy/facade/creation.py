@@ -41,9 +41,13 @@ class Generator:
     `generator=`; manual_seed returns the generator, as torch's does."""
 
     def __init__(self, device="cpu"):
-        self.device = dtypes.device(device)
+        self._device = device   # parsed on first read: importing the façade needs no device plugin
         self._seed = 67280421310721
         self._rng = np.random.default_rng(self._seed)
+
+    @property
+    def device(self):
+        return dtypes.device(self._device)
 
     def manual_seed(self, seed):
         self._seed = builtins.int(seed)
