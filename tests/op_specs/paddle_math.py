@@ -33,6 +33,10 @@ EINSUM_CASES = [
     Case([In((3,)), In((2,))], {"equation": "i,j->ji"}, name="outer"),
     Case([In((2, 3))], {"equation": "ij->ji"}, name="transpose"),
     Case([In((0, 3)), In((3, 2))], {"equation": "ij,jk->ik"}, name="empty"),
+    Case([In((2, 3, 4, 5)), In(())], {"equation": "abcd,->dbca"}, name="0d_operand"),
+    Case([In((3,)), In((3,)), In((3,))], {"equation": "i,i,i->i"}, name="hadamard_three"),
+    Case([In((2, 3, 4)), In((4, 5)), In((3, 5))], {"equation": "abc,cd,bd->a"}, name="batched_chain"),
+    Case([In((2, 3, 2, 4)), In((2, 3, 5, 4))], {"equation": "bhid,bhjd->bhij"}, name="attention_scores"),
 ]
 
 SPECS = [
