@@ -186,3 +186,31 @@ def test_dropout_with_p_zero_returns_its_input_as_paddle_does():
     layer = oarlock.nn.Dropout(0.0)
     assert layer(x) is x   # paddle.nn.Dropout(0.0)(x) is x too (paddle.nn.functional.dropout's fast return)
     assert oarlock.nn.Dropout(0.5)(x) is not x
+
+
+def test_a_layer_or_parameter_replaces_a_plain_attribute_of_its_name_as_in_paddle():
+    """`self.x = None` then `self.x = Linear(...)`: the sublayer must not stay shadowed by the instance attribute;
+    and None assigned to a sublayer empties its slot. Checked against Paddle 3.2 doing the same."""
+    paddle = pytest.importorskip("paddle")
+
+    def build(lib):
+        class Net(lib.nn.Layer):
+            def __init__(self):
+                super().__init__()
+                self.fc = None
+                self.fc = lib.nn.Linear(2, 3)
+                self.scale = 1.0
+                self.scale = self.create_parameter([3])
+
+        return Net()
+
+    def observe(net):
+        seen = {"fc": type(net.fc).__name__, "scale": list(net.scale.shape), "in_dict": sorted(
+            k for k in ("fc", "scale") if k in net.__dict__), "keys": sorted(net.state_dict())}
+        net.fc = None
+        seen["emptied"] = (net.fc, list(net._sub_layers), sorted(net.state_dict()))
+        return seen
+
+    ours, theirs = observe(build(oarlock)), observe(build(paddle))
+    assert ours == theirs
+    assert ours["in_dict"] == [] and ours["fc"] == "Linear"

@@ -63,14 +63,18 @@ class Layer:
             raise RuntimeError(f"{type(self).__name__}: call super().__init__() before assigning {what}")
 
     def __setattr__(self, name, value):
+        # a Parameter or Layer also drops a plain instance attribute of that name (`self.x = None` then
+        # `self.x = Linear(...)`), which would otherwise shadow it: Paddle and torch do the same
         if isinstance(value, Tensor) and value.param_attrs is not None:
             self._check_init(f"parameter {name!r}")
-            self._remove_from(name, self._sub_layers, self._buffers)
+            self._remove_from(name, self.__dict__, self._sub_layers, self._buffers)
             self._parameters[name] = value
         elif isinstance(value, Layer):
             self._check_init(f"sublayer {name!r}")
-            self._remove_from(name, self._parameters, self._buffers)
+            self._remove_from(name, self.__dict__, self._parameters, self._buffers)
             self._sub_layers[name] = value
+        elif name in self.__dict__.get("_sub_layers", {}) and value is None:
+            self._sub_layers[name] = None   # Paddle keeps the slot, emptied
         elif name in self.__dict__.get("_buffers", {}):
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(f"{type(self).__name__}.{name} is a buffer: assign a Tensor or None, "
