@@ -121,6 +121,8 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of bf16,blockwise,delayed")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (processes)")
     parser.add_argument("--out", default="fp8-lossless-out")
+    parser.add_argument("--reuse", metavar="RESULTS_JSON", default=None,
+                        help="an earlier run's results.json: its (mode, seed) runs are taken, not run again")
     args = parser.parse_args(argv)
     modes = args.modes.split(",")
     unknown = [m for m in modes if m not in MODES]
@@ -130,9 +132,15 @@ def main(argv=None) -> int:
     fp8_seeds = args.seeds if args.fp8_seeds is None else args.fp8_seeds
     jobs = [(m, s, args.steps, args.eval_every) for m in modes
             for s in range(args.seeds if m == "bf16" else fp8_seeds)]
+    earlier = []
+    if args.reuse:   # the runs are deterministic per (mode, seed, steps): an earlier one is as good as a new one
+        with open(args.reuse) as fh:
+            earlier = [r for r in json.load(fh) if r["mode"] in modes]
+        done = {(r["mode"], r["seed"]) for r in earlier}
+        jobs = [job for job in jobs if (job[0], job[1]) not in done]
     jobs.sort(key=lambda job: job[0] == "bf16")       # the slow FP8 runs first
     with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        results = list(pool.map(run, *zip(*jobs)))
+        results = earlier + (list(pool.map(run, *zip(*jobs))) if jobs else [])
     with open(os.path.join(args.out, "results.json"), "w") as fh:
         json.dump(results, fh, indent=1)
     text = table(results)
