@@ -187,21 +187,8 @@ def meshgrid(*tensors, indexing="ij"):
 
 
 def einsum(equation, *operands):
-    """torch.einsum(eq, a, b) or (eq, [a, b]); operands with no subscripts (0-d) multiply the result."""
-    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
-        operands = tuple(operands[0])
-    equation = equation.replace(" ", "")
-    inputs, arrow, output = equation.partition("->")
-    subs = inputs.split(",")
-    scalars = [op for s, op in zip(subs, operands) if s == ""]
-    kept = [(s, op) for s, op in zip(subs, operands) if s != ""]
-    if not scalars:
-        return oarlock.einsum(equation, *operands)
-    result = oarlock.einsum(",".join(s for s, _ in kept) + arrow + output, *[op for _, op in kept]) if kept \
-        else scalars.pop()
-    for s in scalars:
-        result = result * s
-    return result
+    """torch.einsum(eq, a, b) or (eq, [a, b]) (oarlock.einsum takes both, 0-d operands included)."""
+    return oarlock.einsum(equation, *operands)
 
 
 def is_tensor(obj) -> bool:

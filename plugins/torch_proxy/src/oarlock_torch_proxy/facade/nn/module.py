@@ -35,15 +35,6 @@ class Module(oarlock.nn.Layer):
     def __init__(self, *args, **kwargs):
         super().__init__()
 
-    def __setattr__(self, name, value):
-        d = self.__dict__
-        if isinstance(value, oarlock.nn.Layer) or (isinstance(value, oarlock.Tensor) and value.param_attrs is not None):
-            d.pop(name, None)   # `self.x = None` then `self.x = Module()`: the module must win, as in torch
-        elif value is None and name in d.get("_sub_layers", {}):
-            d["_sub_layers"][name] = None
-            return
-        super().__setattr__(name, value)
-
     @property
     def _modules(self):
         return self._sub_layers
