@@ -143,6 +143,17 @@ def test_autocast_scoping_and_convert_keeps_parameters():
         x, bound.weight, bound.bias).numpy())
 
 
+def test_convert_keeps_excluded_linears():
+    """exclude= keeps the named Linear layers (named_sublayers paths) in their own precision, e.g. a GPT's output
+    head as DeepSeek-V3's recipe does; a name that is not a Linear of the model is a clear error."""
+    model = nn.Sequential(nn.Linear(128, 128), nn.Sequential(nn.Linear(128, 64), nn.Linear(64, 128)))
+    convert_to_fp8(model, Float8BlockScaling(), exclude=("1.1",))
+    assert isinstance(model[0], Fp8Linear) and isinstance(model[1][0], Fp8Linear)
+    assert type(model[1][1]) is nn.Linear
+    with pytest.raises(ValueError, match=r"argument 'exclude' names \['head'\].*'0', '1.0'"):
+        convert_to_fp8(nn.Sequential(nn.Linear(8, 8), nn.Sequential(nn.Linear(8, 8))), exclude=("head",))
+
+
 def test_small_regression_trains_in_fp8_like_float32():
     rng = np.random.default_rng(4)
     x = oarlock.to_tensor(rng.standard_normal([256, 128]).astype(np.float32))

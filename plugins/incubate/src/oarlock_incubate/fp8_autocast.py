@@ -209,17 +209,27 @@ class Fp8Linear(nn.Layer):
         return f"in_features={self.in_features}, out_features={self.out_features}, recipe={recipe}"
 
 
-def convert_to_fp8(model, recipe=None):
+def convert_to_fp8(model, recipe=None, exclude=()):
     """Replace every nn.Linear under `model` (in place) by an Fp8Linear sharing its parameters; with a recipe
-    the layers run in FP8 without fp8_autocast. Returns the model (an nn.Linear itself: its Fp8Linear)."""
+    the layers run in FP8 without fp8_autocast. `exclude`: paths of Linear layers to keep in their own precision
+    (as named_sublayers names them, e.g. "head": DeepSeek-V3's FP8 recipe keeps the output head, like the
+    embedding, norms and attention, in higher precision). Returns the model (an nn.Linear itself: its
+    Fp8Linear)."""
     if recipe is not None and not isinstance(recipe, _Recipe):
         raise TypeError(f"convert_to_fp8(): argument 'recipe' is a {type(recipe).__name__}; accepted: None, "
                         "DelayedScaling, Float8CurrentScaling or Float8BlockScaling")
     if type(model) is nn.Linear:
         return Fp8Linear.from_linear(model, recipe)
-    for layer in [model] + list(model.sublayers()):
+    excluded = set(exclude)
+    linears = {path for path, layer in model.named_sublayers() if type(layer) is nn.Linear}
+    unknown = sorted(excluded - linears)
+    if unknown:
+        raise ValueError(f"convert_to_fp8(): argument 'exclude' names {unknown}, which are not nn.Linear layers "
+                         f"of the model; its Linear layers: {sorted(linears)}")
+    for prefix, layer in [("", model)] + list(model.named_sublayers()):
         for name, child in list(layer.named_children()):
-            if type(child) is nn.Linear:
+            path = f"{prefix}.{name}" if prefix else name
+            if type(child) is nn.Linear and path not in excluded:
                 setattr(layer, name, Fp8Linear.from_linear(child, recipe))
     return model
 

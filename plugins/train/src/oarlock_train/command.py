@@ -185,9 +185,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="expert-parallel degree: the --moe-experts experts split over N ranks (it must divide them), which "
              "also take different shares of every batch (default 1)")
     add("--fp8", action="store_true",
-        help="compute every Linear of the GPT in FP8 (oarlock.incubate.fp8: float8 inputs, weights and gradients "
-             "with float32 accumulation and float32 master weights; emulated in numpy on the CPU, so slower, not "
-             "faster); one process only")
+        help="compute every Linear of the GPT's blocks in FP8 (oarlock.incubate.fp8: float8 inputs, weights and "
+             "gradients with float32 accumulation and float32 master weights; the output head stays float32, as "
+             "DeepSeek-V3's recipe keeps it; emulated in numpy on the CPU, so slower, not faster); one process only")
     add("--fp8-recipe", choices=("blockwise", "delayed", "current"), default=None,
         help="FP8 scaling recipe (needs --fp8): blockwise (DeepSeek-V3: 1x128 blocks of activations and "
              "gradients, 128x128 weight tiles, power-of-two scales, e4m3), delayed (TransformerEngine's "

@@ -68,12 +68,13 @@ def build_schedule(cfg: TrainConfig):
 
 
 def _with_fp8(model, recipe: str | None):
-    """The model with every nn.Linear computing in FP8 under the named recipe (oarlock-incubate's
-    convert_to_fp8: the same parameters, float32 master weights); unchanged for None."""
+    """The model with every nn.Linear but the output head computing in FP8 under the named recipe
+    (oarlock-incubate's convert_to_fp8: the same parameters, float32 master weights; the head stays float32, as
+    DeepSeek-V3's FP8 recipe keeps it in higher precision); unchanged for None."""
     if recipe is None:
         return model
     from oarlock.incubate.fp8 import convert_to_fp8, recipe_named
-    return convert_to_fp8(model, recipe_named(recipe))
+    return convert_to_fp8(model, recipe_named(recipe), exclude=("head",))
 
 
 class Trainer:
