@@ -164,6 +164,35 @@ def test_containers():
     assert nn.Module is nn.Layer and nn.ModuleList is nn.LayerList
 
 
+def test_container_growth_slicing_and_empty_slots_match_paddle():
+    """Sequential.append/extend, a subclass's slice keeping its class, LayerDict.update from another LayerDict,
+    an empty (None) sublayer slot, and an out-of-range LayerList index: each against Paddle 3.2."""
+    paddle = pytest.importorskip("paddle")
+
+    def observe(lib):
+        class Stack(lib.nn.LayerList):
+            pass
+
+        seq = lib.nn.Sequential(lib.nn.ReLU()).append(lib.nn.Tanh())
+        seq.extend([lib.nn.Sigmoid()])
+        stack = Stack([lib.nn.ReLU(), lib.nn.Tanh(), lib.nn.Sigmoid()])
+        merged = lib.nn.LayerDict({"a": lib.nn.ReLU()})
+        merged.update(lib.nn.LayerDict({"b": lib.nn.Tanh()}))
+        holder = lib.nn.Layer()
+        holder.add_sublayer("slot", None)
+        try:
+            stack[3]
+            raised = None
+        except IndexError:
+            raised = "IndexError"
+        return ([type(x).__name__ for x in seq], list(seq._sub_layers), type(stack[1:]).__name__, len(stack[1:]),
+                type(stack[-1]).__name__, list(merged.keys()), holder.slot, raised)
+
+    assert observe(oarlock) == observe(paddle)
+    with pytest.raises(IndexError, match=r"LayerList: index 3 is out of range for 1 layers"):
+        nn.LayerList([nn.ReLU()])[3]
+
+
 def test_parameter_constructor_and_flags():
     p = nn.Parameter(np.ones(3, np.float32))
     assert isinstance(p, nn.Parameter) and not p.stop_gradient and p.persistable and p.trainable

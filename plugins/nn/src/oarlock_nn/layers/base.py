@@ -135,8 +135,8 @@ class Layer:
         return parameter
 
     def add_sublayer(self, name, sublayer):
-        if not isinstance(sublayer, Layer):
-            raise TypeError(f"{type(self).__name__}.add_sublayer(): {name!r} must be a Layer, "
+        if sublayer is not None and not isinstance(sublayer, Layer):   # None: an empty slot, as Paddle allows
+            raise TypeError(f"{type(self).__name__}.add_sublayer(): {name!r} must be a Layer or None, "
                             f"got {type(sublayer).__name__}")
         self._sub_layers[str(name)] = sublayer
         return sublayer

@@ -25,8 +25,8 @@ class Sequential(Layer):
 
     def __getitem__(self, index):
         layers = list(self._sub_layers.values())
-        if isinstance(index, slice):
-            return Sequential(*layers[index])
+        if isinstance(index, slice):   # type(self): a subclass (the torch proxy's) slices to its own kind
+            return type(self)(*layers[index])
         if isinstance(index, str):
             return self._sub_layers[index]
         return layers[index]
@@ -36,6 +36,15 @@ class Sequential(Layer):
 
     def __iter__(self):
         return iter(self._sub_layers.values())
+
+    def append(self, layer):
+        self.add_sublayer(str(len(self._sub_layers)), layer)
+        return self
+
+    def extend(self, layers):
+        for layer in layers:
+            self.append(layer)
+        return self
 
 
 class LayerList(Layer):
@@ -59,13 +68,19 @@ class LayerList(Layer):
         self._sub_layers.clear()
         self.extend(layers)
 
+    def _key(self, index):
+        n = len(self._sub_layers)
+        if not -n <= index < n:
+            raise IndexError(f"{type(self).__name__}: index {index} is out of range for {n} layers")
+        return list(self._sub_layers)[index]
+
     def __getitem__(self, index):
-        layers = list(self._sub_layers.values())
-        return LayerList(layers[index]) if isinstance(index, slice) else layers[index]
+        if isinstance(index, slice):
+            return type(self)(list(self._sub_layers.values())[index])
+        return self._sub_layers[self._key(index)]
 
     def __setitem__(self, index, layer):
-        key = list(self._sub_layers)[index]
-        self._sub_layers[key] = layer
+        self._sub_layers[self._key(index)] = layer
 
     def __len__(self):
         return len(self._sub_layers)
@@ -77,8 +92,8 @@ class LayerList(Layer):
 class LayerDict(Layer):
     def __init__(self, sublayers=None):
         super().__init__()
-        for name, layer in (sublayers.items() if isinstance(sublayers, dict) else sublayers or ()):
-            self.add_sublayer(name, layer)
+        if sublayers is not None:
+            self.update(sublayers)
 
     def __getitem__(self, key):
         return self._sub_layers[key]
@@ -108,7 +123,7 @@ class LayerDict(Layer):
         return self._sub_layers.items()
 
     def update(self, sublayers):
-        for name, layer in (sublayers.items() if isinstance(sublayers, dict) else sublayers):
+        for name, layer in (sublayers.items() if hasattr(sublayers, "items") else sublayers):   # a LayerDict too
             self.add_sublayer(name, layer)
 
     def pop(self, key):

@@ -233,177 +233,47 @@ def _layer_modules(layer, memo, prefix):
             yield from _layer_modules(child, memo, f"{prefix}.{name}")
 
 
-class Sequential(Module):
-    def __init__(self, *args):
-        super().__init__()
-        if len(args) == 1 and isinstance(args[0], (dict, OrderedDict)):
-            for name, module in args[0].items():
-                self.add_module(name, module)
-        else:
-            for i, module in enumerate(args):
-                self.add_module(str(i), module)
+# The containers are oarlock's (their storage, indexing and updates) with Module's torch methods on top; the
+# oarlock class comes first so that its forward/__getitem__ win over Module's. Only what torch does differently
+# is written here.
 
-    def forward(self, input):
-        for module in self._sub_layers.values():
-            input = module(input)
-        return input
-
+class Sequential(oarlock.nn.Sequential, Module):
     def __getitem__(self, idx):
-        modules = list(self._sub_layers.values())
-        if isinstance(idx, slice):
-            return Sequential(OrderedDict(list(self._sub_layers.items())[idx]))
-        return modules[idx]
-
-    def __len__(self):
-        return len(self._sub_layers)
-
-    def __iter__(self):
-        return iter(self._sub_layers.values())
-
-    def append(self, module):
-        self.add_module(str(len(self)), module)
-        return self
+        if isinstance(idx, slice):   # torch keeps the names of a slice (Paddle renumbers them)
+            return type(self)(OrderedDict(list(self._sub_layers.items())[idx]))
+        return super().__getitem__(idx)
 
 
-class ModuleList(Module):
-    def __init__(self, modules=None):
-        super().__init__()
-        for module in modules or ():
-            self.append(module)
-
-    def _key(self, idx):
-        n = len(self._sub_layers)
-        if not -n <= idx < n:
-            raise IndexError(f"index {idx} is out of range for a ModuleList of {n}")
-        return list(self._sub_layers)[idx]
-
-    def __getitem__(self, idx):
-        if isinstance(idx, slice):
-            return ModuleList(list(self._sub_layers.values())[idx])
-        return self._sub_layers[self._key(idx)]
-
-    def __setitem__(self, idx, module):
-        setattr(self, self._key(idx), module)
-
-    def __len__(self):
-        return len(self._sub_layers)
-
-    def __iter__(self):
-        return iter(self._sub_layers.values())
-
+class ModuleList(oarlock.nn.LayerList, Module):
     def __iadd__(self, modules):
         return self.extend(modules)
 
-    def append(self, module):
-        self.add_module(str(len(self)), module)
-        return self
-
-    def extend(self, modules):
-        for module in modules:
-            self.append(module)
-        return self
-
-    def insert(self, index, module):
-        items = list(self._sub_layers.values())
-        items.insert(index, module)
-        self._sub_layers.clear()
-        for module_ in items:
-            self.append(module_)
+    def __setitem__(self, idx, module):   # through __setattr__: None and type checks as for an attribute
+        setattr(self, self._key(idx), module)
 
 
-class ModuleDict(Module):
-    def __init__(self, modules=None):
-        super().__init__()
-        if modules is not None:
-            self.update(modules)
-
-    def __getitem__(self, key):
-        return self._sub_layers[key]
-
-    def __setitem__(self, key, module):
-        self.add_module(key, module)
-
-    def __contains__(self, key):
-        return key in self._sub_layers
-
-    def __len__(self):
-        return len(self._sub_layers)
-
-    def __iter__(self):
-        return iter(self._sub_layers)
-
-    def keys(self):
-        return self._sub_layers.keys()
-
-    def values(self):
-        return self._sub_layers.values()
-
-    def items(self):
-        return self._sub_layers.items()
-
-    def update(self, modules):
-        for key, module in (modules.items() if hasattr(modules, "items") else modules):
-            self.add_module(key, module)
-
-    def pop(self, key):
-        return self._sub_layers.pop(key)
+class ModuleDict(oarlock.nn.LayerDict, Module):
+    pass
 
 
-class ParameterList(Module):
+def _as_parameter(value):
+    """torch's containers wrap a plain tensor as a Parameter (oarlock's, like Paddle's, reject it)."""
+    return value if isinstance(value, Parameter) else Parameter(value)
+
+
+class ParameterList(oarlock.nn.ParameterList, Module):
     def __init__(self, values=None):
-        super().__init__()
-        for value in values or ():
-            self.append(value)
+        super().__init__(values)
 
     def append(self, value):
-        if not isinstance(value, oarlock.Tensor) or value.param_attrs is None:
-            value = Parameter(value)
-        setattr(self, str(len(self._parameters)), value)
-        return self
+        return super().append(_as_parameter(value))
 
     def extend(self, values):
         for value in values:
             self.append(value)
         return self
 
-    def __getitem__(self, idx):
-        return list(self._parameters.values())[idx]
 
-    def __len__(self):
-        return len(self._parameters)
-
-    def __iter__(self):
-        return iter(self._parameters.values())
-
-
-class ParameterDict(Module):
-    def __init__(self, parameters=None):
-        super().__init__()
-        for key, value in (parameters or {}).items():
-            self[key] = value
-
+class ParameterDict(oarlock.nn.ParameterDict, Module):
     def __setitem__(self, key, value):
-        if not isinstance(value, oarlock.Tensor) or value.param_attrs is None:
-            value = Parameter(value)
-        setattr(self, key, value)
-
-    def __getitem__(self, key):
-        return self._parameters[key]
-
-    def __contains__(self, key):
-        return key in self._parameters
-
-    def __len__(self):
-        return len(self._parameters)
-
-    def __iter__(self):
-        return iter(self._parameters)
-
-    def keys(self):
-        return self._parameters.keys()
-
-    def values(self):
-        return self._parameters.values()
-
-    def items(self):
-        return self._parameters.items()
+        super().__setitem__(key, _as_parameter(value))
