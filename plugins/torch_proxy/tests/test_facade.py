@@ -413,6 +413,19 @@ def test_data_utilities_match_torch(proxy_tools):
     assert len(batches) == 2 and batches[0]["x"].shape == [2, 2] and batches[0]["y"].dtype == ft.int64
     left, right = ft.utils.data.random_split(Pairs(), [3, 2], generator=ft.Generator().manual_seed(1))
     assert sorted([left[i]["y"] for i in range(3)] + [right[i]["y"] for i in range(2)]) == [0, 1, 2, 3, 4]
+    # the samplers and dataset algebra (oarlock.io's under torch's signatures) against torch's
+    for lib in (torch, ft):
+        data = lib.utils.data
+        both = data.TensorDataset(lib.arange(5)) + data.TensorDataset(lib.arange(3))
+        parts = data.random_split(both, [0.5, 0.25, 0.25], generator=lib.Generator().manual_seed(0))
+        drawn = list(data.RandomSampler(both, replacement=True, num_samples=4))
+        seen = (len(both), int(both[6][0]), isinstance(both, data.Dataset), [len(p) for p in parts],
+                isinstance(parts[0], data.Subset), list(data.BatchSampler(data.SequentialSampler(both), 3, False)),
+                len(data.BatchSampler(range(8), 3, True)), sorted(data.SubsetRandomSampler([4, 7, 9])),
+                len(drawn), all(0 <= i < 8 for i in drawn))
+        if lib is torch:
+            expected = seen
+    assert seen == expected
 
 
 def test_save_and_load_round_trip(proxy_tools, tmp_path):

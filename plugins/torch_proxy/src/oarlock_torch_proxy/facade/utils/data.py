@@ -4,148 +4,71 @@ accepted and runs in-process: the batches are the same)."""
 
 from __future__ import annotations
 
-import bisect
-import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import oarlock
+import oarlock.io as io
 
-from oarlock_torch_proxy.missing import missing_getattr, not_implemented
+from oarlock_torch_proxy.missing import missing_getattr
 
 
-class Dataset:
-    def __getitem__(self, index):
-        raise NotImplementedError(f"{type(self).__name__} must define __getitem__")
+# Datasets and samplers are oarlock.io's (checks, indexing, batching), under torch's names and signatures; each
+# also subclasses the façade's Dataset / Sampler so `isinstance(x, torch.utils.data.Dataset)` holds.
 
+class Dataset(io.Dataset):
     def __add__(self, other):
         return ConcatDataset([self, other])
 
 
-class IterableDataset(Dataset):
-    def __iter__(self):
-        raise NotImplementedError(f"{type(self).__name__} must define __iter__")
+class IterableDataset(io.IterableDataset, Dataset):
+    pass
 
 
-class TensorDataset(Dataset):
-    def __init__(self, *tensors):
-        if any(t.shape[0] != tensors[0].shape[0] for t in tensors):
-            raise ValueError(f"TensorDataset(): every tensor needs the same first dimension, got "
-                             f"{[t.shape[0] for t in tensors]}")
-        self.tensors = tensors
-
-    def __getitem__(self, index):
-        return tuple(t[index] for t in self.tensors)
-
-    def __len__(self):
-        return self.tensors[0].shape[0]
+class TensorDataset(io.TensorDataset, Dataset):
+    def __init__(self, *tensors):   # torch takes the tensors as arguments, Paddle as one list
+        super().__init__(list(tensors))
+        self.tensors = tuple(self.tensors)
 
 
-class Subset(Dataset):
-    def __init__(self, dataset, indices):
-        self.dataset, self.indices = dataset, indices
-
-    def __getitem__(self, idx):
-        return self.dataset[self.indices[idx]]
-
-    def __len__(self):
-        return len(self.indices)
+class Subset(io.Subset, Dataset):
+    pass
 
 
-class ConcatDataset(Dataset):
-    def __init__(self, datasets):
-        self.datasets = list(datasets)
-        self.cumulative_sizes = list(np.cumsum([len(d) for d in self.datasets]))
-
-    def __len__(self):
-        return self.cumulative_sizes[-1] if self.cumulative_sizes else 0
-
-    def __getitem__(self, idx):
-        if idx < 0:
-            idx += len(self)
-        which = bisect.bisect_right(self.cumulative_sizes, idx)
-        start = self.cumulative_sizes[which - 1] if which else 0
-        return self.datasets[which][idx - start]
+class ConcatDataset(io.ConcatDataset, Dataset):
+    pass
 
 
-def _permutation(n, generator):
-    if generator is not None:
-        return generator._rng.permutation(n).tolist()
-    return oarlock.randperm(n).numpy().tolist()
+def _numpy_rng(generator):
+    """oarlock.io's generator argument (a numpy Generator, or None for oarlock's cpu generator) for a torch one."""
+    return None if generator is None else generator._rng
 
 
 def random_split(dataset, lengths, generator=None):
-    n = len(dataset)
-    if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
-        counts = [int(math.floor(n * f)) for f in lengths]
-        for i in range(n - sum(counts)):
-            counts[i % len(counts)] += 1
-        lengths = counts
-    if sum(lengths) != n:
-        raise ValueError(f"random_split(): the lengths {list(lengths)} do not add up to the dataset's length {n}")
-    order = _permutation(n, generator)
-    bounds = np.cumsum([0, *lengths])
-    return [Subset(dataset, order[a:b]) for a, b in zip(bounds, bounds[1:])]
+    return [Subset(s.dataset, s.indices) for s in io.random_split(dataset, list(lengths), _numpy_rng(generator))]
 
 
-class Sampler:
-    def __init__(self, data_source=None):
-        pass
+class Sampler(io.Sampler):
+    pass
 
 
-class SequentialSampler(Sampler):
-    def __init__(self, data_source):
-        self.data_source = data_source
-
-    def __iter__(self):
-        return iter(range(len(self.data_source)))
-
-    def __len__(self):
-        return len(self.data_source)
+class SequentialSampler(io.SequenceSampler, Sampler):
+    pass
 
 
-class RandomSampler(Sampler):
+class RandomSampler(io.RandomSampler, Sampler):
     def __init__(self, data_source, replacement=False, num_samples=None, generator=None):
-        if replacement:
-            not_implemented("torch.utils.data.RandomSampler", "with replacement=True")
-        self.data_source, self.generator = data_source, generator
-        self.num_samples = num_samples or len(data_source)
-
-    def __iter__(self):
-        return iter(_permutation(len(self.data_source), self.generator)[:self.num_samples])
-
-    def __len__(self):
-        return self.num_samples
+        super().__init__(data_source, replacement, num_samples, _numpy_rng(generator))
 
 
-class SubsetRandomSampler(Sampler):
+class SubsetRandomSampler(io.SubsetRandomSampler, Sampler):
     def __init__(self, indices, generator=None):
-        self.indices, self.generator = indices, generator
-
-    def __iter__(self):
-        return (self.indices[i] for i in _permutation(len(self.indices), self.generator))
-
-    def __len__(self):
-        return len(self.indices)
+        super().__init__(indices, _numpy_rng(generator))
 
 
-class BatchSampler(Sampler):
-    def __init__(self, sampler, batch_size, drop_last):
-        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
-
-    def __iter__(self):
-        batch = []
-        for idx in self.sampler:
-            batch.append(idx)
-            if len(batch) == self.batch_size:
-                yield batch
-                batch = []
-        if batch and not self.drop_last:
-            yield batch
-
-    def __len__(self):
-        n = len(self.sampler)
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+class BatchSampler(io.BatchSampler, Sampler):
+    def __init__(self, sampler, batch_size, drop_last):   # torch's order; Paddle's also takes a dataset
+        super().__init__(sampler=sampler, batch_size=batch_size, drop_last=drop_last)
 
 
 def default_collate(batch):
