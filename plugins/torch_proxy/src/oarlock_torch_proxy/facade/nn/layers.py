@@ -17,6 +17,24 @@ def _empty(*shape, dtype=None):
     return oarlock.zeros(list(shape), dtype=dtype or oarlock.get_default_dtype())
 
 
+def _add_weight_and_bias(module, weight_shape, bias_size, dtype):
+    """`module.weight` of weight_shape, `module.bias` of bias_size elements (None: a registered None, as torch's
+    bias=False), then torch's default initialisation."""
+    module.weight = Parameter(_empty(*weight_shape, dtype=dtype))
+    module.register_parameter("bias", None if bias_size is None else Parameter(_empty(bias_size, dtype=dtype)))
+    _reset_weight_and_bias(module)
+
+
+def _reset_weight_and_bias(module):
+    """torch's reset_parameters for Linear and the convolutions: Kaiming-uniform weight (a = sqrt(5)), bias
+    uniform in +-1/sqrt(fan_in)."""
+    init.kaiming_uniform_(module.weight, a=math.sqrt(5))
+    if module.bias is not None:
+        fan_in, _ = init._calculate_fan_in_and_fan_out(module.weight)
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        init.uniform_(module.bias, -bound, bound)
+
+
 class Identity(Module):
     def __init__(self, *args, **kwargs):
         super().__init__()
@@ -29,17 +47,10 @@ class Linear(Module):
     def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.weight = Parameter(_empty(out_features, in_features, dtype=dtype))
-        self.bias = Parameter(_empty(out_features, dtype=dtype)) if bias else None
-        if not bias:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
+        _add_weight_and_bias(self, (out_features, in_features), out_features if bias else None, dtype)
 
     def reset_parameters(self):
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        _reset_weight_and_bias(self)
 
     def forward(self, input):
         return F.linear(input, self.weight, self.bias)
@@ -204,15 +215,7 @@ class _ConvTransposeNd(Module):
         k = (kernel_size,) * self._dims if isinstance(kernel_size, int) else tuple(kernel_size)
         self.stride, self.padding, self.output_padding = stride, padding, output_padding
         self.groups, self.dilation = groups, dilation
-        self.weight = Parameter(_empty(in_channels, out_channels // groups, *k, dtype=dtype))
-        self.bias = Parameter(_empty(out_channels, dtype=dtype)) if bias else None
-        if not bias:
-            self.register_parameter("bias", None)
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
-            bound = 1 / math.sqrt(fan_in) if fan_in else 0
-            init.uniform_(self.bias, -bound, bound)
+        _add_weight_and_bias(self, (in_channels, out_channels // groups, *k), out_channels if bias else None, dtype)
 
     def forward(self, input):
         conv = F.conv_transpose1d if self._dims == 1 else F.conv_transpose2d
@@ -303,15 +306,7 @@ class _ConvNd(Module):
         k = (kernel_size,) * self._dims if isinstance(kernel_size, int) else tuple(kernel_size)
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, k
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
-        self.weight = Parameter(_empty(out_channels, in_channels // groups, *k, dtype=dtype))
-        self.bias = Parameter(_empty(out_channels, dtype=dtype)) if bias else None
-        if not bias:
-            self.register_parameter("bias", None)
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
-            bound = 1 / math.sqrt(fan_in) if fan_in else 0
-            init.uniform_(self.bias, -bound, bound)
+        _add_weight_and_bias(self, (out_channels, in_channels // groups, *k), out_channels if bias else None, dtype)
 
     def forward(self, input):
         conv = F.conv1d if self._dims == 1 else F.conv2d
