@@ -210,7 +210,10 @@ class ScopeFinder(importlib.abc.MetaPathFinder):
 
 
 class _Existing(importlib.abc.Loader):
-    """Hands back an already imported façade module under a torch name (scope=None mode)."""
+    """Hands back an already imported façade module under a torch name (scope=None mode).
+
+    oarlock-compat's paddle alias has the same small loader (_AliasLoader); it stays a copy because sharing it
+    would make this plugin depend on oarlock-compat for a private name (oarlock-compat imports this one lazily)."""
 
     def __init__(self, module):
         self._module = module

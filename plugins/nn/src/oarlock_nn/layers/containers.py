@@ -7,7 +7,27 @@ from collections import OrderedDict
 from oarlock_nn.layers.base import Layer, Parameter
 
 
-class Sequential(Layer):
+class _Numbered(Layer):
+    """What Sequential and LayerList share: append/extend (the new sublayer is named by its position), len and
+    iteration over the sublayers."""
+
+    def append(self, layer):
+        self.add_sublayer(str(len(self._sub_layers)), layer)
+        return self
+
+    def extend(self, layers):
+        for layer in layers:
+            self.append(layer)
+        return self
+
+    def __len__(self):
+        return len(self._sub_layers)
+
+    def __iter__(self):
+        return iter(self._sub_layers.values())
+
+
+class Sequential(_Numbered):
     """Sequential(l1, l2, ...) or Sequential(("name", l1), ...) or Sequential(OrderedDict)."""
 
     def __init__(self, *layers):
@@ -31,36 +51,12 @@ class Sequential(Layer):
             return self._sub_layers[index]
         return layers[index]
 
-    def __len__(self):
-        return len(self._sub_layers)
 
-    def __iter__(self):
-        return iter(self._sub_layers.values())
-
-    def append(self, layer):
-        self.add_sublayer(str(len(self._sub_layers)), layer)
-        return self
-
-    def extend(self, layers):
-        for layer in layers:
-            self.append(layer)
-        return self
-
-
-class LayerList(Layer):
+class LayerList(_Numbered):
     def __init__(self, sublayers=None):
         super().__init__()
         for layer in sublayers or ():
             self.append(layer)
-
-    def append(self, layer):
-        self.add_sublayer(str(len(self._sub_layers)), layer)
-        return self
-
-    def extend(self, layers):
-        for layer in layers:
-            self.append(layer)
-        return self
 
     def insert(self, index, layer):
         layers = list(self._sub_layers.values())
@@ -81,12 +77,6 @@ class LayerList(Layer):
 
     def __setitem__(self, index, layer):
         self._sub_layers[self._key(index)] = layer
-
-    def __len__(self):
-        return len(self._sub_layers)
-
-    def __iter__(self):
-        return iter(self._sub_layers.values())
 
 
 class LayerDict(Layer):

@@ -77,27 +77,26 @@ class Module(oarlock.nn.Layer):
         for _name, module in self.named_modules():
             yield module
 
-    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+    def _named_tensors(self, table, prefix, recurse, remove_duplicate):
+        """(dotted name, tensor) of the `table` ("_parameters" or "_buffers") of this module and, with recurse,
+        of every module below it, a shared tensor once unless remove_duplicate is False (torch's order)."""
         seen = set()
         for mod_prefix, module in (self.named_modules(prefix=prefix) if recurse else [(prefix, self)]):
-            for name, p in module._parameters.items():
-                if p is None or (remove_duplicate and id(p) in seen):
+            for name, t in getattr(module, table).items():
+                if t is None or (remove_duplicate and id(t) in seen):
                     continue
-                seen.add(id(p))
-                yield (f"{mod_prefix}.{name}" if mod_prefix else name), p
+                seen.add(id(t))
+                yield (f"{mod_prefix}.{name}" if mod_prefix else name), t
+
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        return self._named_tensors("_parameters", prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse=True):
         for _name, p in self.named_parameters(recurse=recurse):
             yield p
 
     def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
-        seen = set()
-        for mod_prefix, module in (self.named_modules(prefix=prefix) if recurse else [(prefix, self)]):
-            for name, b in module._buffers.items():
-                if b is None or (remove_duplicate and id(b) in seen):
-                    continue
-                seen.add(id(b))
-                yield (f"{mod_prefix}.{name}" if mod_prefix else name), b
+        return self._named_tensors("_buffers", prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse=True):
         for _name, b in self.named_buffers(recurse=recurse):
