@@ -236,6 +236,22 @@ def test_nll_mean_of_nothing_is_zero_like_paddle(paddle):
     assert float(loss) == float(expected) == 0.0 and not np.any(x.grad.numpy())
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"reduction": "sum"}, {"label_smoothing": 0.1}])
+def test_soft_labels_get_no_gradient_as_in_paddle(paddle, kwargs):
+    """Paddle 3.2's soft-label cross_entropy does not differentiate the label (its fused op has no label
+    gradient; torch's does, and the torch proxy keeps torch's). Ours matches Paddle: the label stays gradient-free
+    while the logits' gradient matches Paddle's."""
+    results = []
+    for lib in (oarlock, paddle):
+        x, label = lib.to_tensor(LOGITS, stop_gradient=False), lib.to_tensor(SOFT, stop_gradient=False)
+        lib.nn.functional.cross_entropy(x, label, soft_label=True, **kwargs).backward()
+        results.append((label.grad, x.grad.numpy()))
+    (ours, grad), (theirs, expected_grad) = results
+    assert ours is None and theirs is None
+    # 1e-7: Paddle mixes its float64 smoothing with a float32 constant (a 2e-9 relative difference)
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-7, atol=1e-12)
+
+
 # -- float64 numpy references (always run) -----------------------------------------------------------------
 
 def _value(fn, *arrays, **kwargs):
