@@ -222,6 +222,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         if target.dtype.is_floating_point:
             target = oarlock.moveaxis(target, 1, -1)
     if target.dtype.is_floating_point:   # class probabilities: differentiable in the target too, as in torch
+        # (oarlock's soft_label cross_entropy, like Paddle's, gives the label no gradient: not reusable here)
         classes = input.shape[-1]
         if label_smoothing:
             target = target * (1 - label_smoothing) + label_smoothing / classes
