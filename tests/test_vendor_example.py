@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,15 +20,9 @@ EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "plugins" /
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    """A directory holding the installed example (built from a copy: pip builds in the source tree)."""
-    root = tmp_path_factory.mktemp("vendor")
-    source = root / "src"
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    target = root / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(source)], check=True, capture_output=True, timeout=120)
-    return target
+def site(install_example):
+    """A directory holding the installed example."""
+    return install_example(EXAMPLE)
 
 
 def _run(args, site, **env):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,16 +18,9 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "plugins" / "oarloc
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    """A directory holding the installed example (built from a copy: pip builds in the source tree)."""
-    root = tmp_path_factory.mktemp("custom_op_example")
-    source = root / "src"
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    target = root / "site"
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                           "--target", str(target), str(source)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    return target
+def site(install_example):
+    """A directory holding the installed example."""
+    return install_example(EXAMPLE)
 
 
 def _run(code, site):
