@@ -104,7 +104,8 @@ def test_tensor_methods_match_torch_for_torch_code(proxy_tools, torch_code):
     assert torch_code.attr(ft.tensor(X), "shape") == (3, 4, 5) and ft.tensor(X).shape == [3, 4, 5]
     x = ft.tensor(X)
     assert isinstance(x.max(1), oarlock.Tensor) and len(x.split(2, 1)) == 2 and isinstance(x.numel(), oarlock.Tensor)
-    assert x.size == 60 and x.size() == (3, 4, 5)
+    assert x.size == 60 and type(x.size) is int   # oarlock code: Paddle's plain int; torch code: callable
+    assert torch_code.call(x, "size") == (3, 4, 5) and torch_code.call(x, "size", -1) == 5
 
 
 def test_in_place_and_legacy_methods(proxy_tools, torch_code):
@@ -465,3 +466,15 @@ def test_recurrent_layers_match_torch(proxy_tools, kind, options):
         assert proxy_tools.rel(a, b) <= 1e-5
     for (n, p), (_, q) in zip(mt.named_parameters(), mo.named_parameters()):
         assert proxy_tools.rel(p.grad, q.grad) <= 1e-5, n
+
+
+def test_oarlock_code_keeps_paddles_plain_size():
+    """With the torch methods installed on oarlock.Tensor, oarlock code still reads Paddle's `x.size` as a plain
+    int: an int subclass is no Python scalar to the dispatcher (oarlock.take's `index + x.size` failed after
+    the proxy had been used in the same process)."""
+    from oarlock_torch_proxy import tensor_methods
+    tensor_methods.install()
+    x = oarlock.arange(6, dtype="float32").reshape([2, 3])
+    assert type(x.size) is int and x.size == 6
+    np.testing.assert_array_equal((oarlock.to_tensor([1, -1]) + x.size).numpy(), [7, 5])
+    np.testing.assert_array_equal(oarlock.take(x, oarlock.to_tensor([-1, 2])).numpy(), [5.0, 2.0])

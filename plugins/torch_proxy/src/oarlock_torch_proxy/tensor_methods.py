@@ -11,7 +11,8 @@ on oarlock.Tensor when the proxy is first enabled:
   `x.numel()` an int, `x.where(c, y)` is where(c, x, y). oarlock code keeps Paddle's meaning;
 - where the arguments themselves tell the two apart (`x.gather(1, idx)` vs `x.gather(idx, 1)`,
   `x.index_select(0, idx)`), the arguments decide, whoever calls;
-- `x.size` stays Paddle's int, but a callable one: `x.size()` and `x.size(-1)` answer as torch does.
+- `x.size` is Paddle's int for oarlock code and, for torch code, a callable int: `x.size()` and `x.size(-1)`
+  answer as torch does.
 """
 
 from __future__ import annotations
@@ -136,6 +137,20 @@ def _shape_property():
         return paddle_shape(self)
 
     return property(shape, doc=_paddle_attr("shape").__doc__)
+
+
+def _size_property():
+    """x.size: for torch code the element count as a CallableSize (x.size() / x.size(d) answer as torch's); for
+    everyone else Paddle's plain int (an int subclass would not be a Python scalar to oarlock's dispatcher)."""
+    paddle_size = _paddle_attr("size").fget
+
+    def size(self):
+        if _torch_globals(sys._getframe(1).f_globals):
+            return CallableSize(paddle_shape_of(self))
+        return paddle_size(self)
+
+    paddle_shape_of = _paddle_attr("shape").fget
+    return property(size, doc=_paddle_attr("size").__doc__)
 
 
 def _clash(name, torch_fn):
@@ -479,8 +494,7 @@ def install() -> None:
         T.itemsize = property(lambda self: self.element_size())
         T.nbytes = property(lambda self: self.element_size() * CallableSize(self.shape).real)
     T.is_cuda = property(lambda self: self.place.is_gpu_place())
-    T.size = property(lambda self: CallableSize(self.shape), doc="The number of elements (Paddle); "
-                      "callable as torch's x.size() / x.size(dim)")
+    T.size = _size_property()
     T.backward = _backward(T.__dict__["backward"])
     T.__getattr__ = _missing_getattr(T.__dict__["__getattr__"])
     _installed = True
