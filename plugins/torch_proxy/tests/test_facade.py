@@ -478,3 +478,15 @@ def test_oarlock_code_keeps_paddles_plain_size():
     assert type(x.size) is int and x.size == 6
     np.testing.assert_array_equal((oarlock.to_tensor([1, -1]) + x.size).numpy(), [7, 5])
     np.testing.assert_array_equal(oarlock.take(x, oarlock.to_tensor([-1, 2])).numpy(), [5.0, 2.0])
+
+
+def test_oarlock_code_keeps_paddles_index_methods():
+    """Paddle's x.index_select(index, dim=1) / x.gather(index, axis=...) from oarlock code keep Paddle's meaning
+    with the torch methods installed (a `dim=` keyword alone once sent them to torch's signature)."""
+    from oarlock_torch_proxy import tensor_methods
+    tensor_methods.install()
+    x = oarlock.arange(6, dtype="float32").reshape([2, 3])
+    index = oarlock.to_tensor([2, 0])
+    np.testing.assert_array_equal(x.index_select(index, dim=1).numpy(), [[2.0, 0.0], [5.0, 3.0]])
+    np.testing.assert_array_equal(x.index_select(index=index, dim=1).numpy(), [[2.0, 0.0], [5.0, 3.0]])
+    np.testing.assert_array_equal(x.gather(oarlock.to_tensor([1]), axis=0).numpy(), [[3.0, 4.0, 5.0]])

@@ -187,7 +187,12 @@ def _by_args(name, is_torch_call, torch_fn):
 
 
 def _int_first(args, kwargs):
-    return (bool(args) and isinstance(args[0], int)) or "dim" in kwargs
+    """torch's x.gather(dim, index) / index_select(dim, index) / scatter(dim, ...) put the dimension first; Paddle's
+    put the index first, and Paddle 3.2 also takes `dim=` as an alias of its axis, so an all-keyword call with
+    `dim=` is torch's only when torch code makes it (the frame above the method)."""
+    if args:
+        return isinstance(args[0], int)
+    return "dim" in kwargs and _torch_globals(sys._getframe(2).f_globals)
 
 
 def _split(self, split_size_or_sections, dim=0):
