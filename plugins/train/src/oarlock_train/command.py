@@ -293,11 +293,9 @@ def _run(args) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     launched = getattr(args, "launched", False)
-    parted = [f"--{name} {getattr(layout, name)}" for name in ("mp", "pp", "sharding", "ep")
-              if getattr(layout, name) > 1]
-    if args.sdc_check is not None and parted:
+    if args.sdc_check is not None and layout.model_splits():
         raise UsageError(f"argument --sdc-check: compares data-parallel replicas of the whole model, and "
-                         f"{', '.join(parted)} splits it over ranks; use --dp (or --nproc alone)")
+                         f"{', '.join(layout.model_splits())} splits it over ranks; use --dp (or --nproc alone)")
     if args.sdc_check is not None:   # read by the Trainer (and inherited by the ranks --nproc starts)
         os.environ["OARLOCK_SDC_CHECK"] = args.sdc_check
     if layout.nproc > 1 and not launched:

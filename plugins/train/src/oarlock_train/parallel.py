@@ -61,6 +61,11 @@ class Layout:
     def data_ranks(self) -> int:
         return self.dp * self.ep * self.sharding
 
+    def model_splits(self) -> list[str]:
+        """The options that split the model over ranks (each rank holds a part of it), e.g. ["--mp 2"]."""
+        return [f"--{name} {getattr(self, name)}" for name in ("mp", "pp", "sharding", "ep")
+                if getattr(self, name) > 1]
+
     def describe(self) -> str:
         parts = [f"dp {self.dp}"] + ([f"sharding {self.sharding} (stage 1)"] if self.sharding > 1 else [])
         parts += [f"ep {self.ep}"] if self.ep > 1 else []
@@ -178,17 +183,8 @@ class ParallelTrainer(Trainer):
                                          hcg.get_sharding_parallel_group()) if g is not None and g.nranks > 1]
         super().__init__(cfg, corpus)
 
-    def _sdc_monitor(self):
-        """SDC checks compare whole replicas: with --mp, --pp, --sharding or --ep a rank holds a part of the
-        model, and the checks are refused before training starts (the fault-injection tests use --dp)."""
-        import os
-        parted = {name: getattr(self.layout, name) for name in ("mp", "pp", "sharding", "ep")
-                  if getattr(self.layout, name) > 1}
-        if parted and os.environ.get("OARLOCK_SDC_CHECK", "").strip() not in ("", "0"):
-            raise RuntimeError("oarlock train: --sdc-check compares data-parallel replicas of the whole model; "
-                               f"this layout splits it ({', '.join(f'{k} {v}' for k, v in parted.items())}): "
-                               "use --dp (or --nproc alone) with --sdc-check")
-        return super()._sdc_monitor()
+    def _model_splits(self) -> list[str]:
+        return self.layout.model_splits()
 
     def _make_batch_group(self, hcg):
         """The group whose rank i holds data share i of every batch (what the MoE gates' batch_group needs):

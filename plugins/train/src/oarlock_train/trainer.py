@@ -132,12 +132,20 @@ class Trainer:
         import os
         if os.environ.get("OARLOCK_SDC_CHECK", "").strip() in ("", "0"):
             return None
+        splits = self._model_splits()
+        if splits:   # SDC checks compare whole replicas; `oarlock train --sdc-check` refuses these before launch
+            raise RuntimeError("oarlock train: --sdc-check compares data-parallel replicas of the whole model; "
+                               f"{', '.join(splits)} splits it over ranks: use --dp (or --nproc alone)")
         resilience = getattr(oarlock.distributed, "resilience", None)
         if resilience is None or not hasattr(resilience, "SDCMonitor"):
             raise RuntimeError("oarlock train: OARLOCK_SDC_CHECK is set (oarlock launch --sdc-check) but "
                                "silent-data-corruption checks need the oarlock-resilience plugin: "
                                "pip install oarlock-resilience")
         return resilience.SDCMonitor.from_env(self.model, self.optimizer)
+
+    def _model_splits(self) -> list[str]:
+        """The options that split the model over this run's ranks (none in one process)."""
+        return []
 
     def _valid_chunks(self) -> range:
         """The indices of the EVAL_BATCH-row chunks of the validation split this process evaluates."""
