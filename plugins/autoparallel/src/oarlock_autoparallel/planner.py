@@ -77,7 +77,8 @@ def plan(model="small", ranks: int = 1, memory_per_rank="16GiB", calibration: Ca
         raise ValueError(f"plan(): argument memory_per_rank: {memory:,} bytes per rank fit no layout; the smallest "
                          f"requirement is over {least:,} bytes ({least / MIB:.1f} MiB) before activations")
     if calibration is None:
-        calibration = probe(spec, ranks, {shape_of(spec, layout) for layout in layouts}, reps, stream)
+        calibration = probe(spec, ranks, {shape_of(spec, layout) for layout in layouts}, reps, stream,
+                            sharding={(layout.sharding, layout.mp) for layout in layouts if layout.sharding > 1})
     predictions = [predict(spec, layout, calibration) for layout in layouts]
     fits = sorted((p for p in predictions if p.memory_bytes <= memory), key=lambda p: p.step_seconds)
     too_big = sorted((p for p in predictions if p.memory_bytes > memory), key=lambda p: p.memory_bytes)

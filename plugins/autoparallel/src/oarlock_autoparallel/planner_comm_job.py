@@ -4,13 +4,15 @@
 
 times all_reduce and all_gather over groups of every size g dividing N (consecutive ranks), send/recv between
 rank pairs, and compute done by every rank at once: one small transformer block (against the same block timed
-alone, the contention factor), and, given SPEC.json ({"model": ModelSpec fields, "shapes": [[rows, mp], ...]}),
-the block and the ends at every shape the layouts need (their step's compute as the ranks really do it, sharing
-the cores). Then the cost of a synchronising collective between compute segments (tensor parallelism's
-all-reduces): SEGMENTS rounds of (a segment of compute, an all-reduce over a group of g) timed against the
-segments alone and the all-reduces alone; the difference per all-reduce is the wait for the slowest rank of the
-group, which back-to-back collectives do not show when ranks time-share cores. Rank 0 writes the median seconds
-of each measurement to OUT.json.
+alone, the contention factor), and, given SPEC.json ({"model": ModelSpec fields, "shapes": [[rows, mp], ...],
+"sharding": [[g, mp], ...]}), the block and the ends at every shape the layouts need (their step's compute as the
+ranks really do it, sharing the cores: each run starts after a barrier and counts for the slowest rank, which the
+step waits for) and sharding stage 1's collectives (a reduce and a broadcast per parameter tensor) per sharding
+group size. Then the cost of communication between compute segments: SEGMENTS rounds of (a segment of compute, an
+all-reduce over a group of g -- tensor parallelism's -- or a send/recv exchange with a neighbour -- a pipeline
+stage's) timed against the segments alone and the communication alone; the difference per round is the wait for
+the peers, which back-to-back communication does not show when ranks time-share cores. Rank 0 writes the
+seconds of each measurement to OUT.json.
 """
 
 from __future__ import annotations
@@ -85,6 +87,15 @@ def _everyone(value: float) -> float:
     return statistics.median(times)
 
 
+def _slowest(value: float) -> float:
+    """The largest over the ranks of a per-rank measurement: what a step waits for at its next collective. When
+    N ranks time-share fewer cores, the scheduler lets some finish early and others late (measured, 4 ranks on 2
+    cores, one block: 8 to 28 ms per rank after the same barrier); the median hid the late ones."""
+    times: list = []
+    dist.all_gather_object(times, value)
+    return max(times)
+
+
 def _concurrent_shapes(spec_file: str, reps: int) -> dict:
     """{"rows,mp": [block seconds, ends seconds]} with every rank computing the same shape at once."""
     from oarlock_autoparallel.planner_compute import measure_block, measure_ends
@@ -95,35 +106,99 @@ def _concurrent_shapes(spec_file: str, reps: int) -> dict:
     spec, found = ModelSpec(**request["model"]), {}
     for rows, mp in request["shapes"]:
         dist.barrier()
-        block = _everyone(measure_block(spec, rows, mp, reps).seconds)
-        dist.barrier()
-        ends = _everyone(measure_ends(spec, rows, mp, reps).seconds)
+        block = _slowest(measure_block(spec, rows, mp, reps, before=dist.barrier).seconds)
+        ends = _slowest(measure_ends(spec, rows, mp, reps, before=dist.barrier).seconds)
         found[f"{rows},{mp}"] = [block, ends]
     return found
+
+
+def owners_of(sizes: list, group: int) -> list:
+    """Each tensor's owner rank in a sharding group of `group` ranks: Paddle's greedy rule (largest first, to the
+    rank holding the fewest elements so far), as DygraphShardingOptimizer assigns them."""
+    load, owners = [0] * group, [0] * len(sizes)
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        owners[i] = load.index(min(load))
+        load[owners[i]] += sizes[i]
+    return owners
+
+
+def _sharding(request: dict, reps: int) -> dict:
+    """{"g,mp": seconds} of sharding stage 1's own collectives after backward, as DygraphShardingOptimizer runs
+    them over a sharding group of g ranks: one reduce per gradient tensor onto its owner (all started, then
+    waited for), the global norm's all-reduce of one number, and one broadcast per parameter tensor from its
+    owner. Data parallelism moves the same bytes in one fused all-reduce; these are ~2 x (tensors) collectives,
+    each paying a latency (on time-shared cores: a wait for the peers to be scheduled)."""
+    from oarlock_autoparallel.planner_model import ModelSpec
+
+    world, rank, spec, found = dist.get_world_size(), dist.get_rank(), ModelSpec(**request["model"]), {}
+    norm = oarlock.ones([1], dtype="float32")
+    for g, mp in request.get("sharding", []):
+        groups = [dist.new_group(list(range(s, s + g))) for s in range(0, world, g)]
+        mine = groups[rank // g]
+        sizes = spec.parameter_sizes(mp)
+        owners = owners_of(sizes, g)
+        tensors = [oarlock.ones([n], dtype="float32") for n in sizes]
+
+        def stage1(tensors=tensors, owners=owners, mine=mine):
+            for task in [dist.reduce(t, dst=mine.ranks[o], op=dist.ReduceOp.SUM, group=mine, sync_op=False)
+                         for t, o in zip(tensors, owners)]:
+                task.wait()
+            dist.all_reduce(norm, group=mine)
+            for task in [dist.broadcast(t, src=mine.ranks[o], group=mine, sync_op=False)
+                         for t, o in zip(tensors, owners)]:
+                task.wait()
+        found[f"{g},{mp}"] = _slowest(_median_time(stage1, reps, mine))
+    return found
+
+
+def _between_compute(reps: int, communicate) -> float:
+    """Extra seconds per round when `communicate()` follows a segment of compute, over SEGMENTS rounds, against
+    the segments alone and the communication alone (the median over the ranks): the wait for the peers to reach
+    it and be scheduled, which back-to-back communication does not show when ranks time-share cores."""
+    a, b = oarlock.randn([256, 128]), oarlock.randn([128, 512])
+
+    def segments(talk: bool, compute: bool = True):
+        for _ in range(SEGMENTS):
+            if compute:
+                for _ in range(4):
+                    oarlock.matmul(a, b)
+            if talk:
+                communicate()
+    both = _median_time(lambda: segments(True), reps)
+    compute = _median_time(lambda: segments(False), reps)
+    alone = _median_time(lambda: segments(True, False), reps)
+    return max(0.0, _everyone(both - compute - alone) / SEGMENTS)
 
 
 def _sync(reps: int) -> dict:
     """{g: extra seconds per all-reduce when it separates compute segments, over groups of g ranks}."""
     world, rank = dist.get_world_size(), dist.get_rank()
-    a, b = oarlock.randn([256, 128]), oarlock.randn([128, 512])
     x = oarlock.ones([262144 // 4], dtype="float32")   # a tensor-parallel activation's size (256 KiB)
     found = {}
     for g in (g for g in range(2, world + 1) if world % g == 0):
         groups = [dist.new_group(list(range(s, s + g))) for s in range(0, world, g)]
-        mine = groups[rank // g]
-
-        def segments(with_reduce: bool, compute: bool = True, mine=mine):
-            for _ in range(SEGMENTS):
-                if compute:
-                    for _ in range(4):
-                        oarlock.matmul(a, b)
-                if with_reduce:
-                    dist.all_reduce(x, group=mine)
-        both = _median_time(lambda: segments(True), reps)
-        compute = _median_time(lambda: segments(False), reps)
-        reduce = _median_time(lambda: segments(True, False), reps)
-        found[str(g)] = max(0.0, _everyone(both - compute - reduce) / SEGMENTS)
+        found[str(g)] = _between_compute(reps, lambda mine=groups[rank // g]: dist.all_reduce(x, group=mine))
     return found
+
+
+def _handoff(reps: int) -> float:
+    """Extra seconds per exchange (a receive from the neighbour and a send to it, as a pipeline stage does around
+    each micro-batch's forward and backward) when it follows a segment of compute: a blocking receive waits for
+    the peer to be scheduled and to reach its send."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    peer = rank ^ 1
+    if world < 2 or world % 2:
+        return 0.0
+    x = oarlock.ones([262144 // 4], dtype="float32")
+
+    def exchange():
+        if rank % 2 == 0:
+            dist.send(x, dst=peer)
+            dist.recv(x, src=peer)
+        else:
+            dist.recv(x, src=peer)
+            dist.send(x, dst=peer)
+    return _between_compute(reps, exchange)
 
 
 def main(out: str, reps: int, spec_file: str | None = None) -> None:
@@ -133,9 +208,14 @@ def main(out: str, reps: int, spec_file: str | None = None) -> None:
     dist.init_parallel_env()
     report = {"ranks": dist.get_world_size(), **_collectives(reps), "p2p": _p2p(reps)}
     dist.barrier()
-    report["concurrent_block_s"] = _everyone(measure_block(CONTENTION_SPEC, CONTENTION_ROWS, 1, reps).seconds)
+    report["concurrent_block_s"] = _slowest(measure_block(CONTENTION_SPEC, CONTENTION_ROWS, 1, reps,
+                                                          before=dist.barrier).seconds)
     report["concurrent"] = _concurrent_shapes(spec_file, reps) if spec_file else {}
+    if spec_file:
+        with open(spec_file) as fh:
+            report["sharding"] = _sharding(json.load(fh), reps)
     report["sync"] = _sync(reps)
+    report["handoff"] = _handoff(reps)
     if dist.get_rank() == 0:
         with open(out, "w") as fh:
             json.dump(report, fh)

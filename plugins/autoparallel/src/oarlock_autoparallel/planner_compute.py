@@ -78,7 +78,7 @@ def _rope(seq: int, head_dim: int):
     return oarlock.to_tensor(cos.astype(np.float32)), oarlock.to_tensor(sin.astype(np.float32))
 
 
-def _timed(run, reps: int, clear, marks: list | None = None) -> tuple[float, int, int, int]:
+def _timed(run, reps: int, clear, marks: list | None = None, before=None) -> tuple[float, int, int, int]:
     """(median seconds of `reps` runs after one warm-up, saved bytes, transient bytes, fixed bytes) of run(), which
     returns the loss whose backward it times; clear() drops the gradients, as a training step's clear_grad does.
     `marks`: a list run() appends device.memory_allocated() to after its first layer's forward, when it stacks two
@@ -91,13 +91,18 @@ def _timed(run, reps: int, clear, marks: list | None = None) -> tuple[float, int
     run, 5 MiB in the next; the whole GPT's forward keeps 64-79 MiB for 4 blocks). What the second of two stacked
     blocks adds is the same whatever was measured before in the process (17.0 MiB there, cold or after other
     shapes); the first block's excess (`fixed`) is the kernels' scratch, which an earlier, larger shape's scratch
-    may already cover (then it reads lower: the probe measures the largest shapes first)."""
+    may already cover (then it reads lower: the probe measures the largest shapes first).
+
+    `before`: called before each timed run (the multi-rank probe's barrier, so that every rank's run overlaps the
+    others' instead of drifting apart: a rank that finished its runs early would give its core to the rest)."""
     device = oarlock.device
     seconds, saved, transient, fixed = [], 0, 0, 0
     for i in range(reps + 1):
         clear()
         if marks is not None:
             marks.clear()
+        if before is not None:
+            before()
         base = device.memory_allocated()
         device.reset_max_memory_allocated()
         t0 = time.perf_counter()
@@ -124,7 +129,7 @@ def _clear(layer, *inputs):
     return clear
 
 
-def measure_block(spec: ModelSpec, rows: int, mp: int, reps: int = 3) -> Cost:
+def measure_block(spec: ModelSpec, rows: int, mp: int, reps: int = 3, before=None) -> Cost:
     """One block's forward + backward on `rows` sequences at mp-way tensor parallelism: two blocks stacked, so
     that the memory is what a block in a model adds (Cost.saved) apart from what the first keeps once
     (Cost.fixed); the time is half the pair's."""
@@ -144,18 +149,18 @@ def measure_block(spec: ModelSpec, rows: int, mp: int, reps: int = 3) -> Cost:
     def clear():
         _clear(first, x)()
         second.clear_gradients()
-    seconds, saved, transient, fixed = _timed(run, reps, clear, marks)
+    seconds, saved, transient, fixed = _timed(run, reps, clear, marks, before)
     return Cost(seconds / 2, saved, transient, fixed)
 
 
-def measure_ends(spec: ModelSpec, rows: int, mp: int, reps: int = 3) -> Cost:
+def measure_ends(spec: ModelSpec, rows: int, mp: int, reps: int = 3, before=None) -> Cost:
     """The embedding, final norm, head and cross entropy's forward + backward on `rows` sequences."""
     oarlock.seed(0)
     ends = _LocalEnds(spec, mp)
     local_vocab = spec.vocab // mp
     tokens = oarlock.to_tensor(np.random.default_rng(0).integers(0, local_vocab, [rows, spec.seq_len]))
     targets = oarlock.to_tensor(np.random.default_rng(1).integers(0, local_vocab, [rows, spec.seq_len]))
-    return Cost(*_timed(lambda: ends(tokens, targets, lambda x: x), reps, _clear(ends)))
+    return Cost(*_timed(lambda: ends(tokens, targets, lambda x: x), reps, _clear(ends), before=before))
 
 
 def measure_optimizer(spec: ModelSpec, mp: int, reps: int = 3) -> tuple[float, float]:

@@ -176,11 +176,20 @@ def predict(spec: ModelSpec, layout: Layout, cal: Calibration) -> Prediction:
         busy = layout.dp * sum(work) / max(work)
         parts["compute"] = layout.micro_batches * busy_slot(cal, spec, layout, busy)
         parts["pp bubble"] = bubble * busy_slot(cal, spec, layout, busy / 2)
-        parts["pp comm"] = (layout.micro_batches + bubble) * 2 * p2p
+        # each slot: a receive and a send around the forward and around the backward, each exchange also
+        # waiting for the neighbour to be scheduled (the probe's handoff)
+        parts["pp comm"] = (layout.micro_batches + bubble) * 2 * (p2p + cal.handoff)
     else:
         parts["compute"] = stage
     data = layout.dp * layout.sharding * layout.ep
-    parts["dp comm"] = collective(cal, "all_reduce", data, grad_bytes)
+    stage1 = cal.sharding.get(f"{layout.sharding},{mp}") if layout.sharding > 1 else None
+    if stage1 is None:   # no sharding (or a calibration without its measurement): one fused all-reduce
+        parts["dp comm"] = collective(cal, "all_reduce", data, grad_bytes)
+    else:
+        # sharding stage 1: a reduce and a broadcast per tensor over the sharding group (measured as it runs),
+        # then the owned gradients' fused all-reduce over dp
+        parts["sharding comm"] = stage1
+        parts["dp comm"] = collective(cal, "all_reduce", layout.dp * layout.ep, grad_bytes / layout.sharding)
     per_stage = [_stage_memory(spec, layout, cal, i, st) for i, st in enumerate(stages(spec, layout.pp))]
     fullest = max(per_stage, key=_peak)
     memory = dict(fullest)

@@ -63,6 +63,14 @@ class ModelSpec:
             mlp = mlp * self.experts // ep + w * self.experts          # the experts, and the gate's weight
         return attn + mlp + 2 * w
 
+    def parameter_sizes(self, mp: int = 1) -> list[int]:
+        """The element count of each parameter tensor one rank of an mp-way split holds, in the model's order
+        (embedding, per block: norm, qkv weight and bias, projection weight and bias, norm, MLP weights and biases;
+        final norm, head): what sharding stage 1 reduces and broadcasts one tensor at a time. Dense models only."""
+        w, h = self.width, self.hidden
+        block = [w, w * 3 * w // mp, 3 * w // mp, w * w // mp, w, w, w * h // mp, h // mp, h * w // mp, w]
+        return [self.vocab * w // mp] + block * self.layers + [w, w * self.vocab // mp]
+
     def parameters(self, mp: int = 1, ep: int = 1, blocks: int | None = None, embed: bool = True,
                    head: bool = True) -> int:
         """Parameters one rank holds: `blocks` blocks (default all), the vocabulary-parallel embedding and the

@@ -6,8 +6,10 @@
 * on N ranks (planner_comm_job under `oarlock launch`): all_reduce / all_gather per group size and send/recv, each
   fitted to latency + bytes / bandwidth (least squares, both terms >= 0); the same block and ends timed with all
   N ranks computing the same shape at once (`concurrent`: the ranks share this machine's cores, so this, not the
-  time alone, is a step's compute); the wait a synchronising all-reduce between compute segments adds per
-  group size (`sync`); and the contention factor (a small block all at once against alone), kept as a summary
+  time alone, is a step's compute; the slowest rank's time, which the step waits for); sharding stage 1's
+  per-tensor collectives per sharding degree (`sharding`); the wait a synchronising all-reduce between compute
+  segments adds per group size (`sync`) and the one a pipeline stage's send/recv exchange between compute
+  segments adds (`handoff`); and the contention factor (a small block all at once against alone), kept as a summary
   and for calibrations without `concurrent`.
 
 A progress bar on stderr counts the probe's measurements.
@@ -39,7 +41,9 @@ class Calibration:
     comm: op -> group size (str) -> [latency s, s per byte]; p2p: [latency s, s per byte]; contention: how many
     times slower a rank computes a small block when all ranks compute at once (1 on one rank); concurrent:
     "rows,mp" -> [block s, ends s] with all ranks computing that shape at once; sync: group size (str) -> the
-    seconds an all-reduce between compute segments adds to the collective alone."""
+    seconds an all-reduce between compute segments adds to the collective alone; sharding: "g,mp" -> seconds of
+    sharding stage 1's per-tensor reduces, norm all-reduce and broadcasts over g ranks; handoff: the seconds a
+    send/recv exchange between compute segments adds to the exchange alone (a pipeline stage's wait)."""
 
     blocks: dict = field(default_factory=dict)
     ends: dict = field(default_factory=dict)
@@ -49,6 +53,8 @@ class Calibration:
     contention: float = 1.0
     concurrent: dict = field(default_factory=dict)
     sync: dict = field(default_factory=dict)
+    sharding: dict = field(default_factory=dict)
+    handoff: float = 0.0
     ranks: int = 1
     seq_len: int = 0
     seconds: float = 0.0
@@ -112,11 +118,12 @@ class _Bar:
         self.stream.flush()
 
 
-def _comm_probe(ranks: int, reps: int, timeout: float, spec: ModelSpec, shapes) -> dict:
+def _comm_probe(ranks: int, reps: int, timeout: float, spec: ModelSpec, shapes, sharding) -> dict:
     with tempfile.TemporaryDirectory(prefix="oarlock-plan-") as tmp:
         out, request = os.path.join(tmp, "comm.json"), os.path.join(tmp, "shapes.json")
         with open(request, "w") as fh:
-            json.dump({"model": spec.to_dict(), "shapes": [list(s) for s in sorted(shapes)]}, fh)
+            json.dump({"model": spec.to_dict(), "shapes": [list(s) for s in sorted(shapes)],
+                       "sharding": [list(s) for s in sorted(sharding)]}, fh)
         command = [sys.executable, "-m", "oarlock.cli", "launch", "-n", str(ranks), JOB, out, str(reps), request]
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0 or not os.path.exists(out):
@@ -126,8 +133,10 @@ def _comm_probe(ranks: int, reps: int, timeout: float, spec: ModelSpec, shapes) 
             return json.load(fh)
 
 
-def probe(spec: ModelSpec, ranks: int, shapes: set, reps: int = 3, stream=None, timeout: float = 300) -> Calibration:
-    """Calibrate for `spec` on `ranks` ranks; `shapes`: the (rows per micro-batch, mp) pairs the layouts need."""
+def probe(spec: ModelSpec, ranks: int, shapes: set, reps: int = 3, stream=None, timeout: float = 300,
+          sharding: set = frozenset()) -> Calibration:
+    """Calibrate for `spec` on `ranks` ranks; `shapes`: the (rows per micro-batch, mp) pairs the layouts need;
+    `sharding`: the (sharding degree, mp) pairs of the layouts with sharding."""
     t0 = time.perf_counter()
     mps = sorted({mp for _, mp in shapes})
     bar = _Bar(2 * len(shapes) + len(mps) + 1 + (ranks > 1), stream)
@@ -143,12 +152,13 @@ def probe(spec: ModelSpec, ranks: int, shapes: set, reps: int = 3, stream=None, 
     alone = measure_block(CONTENTION_SPEC, CONTENTION_ROWS, 1, reps).seconds
     bar.step("block alone (for contention)")
     if ranks > 1:
-        report = _comm_probe(ranks, reps, timeout, spec, shapes)
+        report = _comm_probe(ranks, reps, timeout, spec, shapes, sharding)
         cal.comm = {op: {g: fit_alpha_beta(points) for g, points in report[op].items()}
                     for op in ("all_reduce", "all_gather")}
         cal.p2p = fit_alpha_beta(report["p2p"])
         cal.contention = max(1.0, report["concurrent_block_s"] / alone)
         cal.concurrent, cal.sync = report["concurrent"], report["sync"]
+        cal.sharding, cal.handoff = report.get("sharding", {}), report["handoff"]
         bar.step(f"communication on {ranks} ranks, and compute all at once")
     cal.seconds = time.perf_counter() - t0
     return cal
