@@ -7,8 +7,10 @@
 
 Float8 values travel as their byte codes: the gpu device (CuPy) has no float8 arrays. The generic kernels are
 fp8_numerics' numpy emulation; the "gpu" kernels are kernels/fp8.cu (fp8_quant_rows, fp8_quant_tiles,
-fp8_gemm_rows), compiled at first use by NVRTC through cupy.RawModule and launched through `RUNTIME`, which the
-tests replace by oarlock-cuda's host emulation to run the same source on numpy arrays. Neither op is
+fp8_gemm_rows: CUDA cores) and kernels/fp8_tc.cu (fp8_gemm_tc: the tensor cores' mma.sync m16n8k32 on float8,
+the GEMM's default where the device's compute capability is 8.9 or more; fp8_gemm_rows below that), compiled
+at first use by NVRTC through cupy.RawModule and launched through `RUNTIME`, which the tests replace by
+oarlock-cuda's host emulation to run the same source on numpy arrays. Neither op is
 differentiable (FP8 training differentiates Fp8Linear, not the quantizer)."""
 
 from __future__ import annotations
@@ -20,15 +22,19 @@ import numpy as np
 from oarlock_incubate import fp8_numerics as fp8
 
 QUANT_OP, GEMM_OP = "fp8_quant_op", "fp8_gemm_op"
-SOURCE = Path(__file__).with_name("kernels") / "fp8.cu"
-KERNELS = ["fp8_quant_rows", "fp8_quant_tiles", "fp8_gemm_rows"]
+SOURCES = [Path(__file__).with_name("kernels") / name for name in ("fp8.cu", "fp8_tc.cu")]   # one module
+CORE_GEMM, TC_GEMM = "fp8_gemm_rows", "fp8_gemm_tc"
+TC_NAMES = {False: "fp8_gemm_tc<false>", True: "fp8_gemm_tc<true>"}    # the instruction / fp8_tc.cu's model of it
+PROBES = {False: "fp8_mma_probe<false>", True: "fp8_mma_probe<true>"}  # one MMA (fp8_tc.py's layout check)
+KERNELS = ["fp8_quant_rows", "fp8_quant_tiles", CORE_GEMM, *TC_NAMES.values(), *PROBES.values()]
+TENSOR_CORE_CAPABILITY = 89     # mma.sync m16n8k32 on e4m3 / e5m2: sm_89 (Ada), sm_90 (Hopper) and later
 OPTIONS = ("--std=c++17", "--fmad=false")     # no fused multiply-add: the products round as the numpy kernels'
 GPU_DTYPES = ("float16", "float32")
 _quant = _gemm = None   # the callables ops.define returned
 
 
 def source(family: str = "fp8") -> str:
-    return SOURCE.read_text()
+    return "\n".join(path.read_text() for path in SOURCES)
 
 
 class CupyRuntime:
@@ -55,6 +61,11 @@ class CupyRuntime:
         return array.device.id
 
     @staticmethod
+    def compute_capability(device: int) -> int:
+        import cupy
+        return int(cupy.cuda.Device(device).compute_capability)     # "90" on sm_90
+
+    @staticmethod
     def launch(fn, device, grid, block, args):
         import cupy
         with cupy.cuda.Device(device):
@@ -67,6 +78,15 @@ RUNTIME = CupyRuntime()
 def _run(name, like, grid, block, args):
     device = RUNTIME.device_of(like)
     RUNTIME.launch(RUNTIME.function("fp8", name, device), device, grid, block, args)
+
+
+def gemm_kernel_for(device: int) -> str:
+    """The GEMM kernel for a device: the tensor-core one from compute capability 8.9 on, the CUDA-core one below
+    (and on a runtime that cannot tell a device's capability, such as the host emulation)."""
+    capability = getattr(RUNTIME, "compute_capability", None)
+    if capability is None:
+        return CORE_GEMM
+    return TC_GEMM if capability(device) >= TENSOR_CORE_CAPABILITY else CORE_GEMM
 
 
 # -- generic (numpy) kernels ---------------------------------------------------------------------------------
@@ -103,13 +123,22 @@ def quant_gpu(xp, x, method="1x128", epsilon=0.0, pow2=True, fmt="e4m3"):
     return q, decode
 
 
-def gemm_gpu(xp, a, a_scale, b, b_scale, a_fmt="e4m3", b_fmt="e4m3"):
+def gemm_gpu(xp, a, a_scale, b, b_scale, a_fmt="e4m3", b_fmt="e4m3", kernel=None, mma_model=False):
+    """kernel: CORE_GEMM or TC_GEMM (None: gemm_kernel_for the device); mma_model: TC_GEMM runs fp8_tc.cu's
+    shuffle model of the MMA instead of the instruction (a check of the fragment layout on a GPU)."""
     (m, k), n = a.shape, b.shape[0]
     out = xp.empty((m, n), xp.float32)
+    kernel = kernel or gemm_kernel_for(RUNTIME.device_of(out))
     args = (xp.ascontiguousarray(a), xp.ascontiguousarray(a_scale, dtype=xp.float32), xp.ascontiguousarray(b),
             xp.ascontiguousarray(b_scale, dtype=xp.float32), out, np.int64(m), np.int64(n), np.int64(k),
             np.int32(a_fmt == "e5m2"), np.int32(b_fmt == "e5m2"))
-    _run("fp8_gemm_rows", out, (fp8.blocks(n, 16), fp8.blocks(m, 16)), (16, 16), args)
+    if kernel == TC_GEMM:
+        _run(TC_NAMES[bool(mma_model)], out, (fp8.blocks(n), fp8.blocks(m)), (256,), args)
+    elif kernel == CORE_GEMM:
+        _run(CORE_GEMM, out, (fp8.blocks(n, 16), fp8.blocks(m, 16)), (16, 16), args)
+    else:
+        raise ValueError(f"fp8_ops.gemm_gpu(): argument 'kernel' = {kernel!r}; accepted: {CORE_GEMM!r}, "
+                         f"{TC_GEMM!r} or None")
     return out
 
 
