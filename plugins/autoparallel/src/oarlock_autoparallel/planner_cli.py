@@ -21,12 +21,15 @@ The predictions come from a short probe of this machine (a progress bar on stder
 stacked: what a block adds in a model) and the embedding + head's forward and backward time and memory measured
 in this process at each layout's shapes, the AdamW step, and a job on --ranks ranks (`oarlock launch`) timing
 all_reduce, all_gather and send/recv (fitted to latency + bytes / bandwidth), the same shapes computed by all ranks
-at once (they share the cores), and the wait an all-reduce between compute segments adds. The model: the
+at once (they share the cores; each run counted for the slowest rank), sharding stage 1's per-tensor reduces and
+broadcasts, and the wait an all-reduce or a send/recv exchange between compute segments adds. The model: the
 all-at-once compute + tensor-parallel all-reduces of the activations (each with that wait) + the gradient
-all-reduce over the data ranks + the 1F1B pipeline's micro-batch slots and its stages - 1 fill / drain slots (at
-the speed of the ranks busy then) and sends + the optimizer step; memory: parameters, AdamW moments / sharding,
-the corpus, and the larger of the gradients (with DataParallel's bucket copies) and the measured activations
-(times the micro-batches in flight on a pipeline's first stage) plus the largest backward transient. Not
+all-reduce over the data ranks (with sharding: its measured per-tensor collectives, then the owned gradients'
+all-reduce over dp) + the 1F1B pipeline's micro-batch slots and its stages - 1 fill / drain slots (at the speed of
+the ranks busy then) and sends and receives (each with that wait) + the optimizer step; memory: parameters, AdamW
+moments / sharding, the corpus, and the larger of the gradients (with DataParallel's bucket copies) and the
+measured activations (times the micro-batches in flight on a pipeline's first stage) plus the largest backward
+transient. Not
 modelled: --sp, --vpp, other pipeline schedules, --recompute, --memory-budget; a mixture-of-experts block is
 costed as a dense one of top_k x the MLP width.
 
@@ -35,6 +38,12 @@ train: width 128, 4 layers, 4 heads, vocab 256) and/or comma-separated key=value
 heads, vocab, seq_len, batch, mlp_ratio, experts, top_k (e.g. "small,batch=32" or "experts=4,top_k=2").
 Models of another width, depth, head count or vocabulary can be planned but not launched (oarlock train builds
 its GPT only).
+
+--trials K then runs the first K layouts predicted within --trial-margin of the best for --trial-steps steps of
+`oarlock train` each and ranks those by their measured step time (the table's "trial (ms)" column); the fastest
+measured is the best. Each trial costs oarlock train's start-up on --ranks ranks (a few seconds on an idle
+machine), its steps and one evaluation: on a 2-core machine 10-15 s per trial for the tiny workload (more for
+larger ones). Default 0 (no trial: the model's top choice is the best).
 
 --launch then runs `oarlock train` with the best layout's --nproc/--dp/--mp/--pp/--sharding/--ep flags, the
 model's --batch-size and --seq-len (and --moe-experts/--moe-top-k), plus --train-args."""
@@ -55,6 +64,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="read the probe's results from FILE (written by --save-calibration for the same --model and "
              "--ranks) instead of probing")
     add("--save-calibration", metavar="FILE", help="write the probe's results to FILE (JSON)")
+    add("--trials", type=int, default=0, metavar="K",
+        help="run the top K candidates for a few oarlock train steps each and take the fastest measured (see "
+             "above; 10-15 s each for tiny; default 0: no trial)")
+    add("--trial-steps", type=int, default=4, metavar="S",
+        help="steps of each trial, the first not counted (an integer >= 2, default 4)")
+    add("--trial-margin", type=float, default=1.0, metavar="F",
+        help="try only layouts predicted within F x the best prediction above it (default 1.0: up to twice it)")
     add("--json", action="store_true", help="print the ranked layouts as JSON instead of a table")
     add("--launch", action="store_true", help="run `oarlock train` with the best layout (see above)")
     add("--train-args", default="", metavar="ARGS",
@@ -63,20 +79,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def train_command(result) -> list[str]:
     """The `oarlock train` command line that runs the result's best layout."""
-    spec = result.spec
-    command = [sys.executable, "-m", "oarlock.cli", "train", *result.best.layout.train_flags(),
-               "--batch-size", str(spec.batch), "--seq-len", str(spec.seq_len)]
-    if spec.experts:
-        command += ["--moe-experts", str(spec.experts), "--moe-top-k", str(spec.top_k)]
-    return command
+    from oarlock_autoparallel.planner_trial import train_command as command_for
+    return command_for(result.spec, result.best.layout)
 
 
 def _as_json(result) -> str:
     rows = [{"layout": p.layout.name(), "fits": i < len(result.candidates), "step_seconds": p.step_seconds,
              "memory_bytes": p.memory_bytes, "train_flags": p.layout.train_flags(), "time_parts": p.time_parts,
-             "memory_parts": p.memory_parts} for i, p in enumerate(result.candidates + result.too_big)]
+             "memory_parts": p.memory_parts, "trial": result.trials.get(p.layout.name())}
+            for i, p in enumerate(result.candidates + result.too_big)]
     return json.dumps({"model": result.spec.to_dict(), "ranks": result.ranks,
-                       "memory_per_rank": result.memory_per_rank, "layouts": rows}, indent=1)
+                       "memory_per_rank": result.memory_per_rank, "best": result.best.layout.name(),
+                       "layouts": rows}, indent=1)
 
 
 def run(args) -> int:
@@ -92,9 +106,11 @@ def run(args) -> int:
         if args.launch and not spec.launchable:
             raise ValueError("argument --launch: oarlock train builds its GPT at width 128, 4 layers, 4 heads, "
                              f"vocab 256 only; --model asks for {spec.describe()}")
-        result = plan(spec, args.ranks, args.memory_per_rank, calibration, args.reps)
+        result = plan(spec, args.ranks, args.memory_per_rank, calibration, args.reps, trials=args.trials,
+                      trial_steps=args.trial_steps, trial_margin=args.trial_margin)
     except (ValueError, OSError) as exc:
         text = str(exc).replace("plan(): argument ", "argument --").replace("memory_per_rank", "memory-per-rank")
+        text = text.replace("trial_steps", "trial-steps").replace("trial_margin", "trial-margin")
         print(f"oarlock plan: error: {text}", file=sys.stderr)
         return 2
     if args.save_calibration:
@@ -105,6 +121,9 @@ def run(args) -> int:
         print(f"{result.spec.describe()}; {result.ranks} ranks, {result.memory_per_rank:,} bytes each; probe "
               f"{result.calibration.seconds:.1f} s")
         print(result.table())
+        if result.trials:
+            print(f"the model's top choice: {result.predicted_best.layout.name()}; fastest measured in the trials: "
+                  f"{result.best.layout.name()}")
         print("best: oarlock train " + " ".join(result.best.layout.train_flags()))
     if args.launch:
         command = train_command(result) + shlex.split(args.train_args)
