@@ -12,11 +12,15 @@ accumulator; the result is rounded once to out_dtype. Block scaling needs that p
 use_split_accumulator=False computes the same. accumulate=True adds the product to `out` (which must then be
 given); bias must be None, as in Paddle 3.2 (its Python wrapper asserts it).
 
-The work is fp8_ops.fp8_gemm_op: numpy on the CPU, kernels/fp8.cu's fp8_gemm_rows on device "gpu" (CUDA
-cores, the same algorithm; on gpu a and b are uint8 codes of e4m3, the gpu device having no float8 arrays).
+The work is fp8_ops.fp8_gemm_op: numpy on the CPU; on device "gpu" (where a and b are uint8 codes of e4m3, the
+gpu device having no float8 arrays) kernels/fp8_tc.cu's fp8_gemm_tc on the tensor cores (mma.sync m16n8k32,
+the per-128-K partial sums promoted in float32 registers) from compute capability 8.9 on, kernels/fp8.cu's
+fp8_gemm_rows (CUDA cores, the same algorithm) below.
 
 Error bound against the float64 product of the dequantized operands: |err| <= gamma * sum_k |a_k b_k| + the final
-rounding, gamma = (128 + K/128) * 2^-24 (float32 sums of at most 128 terms, then K/128 promotions)."""
+rounding, gamma = (128 + K/128) * 2^-24 (float32 sums of at most 128 terms, then K/128 promotions). The tensor
+cores' partial sums are not float32's in k order (DeepSeek-V3 reports about 14 bits of accumulation on Hopper:
+the reason for the 128-wide promotion); bench/fp8_gpu_check.py measures that error on a GPU."""
 
 from __future__ import annotations
 

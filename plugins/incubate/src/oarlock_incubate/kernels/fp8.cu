@@ -8,8 +8,8 @@
 // fp8_quant_tiles: x [rows, cols] -> codes, decode scales [ceil(rows/128), ceil(cols/128)]; one block of 256
 //                  threads per 128 x 128 tile, grid (ceil(cols/128), ceil(rows/128)).
 // fp8_gemm_rows:   out [m, n] = sum_j (sum_{k in block j} a[m, k] b[n, k]) * a_scale[m, j] * b_scale[n, j],
-//                  float32, the sums in k order; one thread per output, block (16, 16). CUDA cores, not the
-//                  tensor cores: the semantics of the block-scaled GEMM, not its speed.
+//                  float32, the sums in k order; one thread per output, block (16, 16). CUDA cores: the GEMM
+//                  of GPUs below sm_89; fp8_tc.cu's fp8_gemm_tc (tensor cores) is the default from sm_89 on.
 
 __device__ __forceinline__ float fp8_max_of(int e5m2) { return e5m2 ? 57344.0f : 448.0f; }
 
