@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import oarlock
+from oarlock.plugin_api import xp_function
 from oarlock_flashmask import kernel
 from test_flashmask_op import dense_mask, dense_reference, doc_lts, random_sri, rel_err, run_case
 
@@ -44,7 +45,8 @@ def _check(q, k, v, sri=None, causal=False, tol=1e-5, dtype="float32"):
 
 @pytest.fixture
 def exact_blocks(monkeypatch):
-    """Counts the forward's query blocks redone with exact steps."""
+    """Counts the forward's query blocks redone with exact steps (the numpy tiles': the fused forward is off)."""
+    monkeypatch.setattr(kernel, "_fused_forward", lambda *args: False)
     calls = []
     inner = kernel._forward_rows
 
@@ -78,6 +80,42 @@ def test_extreme_scores(level, spread, dtype, exact_blocks):
     _check(q, k, v, causal=True, tol=tol * max(1.0, (abs(level) + spread) / 100), dtype=dtype)
     if level <= -200:
         assert exact_blocks, "every row underflows at reference 0: the blocks must be redone exactly"
+
+
+@pytest.fixture
+def tile_blocks(monkeypatch):
+    """Counts the query blocks the numpy tiles computed (none when the fused forward ran)."""
+    calls = []
+    inner = kernel._forward_rows
+
+    def spy(ctx, item, flat, span, exact=False):
+        calls.append(item)
+        return inner(ctx, item, flat, span, exact)
+    monkeypatch.setattr(kernel, "_forward_rows", spy)
+    return calls
+
+
+def _has_fused():
+    try:
+        xp_function(np, "flashmask_forward")
+    except AttributeError:
+        return False
+    return True
+
+
+fused = pytest.mark.skipif(not _has_fused(), reason="the cpu backend has no fused flashmask_forward (oarlock-cpu "
+                           "without MKL)")
+
+
+@fused
+@pytest.mark.parametrize("level,spread", [(200.0, 0.0), (60.0, 0.0), (0.0, 150.0), (-200.0, 0.0), (-120.0, 100.0)])
+def test_extreme_scores_fused(level, spread, tile_blocks):
+    """The same scores through the fused C forward (float32 plain causal): its standard online softmax within
+    float32's rounding of the scores, and no numpy tile run."""
+    rng = np.random.default_rng(int(abs(level) + spread))
+    q, k, v = _aligned(rng, 1, 300, 2, 16, level, spread)
+    _check(q, k, v, causal=True, tol=2e-4 * max(1.0, (abs(level) + spread) / 100))
+    assert not tile_blocks
 
 
 @pytest.mark.parametrize("score", [88.0, 88.7])

@@ -85,14 +85,35 @@ def rel_err(got, ref):
 TILINGS = {"small": (16, 8, None, None), "runs": (16, 8, 24, 256), "groups": (16, 8, 24, 1152)}
 
 
-@pytest.fixture(params=["default", *TILINGS])
-def blocks(request, monkeypatch):
-    """Run each case with the default tiles and with the tilings of TILINGS."""
-    if request.param != "default":
+# The fused forward (the backend's flashmask_forward: oarlock-cpu's C kernel for float32 masks without vectors,
+# plain causal or none) at tiny tiles: many key blocks, diagonals inside them, query blocks that see no key.
+FUSED_TILINGS = {"fused_small": (16, 8)}
+
+
+def _tiling(request, monkeypatch):
+    """The tiles of request.param; the TILINGS turn the fused forward off, so masks without vectors run the
+    numpy tiles too."""
+    if request.param in TILINGS:
+        monkeypatch.setattr(kernel, "_fused_forward", lambda *args: False)
         for name, value in zip(("BLOCK_Q", "BLOCK_K", "SPAN", "SPAN_ELEMS"), TILINGS[request.param]):
             if value is not None:
                 monkeypatch.setattr(kernel, name, value)
+    elif request.param in FUSED_TILINGS:
+        for name, value in zip(("FUSED_BLOCK_Q", "FUSED_BLOCK_K"), FUSED_TILINGS[request.param]):
+            monkeypatch.setattr(kernel, name, value)
     return request.param
+
+
+@pytest.fixture(params=["default", *TILINGS])
+def blocks(request, monkeypatch):
+    """Run each case with the default tiles and with the tilings of TILINGS."""
+    return _tiling(request, monkeypatch)
+
+
+@pytest.fixture(params=["default", *TILINGS, *FUSED_TILINGS])
+def plain_blocks(request, monkeypatch):
+    """blocks, and the fused forward's tiny tiles (for the masks without vectors it takes)."""
+    return _tiling(request, monkeypatch)
 
 
 def run_case(rng, b, sq, sk, hq, hk, d, sri=None, causal=False, window=None, dtype="float32", tol=1e-5,
@@ -156,7 +177,7 @@ def random_sri(rng, b, hm, sk, sq, kind):
 
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("d", [32, 64, 128])
-def test_plain(blocks, causal, d):
+def test_plain(plain_blocks, causal, d):
     run_case(np.random.default_rng(d), 2, 37, 37, 2, 2, d, causal=causal)
 
 
@@ -172,7 +193,7 @@ def test_random_masks_gqa(blocks, kind, causal, hm):
 @pytest.mark.parametrize("kind,causal", [("c1", True), ("c2_causal", True), ("c2", False), ("c4", False),
                                          (None, True), (None, False)])
 @pytest.mark.parametrize("sq,sk", [(20, 53), (53, 20)])
-def test_sq_ne_sk(blocks, kind, causal, sq, sk):
+def test_sq_ne_sk(plain_blocks, kind, causal, sq, sk):
     rng = np.random.default_rng(sq)
     sri = None if kind is None else random_sri(rng, 1, 2, sk, sq, kind)
     run_case(rng, 1, sq, sk, 2, 2, 16, sri, causal=causal)

@@ -344,6 +344,8 @@ static PyMethodDef methods[] = {
      "attention_forward(q, k, v, scale, causal, threads) -> (out, probs) or None: see _attention.c."},
     {"attention_backward", attention_backward, METH_VARARGS,
      "attention_backward(g, q, k, v, out, probs, scale, causal, threads) -> (dq, dk, dv) or None: see _attention.c."},
+    {"flashmask_forward", flashmask_forward, METH_VARARGS,
+     "flashmask_forward(q, kt, v, out, lse, kv_heads, causal, block_q, block_k, threads) -> True or None: see _flash.c."},
     {NULL, NULL, 0, NULL},
 };
 

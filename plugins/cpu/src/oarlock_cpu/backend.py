@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 
 from oarlock.device import Backend
-from oarlock_cpu import copy_worker, fastmath, mkl
+from oarlock_cpu import copy_worker, fastmath, flash_kernels, mkl
 from oarlock_cpu.host_pool import COUNTER as HOST_POOL
 from oarlock_cpu.host_pool import copy_to_host
 
@@ -37,8 +37,9 @@ class CPUBackend(Backend):
     xp = np
     array_types = (np.ndarray,)
     dlpack_device_type = 1  # kDLCPU
-    # for kernels generic over xp: vectorised float32 exp and exp2, and matmul by MKL where it is installed
-    array_functions = {**fastmath.FUNCTIONS, **mkl.FUNCTIONS}
+    # for kernels generic over xp: vectorised float32 exp and exp2, and matmul by MKL where it is installed (and
+    # oarlock-flashmask's C forward over it)
+    array_functions = {**fastmath.FUNCTIONS, **mkl.FUNCTIONS, **flash_kernels.FUNCTIONS}
     host_pool = HOST_POOL                  # pin_memory's blocks (host_memory_allocated)
 
     def __init__(self, seed: int = 0):

@@ -39,6 +39,11 @@ there unless scores pass ~64 (base 2), so the usual step is exp2 and the two mat
 pass), with overflow detected from the row sums and redone exactly, and underflowed blocks redone with the standard
 online softmax (see _forward_rows). exp2 with the row sums is the backend's exp2_rows (plugin_api.xp_function:
 oarlock-cpu's one-pass float32 loop), the products its matmul_serial (MKL on the worker's thread), where it has them.
+Fused forward: for masks without vectors (plain causal, or none), float32 and no dropout, the whole forward after
+the preparation is one call of the backend's `flashmask_forward` where it has one (oarlock-cpu: C over MKL, units
+of FUSED_BLOCK_Q query positions on its worker pool, the standard online softmax per row; see its _flash.c): the
+tiles above cost Python per run and several numpy passes per score block, which left the causal forward slower
+than PyTorch's C++ is_causal kernel.
 Backward (FlashAttention-2): for each key block, over its runs of query blocks, P = exp2(S - lse) (lse
 subtracted after the score matmul, so every score rounds as in the forward; oarlock-cpu's exp2_rows does the
 subtraction and exp2 in one pass), dP - D straight from dO V^T with -D in dO's extra
@@ -557,6 +562,10 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     # blocks write their rows straight into the results; rows no block covers saw no key
     out = xp.zeros((b, sq, hq, dv), dtype=query.dtype)
     lse = xp.full((b, hq, sq), -xp.inf, dtype=xp.float64 if ct == xp.float64 else xp.float32)
+    if not mask.cons and mask.window is None and mask.block is None and dropout == 0 and \
+            _fused_forward(xp, q, kt, v, out, lse, hk, causal):
+        _scratch.give(q, kt.base, v)
+        return out, lse, _seed_offset(xp, seed, offset)
     classes = numpy.asarray(mask.classes) if xp is not numpy else mask.classes
     heads, span = _split(nf, bq * g, bk, classes)
     runs = [_spans(classes[i], bk, sk, span) for i in range(mask.nqb)]
@@ -573,9 +582,30 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     order = _heaviest_first(classes)
     _parallel.run(xp, blocks, [(f0, min(f0 + heads, nf), i) for f0 in range(0, nf, heads) for i in order])
     _scratch.give(q, kt.base, v)
-    so = xp.asarray([seed if seed < 2 ** 63 else seed - 2 ** 64, offset if offset < 2 ** 63 else offset - 2 ** 64],
-                    dtype=xp.int64)
-    return out, lse, so
+    return out, lse, _seed_offset(xp, seed, offset)
+
+
+def _seed_offset(xp, seed, offset):
+    return xp.asarray([seed if seed < 2 ** 63 else seed - 2 ** 64, offset if offset < 2 ** 63 else offset - 2 ** 64],
+                      dtype=xp.int64)
+
+
+# The fused forward's tiles: query blocks of FUSED_BLOCK_Q positions (their scores, FUSED_BLOCK_Q x G x
+# FUSED_BLOCK_K floats, stay in L2 through the row pass and the values product) and key blocks of FUSED_BLOCK_K.
+FUSED_BLOCK_Q = 64
+FUSED_BLOCK_K = 512
+
+
+def _fused_forward(xp, q, kt, v, out, lse, hk, causal):
+    """The whole forward by the backend's `flashmask_forward` (oarlock-cpu: one C call, float32, masks without
+    vectors: plain causal or none) where it has one and takes these arrays; False otherwise (nothing written)."""
+    try:
+        fused = xp_function(xp, "flashmask_forward")
+    except AttributeError:
+        return False
+    if out.dtype != xp.float32 or q.dtype != xp.float32:
+        return False
+    return fused(q, kt, v, out, lse, hk, causal, FUSED_BLOCK_Q, FUSED_BLOCK_K, _parallel.workers())
 
 
 def _forward_rows(ctx, item, flat, span, exact=False):
