@@ -102,6 +102,18 @@ def test_tensor_core_gemm_equals_the_cuda_core_gemm(host, m, n, k, a_fmt, b_fmt)
     np.testing.assert_array_equal(got, core)
 
 
+@pytest.mark.parametrize("m, n, k", [(0, 5, 10), (3, 0, 10), (3, 5, 0)])
+def test_empty_gemms(host, m, n, k):
+    kb = -(-k // 128)
+    rng = np.random.default_rng(0)
+    qa, qb = _finite_codes(rng, [m, k], "e4m3"), _finite_codes(rng, [n, k], "e4m3")
+    sa, sb = np.ones([m, kb], np.float32), np.ones([n, kb], np.float32)
+    want = fp8_ops.gemm_generic(np, qa, sa, qb, sb)
+    for kernel in (fp8_ops.TC_GEMM, fp8_ops.CORE_GEMM):
+        np.testing.assert_array_equal(fp8_ops.gemm_gpu(np, qa, sa, qb, sb, kernel=kernel), want)
+    assert want.shape == (m, n) and not want.any()
+
+
 def test_gemm_kernel_choice_follows_the_compute_capability(monkeypatch):
     class Runtime:
         capability = 90
