@@ -74,6 +74,7 @@
 #endif
 
 #include "_clones.h"   /* CLONES: AVX-512 / AVX2 / baseline versions picked at load */
+#include "_pool_api.h" /* split_range: large calls on the worker pool */
 
 #define BLOCK 512
 
@@ -549,10 +550,19 @@ BINARY_BLOCK(silu_grad_block64, double, silu_grad1(x, g, 13))
 BINARY_BLOCK(silu_grad_block32, float, silu_grad1_f(x, g))
 
 /* ---------------------------------------------------------------------------------------------
- * ufunc loops: contiguous operands go to the block kernel whole (an in-place call, out == x, is
- * safe: each output element depends on its own inputs only); others are gathered a block at a time
- * into a buffer, computed, and scattered
+ * ufunc loops: contiguous operands go to the block kernel whole, split over the pool's threads when
+ * large (_pool_api.h; an in-place call, out == x, is safe either way: each output element depends on
+ * its own inputs only); others are gathered a block at a time into a buffer, computed, and scattered
  */
+
+/* Below 2 * SPLIT_MIN elements (some 10-40 us of work) a call stays on its thread: PyTorch's grain, 32768. */
+#define SPLIT_MIN 16384
+#define SPLIT_ALIGN 64   /* pieces start on a cache line */
+
+typedef struct {
+    const char *x, *g;
+    char *out;
+} operands;
 
 #define GATHER(T, dst, src, step, m)                                  \
     do {                                                              \
@@ -566,12 +576,19 @@ BINARY_BLOCK(silu_grad_block32, float, silu_grad1_f(x, g))
     } while (0)
 
 #define UNARY_LOOP(NAME, T, BLOCKFN)                                                                 \
+    static void NAME##_range(void *ctx, Py_ssize_t b, Py_ssize_t e)                                  \
+    {                                                                                                \
+        const operands *o = (const operands *)ctx;                                                   \
+        BLOCKFN((const T *)o->x + b, (T *)o->out + b, e - b);                                        \
+        feclearexcept(FE_ALL_EXCEPT);                                                                \
+    }                                                                                                \
     static void NAME(char **args, npy_intp const *dims, npy_intp const *steps, void *data)        \
     {                                                                                                \
         char *in = args[0], *out = args[1];                                                          \
         (void)data;                                                                                  \
         if (steps[0] == sizeof(T) && steps[1] == sizeof(T)) {                                        \
-            BLOCKFN((const T *)in, (T *)out, dims[0]);                                               \
+            operands o = {in, NULL, out};                                                            \
+            split_range(dims[0], SPLIT_MIN, SPLIT_ALIGN, NAME##_range, &o);                          \
         } else {                                                                                     \
             T xb[BLOCK], ob[BLOCK];                                                                  \
             for (npy_intp i = 0; i < dims[0]; i += BLOCK) {                                          \
@@ -584,11 +601,18 @@ BINARY_BLOCK(silu_grad_block32, float, silu_grad1_f(x, g))
         feclearexcept(FE_ALL_EXCEPT);                                                                \
     }
 #define BINARY_LOOP(NAME, T, BLOCKFN)                                                                \
+    static void NAME##_range(void *ctx, Py_ssize_t b, Py_ssize_t e)                                  \
+    {                                                                                                \
+        const operands *o = (const operands *)ctx;                                                   \
+        BLOCKFN((const T *)o->x + b, (const T *)o->g + b, (T *)o->out + b, e - b);                   \
+        feclearexcept(FE_ALL_EXCEPT);                                                                \
+    }                                                                                                \
     static void NAME(char **args, npy_intp const *dims, npy_intp const *steps, void *data)        \
     {                                                                                                \
         (void)data;                                                                                  \
         if (steps[0] == sizeof(T) && steps[1] == sizeof(T) && steps[2] == sizeof(T)) {               \
-            BLOCKFN((const T *)args[0], (const T *)args[1], (T *)args[2], dims[0]);                  \
+            operands o = {args[0], args[1], args[2]};                                                \
+            split_range(dims[0], SPLIT_MIN, SPLIT_ALIGN, NAME##_range, &o);                          \
         } else {                                                                                     \
             T xb[BLOCK], gb[BLOCK], ob[BLOCK];                                                       \
             for (npy_intp i = 0; i < dims[0]; i += BLOCK) {                                          \
@@ -700,6 +724,7 @@ static PyObject *py_exp2_rows(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef METHODS[] = {
+    SET_THREADS_METHOD,
     {"exp2_rows", py_exp2_rows, METH_VARARGS,
      "exp2_rows(x, bias, sums): x [A, R, N] float32 (rows contiguous) <- 2^(x - bias) in place, bias and sums "
      "[A, R, 1] float32 or None; sums <- each row's sum of the results."},

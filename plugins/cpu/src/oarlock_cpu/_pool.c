@@ -56,6 +56,7 @@ static int wanted;
 static atomic_ullong cursor;
 static atomic_long finished;
 
+static atomic_int running;         /* a job is under way (pool_busy) */
 static int started;                /* workers started in this process */
 static pid_t started_in;           /* the process that started them (a forked child has none) */
 
@@ -158,6 +159,7 @@ void pool_run(int threads, long pieces, pool_fn fn, void *ctx, worker_setup setu
     }
     pthread_once(&fork_handlers, install_fork_handlers);
     pthread_mutex_lock(&one_job);
+    atomic_store(&running, 1);
     pthread_mutex_lock(&lock);
     int workers = ensure_workers(threads - 1);
     wanted = workers < threads - 1 ? workers : threads - 1;
@@ -182,5 +184,8 @@ void pool_run(int threads, long pieces, pool_fn fn, void *ctx, worker_setup setu
             sched_yield();
         }
     }
+    atomic_store(&running, 0);
     pthread_mutex_unlock(&one_job);
 }
+
+int pool_busy(void) { return atomic_load(&running); }

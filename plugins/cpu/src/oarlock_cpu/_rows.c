@@ -31,6 +31,7 @@
 #include <stdlib.h>
 
 #include "_clones.h"   /* CLONES: AVX-512 / AVX2 / baseline versions picked at load */
+#include "_pool_api.h" /* split_range: large calls on the worker pool */
 
 #if defined(_MSC_VER)
 #define SIMD_SUM(a)
@@ -159,6 +160,68 @@ static int x_shape(PyObject *obj, int *type, npy_intp *rows, npy_intp *n)
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * the calls: rows split over the pool's threads when there are enough of them (_pool_api.h)
+ */
+
+#define ROW_GRAIN 16384   /* elements: a piece has at least this many rows' worth */
+#define MAX_GRAD_PIECES 64  /* the backward's pieces each keep 2n double sums */
+
+static npy_intp min_rows(npy_intp n) { return n >= ROW_GRAIN ? 1 : ROW_GRAIN / (n > 0 ? n : 1); }
+
+typedef struct {
+    int type;
+    const char *x, *w, *b, *g, *mean, *rstd_in;
+    char *out, *mean_out, *rstd;
+    double eps;
+    npy_intp n, piece_rows, rows;
+    double *acc;   /* backward: per piece, 2n sums (dw, then db) */
+    int want_db;
+} row_job;
+
+#define AT(ptr, type, i) ((ptr) ? (ptr) + (i) * ((type) == NPY_FLOAT ? sizeof(float) : sizeof(double)) : NULL)
+
+static void rms_range(void *ctx, Py_ssize_t b, Py_ssize_t e)
+{
+    const row_job *j = ctx;
+    if (j->type == NPY_FLOAT)
+        rms_norm_float((const float *)AT(j->x, j->type, b * j->n), (const float *)j->w, j->eps,
+                       (float *)AT(j->out, j->type, b * j->n), (float *)AT(j->rstd, j->type, b), e - b, j->n);
+    else
+        rms_norm_double((const double *)AT(j->x, j->type, b * j->n), (const double *)j->w, j->eps,
+                        (double *)AT(j->out, j->type, b * j->n), (double *)AT(j->rstd, j->type, b), e - b, j->n);
+}
+
+static void layer_range(void *ctx, Py_ssize_t b, Py_ssize_t e)
+{
+    const row_job *j = ctx;
+    if (j->type == NPY_FLOAT)
+        layer_norm_float((const float *)AT(j->x, j->type, b * j->n), (const float *)j->w, (const float *)j->b,
+                         j->eps, (float *)AT(j->out, j->type, b * j->n), (float *)AT(j->mean_out, j->type, b),
+                         (float *)AT(j->rstd, j->type, b), e - b, j->n);
+    else
+        layer_norm_double((const double *)AT(j->x, j->type, b * j->n), (const double *)j->w, (const double *)j->b,
+                          j->eps, (double *)AT(j->out, j->type, b * j->n), (double *)AT(j->mean_out, j->type, b),
+                          (double *)AT(j->rstd, j->type, b), e - b, j->n);
+}
+
+static void grad_piece(void *ctx, long piece)
+{
+    const row_job *j = ctx;
+    npy_intp b = piece * j->piece_rows, e = b + j->piece_rows < j->rows ? b + j->piece_rows : j->rows;
+    double *dw = j->acc + piece * 2 * j->n, *db = j->want_db ? dw + j->n : NULL;
+    if (j->type == NPY_FLOAT)
+        norm_grad_float((const float *)AT(j->x, j->type, b * j->n), (const float *)j->w,
+                        (const float *)AT(j->g, j->type, b * j->n), (const float *)AT(j->mean, j->type, b),
+                        (const float *)AT(j->rstd_in, j->type, b), (float *)AT(j->out, j->type, b * j->n), dw, db,
+                        e - b, j->n);
+    else
+        norm_grad_double((const double *)AT(j->x, j->type, b * j->n), (const double *)j->w,
+                         (const double *)AT(j->g, j->type, b * j->n), (const double *)AT(j->mean, j->type, b),
+                         (const double *)AT(j->rstd_in, j->type, b), (double *)AT(j->out, j->type, b * j->n), dw, db,
+                         e - b, j->n);
+}
+
 static PyObject *py_rms_norm(PyObject *self, PyObject *args)
 {
     PyObject *xo, *wo, *oo, *ro;
@@ -172,12 +235,10 @@ static PyObject *py_rms_norm(PyObject *self, PyObject *args)
     void *rstd = data_of(ro, "rstd", type, rows, 0);
     if (w == BAD || out == BAD || rstd == BAD)
         return NULL;
-    void *x = PyArray_DATA((PyArrayObject *)xo);
+    row_job j = {.type = type, .x = PyArray_DATA((PyArrayObject *)xo), .w = w, .out = out, .rstd = rstd,
+                 .eps = eps, .n = n};
     Py_BEGIN_ALLOW_THREADS
-    if (type == NPY_FLOAT)
-        rms_norm_float(x, w, eps, out, rstd, rows, n);
-    else
-        rms_norm_double(x, w, eps, out, rstd, rows, n);
+    split_range(rows, min_rows(n), 1, rms_range, &j);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -197,17 +258,17 @@ static PyObject *py_layer_norm(PyObject *self, PyObject *args)
     void *rstd = data_of(ro, "rstd", type, rows, 0);
     if (w == BAD || b == BAD || out == BAD || mean == BAD || rstd == BAD)
         return NULL;
-    void *x = PyArray_DATA((PyArrayObject *)xo);
+    row_job j = {.type = type, .x = PyArray_DATA((PyArrayObject *)xo), .w = w, .b = b, .out = out,
+                 .mean_out = mean, .rstd = rstd, .eps = eps, .n = n};
     Py_BEGIN_ALLOW_THREADS
-    if (type == NPY_FLOAT)
-        layer_norm_float(x, w, b, eps, out, mean, rstd, rows, n);
-    else
-        layer_norm_double(x, w, b, eps, out, mean, rstd, rows, n);
+    split_range(rows, min_rows(n), 1, layer_range, &j);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
 
-/* norm_grad(x, weight|None, g, mean|None, rstd, dx, dw, db|None) */
+/* norm_grad(x, weight|None, g, mean|None, rstd, dx, dw, db|None). The rows are cut into pieces by their count
+ * alone (not by the threads), each piece sums its own dw / db, and the pieces' sums are added in order: the same
+ * bits on any number of threads. */
 static PyObject *py_norm_grad(PyObject *self, PyObject *args)
 {
     PyObject *xo, *wo, *go, *mo, *ro, *dxo, *dwo, *dbo;
@@ -223,22 +284,36 @@ static PyObject *py_norm_grad(PyObject *self, PyObject *args)
     void *dbt = data_of(dbo, "dbias", type, n, 1);
     if (w == BAD || g == BAD || mean == BAD || rstd == BAD || dx == BAD || dwt == BAD || dbt == BAD)
         return NULL;
-    double *acc = calloc((size_t)(2 * n > 0 ? 2 * n : 1), sizeof(double));
+    npy_intp piece_rows = min_rows(n);
+    long pieces = rows > 0 ? (long)((rows + piece_rows - 1) / piece_rows) : 0;
+    if (pieces > MAX_GRAD_PIECES) {
+        pieces = MAX_GRAD_PIECES;
+        piece_rows = (rows + pieces - 1) / pieces;
+        pieces = (long)((rows + piece_rows - 1) / piece_rows);
+    }
+    double *acc = calloc((size_t)(pieces > 0 ? pieces : 1) * (size_t)(2 * n > 0 ? 2 * n : 1), sizeof(double));
     if (acc == NULL)
         return PyErr_NoMemory();
-    double *dw = acc, *db = dbt ? acc + n : NULL;
-    void *x = PyArray_DATA((PyArrayObject *)xo);
+    row_job j = {.type = type, .x = PyArray_DATA((PyArrayObject *)xo), .w = w, .g = g, .mean = mean,
+                 .rstd_in = rstd, .out = dx, .n = n, .piece_rows = piece_rows, .rows = rows, .acc = acc,
+                 .want_db = dbt != NULL};
     Py_BEGIN_ALLOW_THREADS
-    if (type == NPY_FLOAT) {
-        norm_grad_float(x, w, g, mean, rstd, dx, dw, db, rows, n);
-        for (npy_intp i = 0; i < n; i++) ((float *)dwt)[i] = (float)dw[i];
-        if (db)
-            for (npy_intp i = 0; i < n; i++) ((float *)dbt)[i] = (float)db[i];
-    } else {
-        norm_grad_double(x, w, g, mean, rstd, dx, dw, db, rows, n);
-        for (npy_intp i = 0; i < n; i++) ((double *)dwt)[i] = dw[i];
-        if (db)
-            for (npy_intp i = 0; i < n; i++) ((double *)dbt)[i] = db[i];
+    split_pieces(pieces, grad_piece, &j);
+    for (npy_intp i = 0; i < n; i++) {
+        double sw = 0.0, sb = 0.0;
+        for (long p = 0; p < pieces; p++) {
+            sw += acc[p * 2 * n + i];
+            sb += acc[p * 2 * n + n + i];
+        }
+        if (type == NPY_FLOAT) {
+            ((float *)dwt)[i] = (float)sw;
+            if (dbt)
+                ((float *)dbt)[i] = (float)sb;
+        } else {
+            ((double *)dwt)[i] = sw;
+            if (dbt)
+                ((double *)dbt)[i] = sb;
+        }
     }
     Py_END_ALLOW_THREADS
     free(acc);
@@ -246,6 +321,7 @@ static PyObject *py_norm_grad(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef METHODS[] = {
+    SET_THREADS_METHOD,
     {"rms_norm", py_rms_norm, METH_VARARGS,
      "rms_norm(x, weight|None, eps, out, rstd): RMSNorm of each row of 2-D x into out, 1/rms into rstd."},
     {"layer_norm", py_layer_norm, METH_VARARGS,

@@ -1,5 +1,5 @@
 """The "cpu" device's own kernels for float32 and float64: one-pass C ufuncs from `oarlock_cpu._kernels`,
-large calls split over the free cores (oarlock_cpu.parallel).
+large calls split over the free cores by the extension (oarlock_cpu.parallel).
 
 They override the generic array-API kernels of erf, gelu (exact form), sigmoid, silu and silu_grad,
 which numpy computes in many passes (erf in about forty), and add one for gelu_grad, the fused exact
@@ -17,7 +17,7 @@ import weakref
 
 
 from oarlock.registry import ANY_DTYPE, GENERIC, default_registry
-from oarlock_cpu.parallel import split_ufunc
+from oarlock_cpu.parallel import run_ufunc
 
 try:
     from oarlock_cpu import _kernels
@@ -67,34 +67,34 @@ def _is_exact(approximate):
 
 
 def erf(xp, x):
-    return split_ufunc(_kernels.erf, x)
+    return run_ufunc(_kernels.erf, x)
 
 
 def gelu(xp, x, approximate=False):
     if not _is_exact(approximate):
         return generic("gelu")(xp, x, approximate=approximate)
-    return split_ufunc(_kernels.gelu, x)
+    return run_ufunc(_kernels.gelu, x)
 
 
 def gelu_grad(xp, x, g, approximate=False):
     if not _is_exact(approximate) or x.dtype != g.dtype:
         return generic("gelu_grad")(xp, x, g, approximate=approximate)
-    return split_ufunc(_kernels.gelu_grad, x, g)
+    return run_ufunc(_kernels.gelu_grad, x, g)
 
 
 def sigmoid(xp, x):
-    return split_ufunc(_kernels.sigmoid, x)
+    return run_ufunc(_kernels.sigmoid, x)
 
 
 def silu(xp, x, inplace=False):
     # `inplace` is accepted and ignored, as by the generic kernel (the result is always a new array)
-    return split_ufunc(_kernels.silu, x)
+    return run_ufunc(_kernels.silu, x)
 
 
 def silu_grad(xp, x, g):
     if x.dtype != g.dtype:
         return generic("silu_grad")(xp, x, g)
-    return split_ufunc(_kernels.silu_grad, x, g)
+    return run_ufunc(_kernels.silu_grad, x, g)
 
 
 KERNELS = {"erf": erf, "gelu": gelu, "gelu_grad": gelu_grad, "sigmoid": sigmoid, "silu": silu,

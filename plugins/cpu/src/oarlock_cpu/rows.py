@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from oarlock_cpu.kernels import generic, register_all
+from oarlock_cpu.parallel import sync_threads
 
 try:
     from oarlock_cpu import _rows
@@ -65,6 +66,7 @@ def layer_norm(xp, x, weight=None, bias=None, normalized_shape=(), epsilon=1e-05
     rows, n = shape
     out = np.empty_like(x)
     mean, rstd = np.empty((rows, 1), dtype=x.dtype), np.empty((rows, 1), dtype=x.dtype)
+    sync_threads()
     _rows.layer_norm(x.reshape(rows, n), _flat(weight, n), _flat(bias, n), float(epsilon), out, mean, rstd)
     return out, mean, rstd
 
@@ -76,6 +78,7 @@ def rms_norm(xp, input, weight=None, normalized_shape=(), eps=None):
     rows, n = shape
     out = np.empty_like(input)
     rstd = np.empty((rows, 1), dtype=input.dtype)
+    sync_threads()
     _rows.rms_norm(input.reshape(rows, n), _flat(weight, n), float(_rms_epsilon(eps, input.dtype)), out, rstd)
     return out, rstd
 
@@ -95,6 +98,7 @@ def normalize_grad(xp, x, weight, g, mean, rstd, view=(), stats=(), affine=(), f
     dx = np.empty_like(x)
     dweight = np.empty((n,), dtype=x.dtype)
     dbias = np.empty((n if bias else 0,), dtype=x.dtype)
+    sync_threads()
     _rows.norm_grad(x.reshape(rows, n), _flat(weight, n), g.reshape(rows, n), mean, rstd, dx, dweight,
                     dbias if bias else None)
     return dx, dweight, dbias
