@@ -1,6 +1,6 @@
 """The FP8 CUDA kernels (oarlock_incubate/kernels/fp8.cu, fp8_tc.cu) on a real GPU: the owed run. Prints one line
 per check, exits 1 on a failure; needs CuPy and a GPU (the tensor-core checks: sm_89 or later, e.g. an H100/H200).
-About a minute on an H200 (NVRTC compiles the kernels once, a few seconds).
+Expected to take about a minute on an H200, well under 3 (NVRTC compiles the kernels once, in seconds).
 
 1. the quantizers against the generic (numpy) kernels bit for bit (both methods, pow2 on and off, e4m3 and e5m2,
    zeros, inf, NaN, ragged sizes);

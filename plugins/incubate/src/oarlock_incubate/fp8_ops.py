@@ -106,7 +106,7 @@ def gemm_generic(xp, a, a_scale, b, b_scale, a_fmt="e4m3", b_fmt="e4m3"):
                             np.asarray(b_scale, np.float32))
 
 
-# -- gpu kernels (kernels/fp8.cu) ---------------------------------------------------------------------------
+# -- gpu kernels (kernels/fp8.cu, kernels/fp8_tc.cu) --------------------------------------------------------
 
 def quant_gpu(xp, x, method="1x128", epsilon=0.0, pow2=True, fmt="e4m3"):
     x32 = xp.ascontiguousarray(x.astype(xp.float32))
