@@ -351,7 +351,19 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_gemm", NULL, -1, methods};
 
+/* The worker pool, for oarlock-cpu's other extensions (_pool_api.h): one pool per process, not one per extension. */
+static const pool_api POOL_API = {1, pool_run, pool_busy};
+
 PyMODINIT_FUNC PyInit__gemm(void) {
     import_array();
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    PyObject *api = PyCapsule_New((void *)&POOL_API, "oarlock_cpu._gemm.pool_api", NULL);
+    if (api == NULL || PyModule_AddObject(m, "pool_api", api) < 0) {
+        Py_XDECREF(api);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }
