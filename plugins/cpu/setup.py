@@ -25,14 +25,15 @@ setup(
         Extension(
             "oarlock_cpu._kernels",
             sources=["src/oarlock_cpu/_kernels.c"],
-            depends=["src/oarlock_cpu/_kernels_coeffs.h", "src/oarlock_cpu/_clones.h"],
+            depends=["src/oarlock_cpu/_kernels_coeffs.h", "src/oarlock_cpu/_clones.h", "src/oarlock_cpu/_pool.h",
+                     "src/oarlock_cpu/_pool_api.h"],
             include_dirs=[numpy.get_include()],
             extra_compile_args=kernel_compile_args,
         ),
         Extension(   # fused RMSNorm / LayerNorm rows: -fopenmp-simd vectorises their sums (no OpenMP runtime)
             "oarlock_cpu._rows",
             sources=["src/oarlock_cpu/_rows.c"],
-            depends=["src/oarlock_cpu/_clones.h"],
+            depends=["src/oarlock_cpu/_clones.h", "src/oarlock_cpu/_pool.h", "src/oarlock_cpu/_pool_api.h"],
             include_dirs=[numpy.get_include()],
             extra_compile_args=kernel_compile_args + ([] if os.name == "nt" else ["-fopenmp-simd"]),
         ),
