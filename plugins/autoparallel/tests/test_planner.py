@@ -152,6 +152,76 @@ def test_synchronisation_wait_costs_tensor_parallel_only():
     assert wider > predict(spec, Layout(mp=2, sharding=2), waiting).step_seconds
 
 
+def test_sharding_collectives_replace_the_fused_all_reduce():
+    """Sharding stage 1 is costed with the probe's measurement of its per-tensor collectives (over the sharding
+    group) plus the owned gradients' all-reduce over dp; the pattern the probe times is the optimizer's own."""
+    from oarlock_autoparallel.planner_comm_job import owners_of
+    from oarlock_parallel.sharding_common import partition
+    from oarlock_train.model import GPT, GPTConfig
+
+    # the tensors the probe reduces and broadcasts are oarlock train's GPT's, and their owners the optimizer's
+    gpt = GPT(GPTConfig())
+    assert ModelSpec().parameter_sizes() == [p.size for p in gpt.parameters()]
+    assert sum(ModelSpec().parameter_sizes(2)) == ModelSpec().parameters(2)
+    for group in (2, 4):
+        assert owners_of(ModelSpec().parameter_sizes(), group) == partition(list(gpt.parameters()), group, True)
+    shapes = {(r, m) for r in (2, 4, 8, 16) for m in (1, 2, 4)}
+    spec = ModelSpec(batch=16)
+    plain, measured = _calibration(spec, shapes), _calibration(spec, shapes)
+    measured.sharding = {"4,1": 0.05, "2,1": 0.02, "2,2": 0.01}
+    grads = spec.parameters() * 4
+    for layout in (Layout(dp=4), Layout(dp=2, pp=2, micro_batches=4), Layout(mp=4)):   # no sharding: unchanged
+        assert predict(spec, layout, measured).step_seconds == predict(spec, layout, plain).step_seconds
+    sh4 = predict(spec, Layout(sharding=4), measured).time_parts
+    assert sh4["sharding comm"] == 0.05 and sh4["dp comm"] == 0
+    mixed = predict(spec, Layout(dp=2, sharding=2), measured).time_parts
+    assert mixed["sharding comm"] == 0.02
+    assert mixed["dp comm"] == pytest.approx(collective(measured, "all_reduce", 2, grads / 2))
+    assert predict(spec, Layout(mp=2, sharding=2), measured).time_parts["sharding comm"] == 0.01
+    # a calibration without the measurement (an older probe's) costs sharding as the fused all-reduce
+    old = predict(spec, Layout(sharding=4), plain).time_parts
+    assert "sharding comm" not in old and old["dp comm"] == pytest.approx(collective(plain, "all_reduce", 4, grads))
+
+
+def test_pipeline_handoff_per_exchange():
+    shapes = {(r, m) for r in (1, 2, 4, 8, 16) for m in (1, 2, 4)}
+    spec = ModelSpec(batch=16)
+    quiet, waiting = _calibration(spec, shapes), _calibration(spec, shapes)
+    waiting.handoff = 2e-3
+    for layout in (Layout(dp=4), Layout(sharding=4), Layout(mp=4)):
+        assert predict(spec, layout, waiting).step_seconds == predict(spec, layout, quiet).step_seconds
+    for layout in (Layout(pp=4, micro_batches=8), Layout(dp=2, pp=2, micro_batches=4)):
+        extra = predict(spec, layout, waiting).step_seconds - predict(spec, layout, quiet).step_seconds
+        # (M + pp - 1) slots, each a forward's and a backward's exchange with a neighbour
+        assert extra == pytest.approx((layout.micro_batches + layout.pp - 1) * 2 * waiting.handoff)
+
+
+def test_trials_choose_the_fastest_measured_that_fits():
+    from oarlock_autoparallel.planner import PlanResult
+    from oarlock_autoparallel.planner_cli import train_command
+    from oarlock_autoparallel.planner_trial import chosen
+
+    shapes = {(r, m) for r in (1, 2, 4, 8, 16) for m in (1, 2, 4)}
+    spec = ModelSpec(batch=16)
+    cal = _calibration(spec, shapes)
+    ranked = sorted((predict(spec, x, cal) for x in enumerate_layouts(spec, 4)), key=lambda p: p.step_seconds)
+    first = ranked[0].step_seconds
+    # the first K of those predicted within the margin
+    assert chosen(ranked, 2, 10.0) == ranked[:2]
+    assert chosen(ranked, 99, 0.0) == [p for p in ranked if p.step_seconds <= first]
+    assert all(p.step_seconds <= 1.5 * first for p in chosen(ranked, 99, 0.5))
+    names = [p.layout.name() for p in ranked]
+    result = PlanResult(spec, 4, 2**30, ranked, [], cal)
+    assert result.best is ranked[0] is result.predicted_best and "trial" not in result.table()
+    result.trials = {names[0]: {"step_seconds": 0.3, "memory_bytes": 1e6}, names[1]: {"error": "failed"},
+                     names[2]: {"step_seconds": 0.1, "memory_bytes": 2**31},     # fastest, but over the memory
+                     names[3]: {"step_seconds": 0.2, "memory_bytes": 1e6}}
+    assert result.best is ranked[3] and result.predicted_best is ranked[0]
+    table = result.table()
+    assert "trial (ms)" in table and "failed" in table and " 200.0 " in table
+    assert train_command(result)[4:] == ranked[3].layout.train_flags() + ["--batch-size", "16", "--seq-len", "128"]
+
+
 @pytest.mark.parametrize("layers, pp", [(4, 2), (4, 4), (6, 4), (5, 3), (8, 2)])
 def test_stages_are_oarlock_trains(layers, pp):
     """The planner's stages against the pipeline's own segmentation (oarlock_parallel's "uniform" over the
@@ -272,6 +342,15 @@ def test_bad_input():
     with pytest.raises(ValueError, match="no layout of 3 ranks"):
         plan("small", 3, "1GiB")
     assert parse_model("medium,batch=8") == ModelSpec(seq_len=256, batch=8)
+    with pytest.raises(ValueError, match=r"plan\(\): argument trials: expected an integer >= 0, got -1"):
+        plan("tiny", 2, "1GiB", trials=-1)
+    with pytest.raises(ValueError, match=r"argument trial_steps: expected an integer >= 2, got 1"):
+        plan("tiny", 2, "1GiB", trials=1, trial_steps=1)
+    with pytest.raises(ValueError, match=r"argument trial_margin: expected a number >= 0, got -0.5"):
+        plan("tiny", 2, "1GiB", trials=1, trial_margin=-0.5)
+    with pytest.raises(ValueError, match=r"argument trials: a trial runs oarlock train, which builds its GPT at "
+                                         r"width 128.*width 256"):
+        plan("tiny,width=256", 2, "1GiB", trials=1)
 
 
 def _oarlock(*args, timeout=120):
@@ -285,14 +364,31 @@ def test_plan_help_tells_the_options(capsys):
         main(["plan", "--help"])
     assert exited.value.code == 0
     out = capsys.readouterr().out
-    for text in ("--model", "--ranks", "--memory-per-rank", "--launch", "--calibration", "tiny", "all_reduce"):
+    for text in ("--model", "--ranks", "--memory-per-rank", "--launch", "--calibration", "tiny", "all_reduce",
+                 "--trials K", "--trial-steps", "--trial-margin", "sharding stage 1's per-tensor reduces",
+                 "send/recv exchange"):
         assert text in out
+    # what the help says of the defaults is what the parser does
+    from oarlock_autoparallel.planner_cli import configure
+    import argparse
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    args = parser.parse_args(["--ranks", "2", "--memory-per-rank", "1GiB"])
+    assert (args.trials, args.trial_steps, args.trial_margin) == (0, 4, 1.0)
+    assert "Default 0 (no trial" in out and "default 4)" in " ".join(out.split())
 
 
-def test_plan_runs_with_a_short_probe(tmp_path):
-    saved = tmp_path / "cal.json"
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory):
+    """One real `oarlock plan` on 2 ranks with a 1-repetition probe: its result and its saved calibration."""
+    saved = tmp_path_factory.mktemp("plan") / "cal.json"
     done = _oarlock("plan", "--model", "tiny,batch=2,seq_len=16", "--ranks", "2", "--memory-per-rank", "1GiB",
                     "--reps", "1", "--json", "--save-calibration", str(saved))
+    return done, saved
+
+
+def test_plan_runs_with_a_short_probe(probed):
+    done, saved = probed
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     names = [row["layout"] for row in report["layouts"]]
@@ -305,9 +401,30 @@ def test_plan_runs_with_a_short_probe(tmp_path):
     # the compute of every shape timed with both ranks at once, and the synchronisation wait per group size
     assert set(cal.concurrent) == set(cal.blocks) and all(b > 0 and e > 0 for b, e in cal.concurrent.values())
     assert set(cal.sync) == {"2"} and cal.sync["2"] >= 0
+    # sharding stage 1's collectives over the 2 ranks (they cost more than nothing), the pipeline's handoff wait
+    assert set(cal.sharding) == {"2,1"} and cal.sharding["2,1"] > 0 and cal.handoff >= 0
+    assert next(r for r in report["layouts"] if r["layout"] == "sh2")["time_parts"]["sharding comm"] > 0
     # with the saved calibration nothing is probed; too little memory is refused naming the smallest need
     least = min(row["memory_bytes"] for row in report["layouts"])
     done = _oarlock("plan", "--model", "tiny,batch=2,seq_len=16", "--ranks", "2", "--memory-per-rank",
                     str(least - 1), "--calibration", str(saved))
     assert done.returncode == 2 and "probe" not in done.stderr
     assert f"fit no layout; the smallest requirement is {least:,} bytes" in done.stderr
+
+
+def test_plan_trials_run_oarlock_train(probed):
+    """The trial stage on 2 ranks: the first 2 candidates run 2 oarlock train steps each; the best is the faster
+    measured, and the model's ranking is kept."""
+    done, saved = probed
+    assert done.returncode == 0, done.stderr
+    model = "tiny,batch=2,seq_len=16"
+    done = _oarlock("plan", "--model", model, "--ranks", "2", "--memory-per-rank", "1GiB", "--calibration",
+                    str(saved), "--trials", "2", "--trial-steps", "2", "--json", timeout=240)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    rows = report["layouts"]
+    tried = [r for r in rows if r["trial"] is not None]
+    assert [r["layout"] for r in tried] == [r["layout"] for r in rows[:2]]   # the first two predicted
+    assert all(r["trial"]["step_seconds"] > 0 and r["trial"]["memory_bytes"] > 0 for r in tried), tried
+    assert report["best"] == min(tried, key=lambda r: r["trial"]["step_seconds"])["layout"]
+    assert done.stderr.count("trial ") >= 2 and "trial 2/2" in done.stderr
