@@ -723,8 +723,146 @@ static PyObject *py_exp2_rows(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * softmax_rows(x, out) / softmax_grad_rows(y, g, out): softmax over the last axis of 2-D float32 C-contiguous
+ * arrays and its backward y (g - sum(g y)), a row at a time from cache: numpy needs five passes (max, subtract,
+ * exp, sum, divide) and three for the backward.  The formulas and their order are the generic kernels'
+ * (oarlock_ops.softmax): e = exp(x - max), y = e / sum(e); the exponentials are exp1_f's (the `exp` ufunc's); the
+ * sums are float32 over 16 lanes (the generic kernel sums with einsum, so the last bit may differ).  A NaN
+ * anywhere in a row makes the row NaN, as numpy's max does.  Rows are split over the pool (_pool_api.h).
+ */
+
+CLONES static void softmax_row_f(const float *RESTRICT x, float *RESTRICT y, npy_intp n)
+{
+    float top[ROW_LANES], part[ROW_LANES] = {0.0f};
+    for (int l = 0; l < ROW_LANES; l++)
+        top[l] = -INFINITY;
+    npy_intp i = 0;
+    for (; i + ROW_LANES <= n; i += ROW_LANES)
+        for (int l = 0; l < ROW_LANES; l++)
+            top[l] = x[i + l] > top[l] ? x[i + l] : top[l];
+    for (int l = 0; i < n; i++, l++)
+        top[l] = x[i] > top[l] ? x[i] : top[l];
+    float m = top[0];
+    for (int l = 1; l < ROW_LANES; l++)
+        m = top[l] > m ? top[l] : m;
+    for (i = 0; i + ROW_LANES <= n; i += ROW_LANES)
+        for (int l = 0; l < ROW_LANES; l++) {
+            float e = exp1_f(x[i + l] - m);
+            y[i + l] = e;
+            part[l] += e;
+        }
+    for (int l = 0; i < n; i++, l++) {
+        float e = exp1_f(x[i] - m);
+        y[i] = e;
+        part[l] += e;
+    }
+    float total = 0.0f;
+    for (int l = 0; l < ROW_LANES; l++)
+        total += part[l];
+    for (i = 0; i < n; i++)
+        y[i] = y[i] / total;
+}
+
+CLONES static void softmax_grad_row_f(const float *RESTRICT y, const float *RESTRICT g, float *RESTRICT out,
+                                      npy_intp n)
+{
+    float part[ROW_LANES] = {0.0f};
+    npy_intp i = 0;
+    for (; i + ROW_LANES <= n; i += ROW_LANES)
+        for (int l = 0; l < ROW_LANES; l++)
+            part[l] += g[i + l] * y[i + l];
+    for (int l = 0; i < n; i++, l++)
+        part[l] += g[i] * y[i];
+    float total = 0.0f;
+    for (int l = 0; l < ROW_LANES; l++)
+        total += part[l];
+    for (i = 0; i < n; i++)
+        out[i] = (g[i] - total) * y[i];
+}
+
+typedef struct {
+    const float *y, *g;
+    float *out;
+    npy_intp n;
+} softmax_job;
+
+static void softmax_range(void *ctx, Py_ssize_t b, Py_ssize_t e)
+{
+    const softmax_job *j = ctx;
+    for (Py_ssize_t r = b; r < e; r++)
+        softmax_row_f(j->y + r * j->n, j->out + r * j->n, j->n);
+    feclearexcept(FE_ALL_EXCEPT);
+}
+
+static void softmax_grad_range(void *ctx, Py_ssize_t b, Py_ssize_t e)
+{
+    const softmax_job *j = ctx;
+    for (Py_ssize_t r = b; r < e; r++)
+        softmax_grad_row_f(j->y + r * j->n, j->g + r * j->n, j->out + r * j->n, j->n);
+    feclearexcept(FE_ALL_EXCEPT);
+}
+
+/* A 2-D float32 C-contiguous array of `rows` x `n` (rows, n taken from the first one checked when *rows < 0). */
+static const float *rows_of(PyObject *obj, const char *fn, const char *name, npy_intp *rows, npy_intp *n,
+                            int writeable)
+{
+    PyArrayObject *a = (PyArrayObject *)obj;
+    if (!PyArray_Check(obj) || PyArray_TYPE(a) != NPY_FLOAT || PyArray_NDIM(a) != 2 || !PyArray_IS_C_CONTIGUOUS(a) ||
+        (writeable && !PyArray_ISWRITEABLE(a)) ||
+        (*rows >= 0 && (PyArray_DIM(a, 0) != *rows || PyArray_DIM(a, 1) != *n))) {
+        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a%s 2-D C-contiguous float32 array%s", fn, name,
+                     writeable ? " writeable" : "", *rows >= 0 ? " of the first argument's shape" : "");
+        return NULL;
+    }
+    *rows = PyArray_DIM(a, 0);
+    *n = PyArray_DIM(a, 1);
+    return (const float *)PyArray_DATA(a);
+}
+
+static PyObject *py_softmax_rows(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *oo;
+    npy_intp rows = -1, n = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OO", &xo, &oo))
+        return NULL;
+    const float *x = rows_of(xo, "softmax_rows", "x", &rows, &n, 0);
+    float *out = x ? (float *)rows_of(oo, "softmax_rows", "out", &rows, &n, 1) : NULL;
+    if (out == NULL)
+        return NULL;
+    softmax_job j = {x, NULL, out, n};
+    Py_BEGIN_ALLOW_THREADS
+    split_range(rows, n >= SPLIT_MIN ? 1 : SPLIT_MIN / (n > 0 ? n : 1), 1, softmax_range, &j);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_softmax_grad_rows(PyObject *self, PyObject *args)
+{
+    PyObject *yo, *go, *oo;
+    npy_intp rows = -1, n = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOO", &yo, &go, &oo))
+        return NULL;
+    const float *y = rows_of(yo, "softmax_grad_rows", "y", &rows, &n, 0);
+    const float *g = y ? rows_of(go, "softmax_grad_rows", "g", &rows, &n, 0) : NULL;
+    float *out = g ? (float *)rows_of(oo, "softmax_grad_rows", "out", &rows, &n, 1) : NULL;
+    if (out == NULL)
+        return NULL;
+    softmax_job j = {y, g, out, n};
+    Py_BEGIN_ALLOW_THREADS
+    split_range(rows, n >= SPLIT_MIN ? 1 : SPLIT_MIN / (n > 0 ? n : 1), 1, softmax_grad_range, &j);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef METHODS[] = {
     SET_THREADS_METHOD,
+    {"softmax_rows", py_softmax_rows, METH_VARARGS,
+     "softmax_rows(x, out): out <- softmax of each row of 2-D C-contiguous float32 x (out must not overlap x)."},
+    {"softmax_grad_rows", py_softmax_grad_rows, METH_VARARGS,
+     "softmax_grad_rows(y, g, out): out <- y (g - sum(g y)) per row, 2-D C-contiguous float32 arrays of one shape."},
     {"exp2_rows", py_exp2_rows, METH_VARARGS,
      "exp2_rows(x, bias, sums): x [A, R, N] float32 (rows contiguous) <- 2^(x - bias) in place, bias and sums "
      "[A, R, 1] float32 or None; sums <- each row's sum of the results."},

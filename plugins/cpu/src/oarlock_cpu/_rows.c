@@ -320,8 +320,96 @@ static PyObject *py_norm_grad(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * rotary embedding rows (oarlock_ops.rotary's fused_rotary_embedding): for each row of D values (one position
+ * and head of x [B, T, H, D]) and its position's cos / sin rows (tables [T, D], sin carrying the rotation's sign):
+ *   out[i] = x[i] cos[i] + x[i + D/2] sin[i],  out[i + D/2] = x[i + D/2] cos[i + D/2] + x[i] sin[i + D/2]
+ * and with transpose (the gradient) sin's index swapped: x[i + D/2] sin[i + D/2], x[i] sin[i].  Each product is
+ * rounded, then the sum, as the generic kernel's numpy passes round them (no FMA contraction): the same bits.
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#define NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+#else
+#define NO_CONTRACT   /* clang contracts only within one expression: the products are separate statements */
+#endif
+
+#define ROTARY_ROW(T)                                                                                       \
+    CLONES NO_CONTRACT static void rotary_row_##T(const T *x, const T *c, const T *s, T *o, npy_intp half,  \
+                                                 int transpose)                                            \
+    {                                                                                                       \
+        const T *s_lo = transpose ? s + half : s, *s_hi = transpose ? s : s + half;                         \
+        for (npy_intp i = 0; i < half; i++) {                                                               \
+            T a = x[i] * c[i];                                                                              \
+            T b = x[i + half] * s_lo[i];                                                                    \
+            T p = x[i + half] * c[i + half];                                                                \
+            T q = x[i] * s_hi[i];                                                                           \
+            o[i] = a + b;                                                                                   \
+            o[i + half] = p + q;                                                                            \
+        }                                                                                                   \
+    }
+ROTARY_ROW(float)
+ROTARY_ROW(double)
+
+typedef struct {
+    int type, transpose;
+    const char *x, *cos, *sin;
+    char *out;
+    npy_intp t, h, d;
+    npy_intp sb, st, sh;   /* x's byte strides over B, T, H */
+} rotary_job;
+
+static void rotary_range(void *ctx, Py_ssize_t begin, Py_ssize_t end)
+{
+    const rotary_job *j = ctx;
+    size_t item = j->type == NPY_FLOAT ? sizeof(float) : sizeof(double);
+    for (Py_ssize_t r = begin; r < end; r++) {
+        npy_intp b = r / (j->t * j->h), t = (r / j->h) % j->t, h = r % j->h;
+        const char *xr = j->x + b * j->sb + t * j->st + h * j->sh;
+        const char *c = j->cos + t * j->d * item, *s = j->sin + t * j->d * item;
+        char *o = j->out + r * j->d * item;
+        if (j->type == NPY_FLOAT)
+            rotary_row_float((const float *)xr, (const float *)c, (const float *)s, (float *)o, j->d / 2, j->transpose);
+        else
+            rotary_row_double((const double *)xr, (const double *)c, (const double *)s, (double *)o, j->d / 2,
+                              j->transpose);
+    }
+}
+
+/* rotary(x [B, T, H, D] with contiguous rows, cos [T, D], sin [T, D], out [B, T, H, D] C-contiguous, transpose) */
+static PyObject *py_rotary(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *co, *so, *oo;
+    int transpose;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOOp", &xo, &co, &so, &oo, &transpose))
+        return NULL;
+    PyArrayObject *x = (PyArrayObject *)xo;
+    if (!PyArray_Check(xo) || PyArray_NDIM(x) != 4 ||
+        (PyArray_TYPE(x) != NPY_FLOAT && PyArray_TYPE(x) != NPY_DOUBLE) ||
+        PyArray_STRIDE(x, 3) != PyArray_ITEMSIZE(x) || PyArray_DIM(x, 3) % 2) {
+        PyErr_SetString(PyExc_TypeError, "_rows.rotary: x must be a 4-D float32 or float64 array [B, T, H, D] with "
+                                         "contiguous rows of even D");
+        return NULL;
+    }
+    int type = PyArray_TYPE(x);
+    npy_intp B = PyArray_DIM(x, 0), T = PyArray_DIM(x, 1), H = PyArray_DIM(x, 2), D = PyArray_DIM(x, 3);
+    void *c = data_of(co, "cos", type, T * D, 0), *s = data_of(so, "sin", type, T * D, 0);
+    void *out = data_of(oo, "out", type, B * T * H * D, 0);
+    if (c == BAD || s == BAD || out == BAD)
+        return NULL;
+    rotary_job j = {type, transpose, PyArray_DATA(x), c, s, out, T, H, D,
+                    PyArray_STRIDE(x, 0), PyArray_STRIDE(x, 1), PyArray_STRIDE(x, 2)};
+    Py_BEGIN_ALLOW_THREADS
+    split_range(B * T * H, min_rows(D), 1, rotary_range, &j);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef METHODS[] = {
     SET_THREADS_METHOD,
+    {"rotary", py_rotary, METH_VARARGS,
+     "rotary(x, cos, sin, out, transpose): the rotary embedding of x [B, T, H, D] (rows contiguous) by tables "
+     "[T, D] into C-contiguous out (fused_rotary_embedding's formula and bits)."},
     {"rms_norm", py_rms_norm, METH_VARARGS,
      "rms_norm(x, weight|None, eps, out, rstd): RMSNorm of each row of 2-D x into out, 1/rms into rstd."},
     {"layer_norm", py_layer_norm, METH_VARARGS,

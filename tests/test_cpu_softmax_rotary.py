@@ -1,0 +1,102 @@
+"""oarlock-cpu's softmax rows and rotary rows (C, split over the pool) against float64 numpy, PyTorch and the
+generic kernels they override; the inputs they leave to the generic kernels get the generic results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import oarlock
+import oarlock.nn.functional as F
+
+_kernels = pytest.importorskip("oarlock_cpu._kernels", reason="oarlock-cpu's C extension is not built")
+from oarlock_cpu import kernels, rotary_kernels, softmax_kernels  # noqa: E402
+
+torch = pytest.importorskip("torch")
+if not hasattr(_kernels, "softmax_rows"):
+    pytest.skip("oarlock-cpu was built before its softmax rows", allow_module_level=True)
+
+
+def _softmax64(x, axis=-1):
+    z = np.exp(x - x.max(axis=axis, keepdims=True))
+    return z / z.sum(axis=axis, keepdims=True)
+
+
+@pytest.mark.parametrize("shape", [(3, 1), (7, 5), (64, 77), (2, 3, 600, 130)])
+def test_softmax_forward_and_backward_against_float64_and_torch(shape):
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(shape) * 6).astype(np.float32)
+    g = rng.standard_normal(shape).astype(np.float32)
+    xt = oarlock.to_tensor(x, stop_gradient=False)
+    y = F.softmax(xt, axis=-1)
+    (y * oarlock.to_tensor(g)).sum().backward()
+    want = _softmax64(x.astype(np.float64))
+    np.testing.assert_allclose(y.numpy(), want, rtol=2e-5, atol=1e-7)
+    tx = torch.tensor(x, requires_grad=True)
+    (torch.softmax(tx, -1) * torch.tensor(g)).sum().backward()
+    np.testing.assert_allclose(xt.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=2e-6)
+    grad64 = want * (g - (g * want).sum(-1, keepdims=True))
+    np.testing.assert_allclose(xt.grad.numpy(), grad64, rtol=1e-4, atol=2e-6)
+
+
+def test_softmax_rows_with_nan_and_inf_are_nan_as_numpy_makes_them():
+    x = np.zeros((4, 20), np.float32)
+    x[0, 3] = np.nan
+    x[1] = -np.inf
+    x[2, 7] = np.inf
+    got = F.softmax(oarlock.to_tensor(x)).numpy()
+    with np.errstate(invalid="ignore"):
+        want = _softmax64(x)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got[3], np.full(20, 0.05, np.float32), rtol=1e-6)
+
+
+def test_softmax_inputs_left_to_the_generic_kernel():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((6, 9)).astype(np.float32)
+    generic = kernels.generic("softmax")
+    for args, kwargs in (((x,), {"axis": 0}), ((x.T,), {"axis": -1}), ((x,), {"axis": -1, "dtype": np.float64})):
+        got = softmax_kernels.KERNELS["softmax"](np, *args, **kwargs)
+        want = generic(np, *args, **kwargs)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    # softmax_compat's axis=None (torch's legacy rule) is the generic kernel's too
+    np.testing.assert_array_equal(softmax_kernels.KERNELS["softmax_compat"](np, x, axis=None),
+                                  kernels.generic("softmax_compat")(np, x, axis=None))
+
+
+def _tables(seq, dim, dtype):
+    from oarlock_train.model import rotary_arrays
+    cos, sin = rotary_arrays(seq, dim)
+    return cos.astype(dtype), sin.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_rotary_rows_give_the_generic_kernels_bits(dtype, transpose):
+    rng = np.random.default_rng(2)
+    qkv = rng.standard_normal((3, 40, 12, 32)).astype(dtype)
+    cos, sin = _tables(40, 32, dtype)
+    generic = kernels.generic("fused_rotary_embedding")
+    for x in (qkv[:, :, :8], np.ascontiguousarray(qkv[:, :, 8:])):   # a split view and a contiguous array
+        got = rotary_kernels.fused_rotary_embedding(np, x, cos, sin, transpose=transpose)
+        want = generic(np, x, cos, sin, transpose=transpose)
+        assert got.dtype == want.dtype and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, want)
+    # tables that vary per head, and a 3-D x, are the generic kernel's
+    per_head = np.broadcast_to(cos, (1, 40, 12, 32)).copy()
+    np.testing.assert_array_equal(rotary_kernels.fused_rotary_embedding(np, qkv, per_head, per_head),
+                                  generic(np, qkv, per_head, per_head))
+
+
+def test_rotary_gradient_against_torch():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 16, 4, 8)).astype(np.float32)
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    cos, sin = _tables(16, 8, np.float32)
+    xt = oarlock.to_tensor(x, stop_gradient=False)
+    (F.fused_rotary_embedding(xt, oarlock.to_tensor(cos), oarlock.to_tensor(sin)) * oarlock.to_tensor(g)).sum().backward()
+    tx = torch.tensor(x, requires_grad=True)
+    swapped = torch.cat([tx[..., 4:], tx[..., :4]], dim=-1)
+    ((tx * torch.tensor(cos) + swapped * torch.tensor(sin)) * torch.tensor(g)).sum().backward()
+    np.testing.assert_allclose(xt.grad.numpy(), tx.grad.numpy(), rtol=1e-6, atol=1e-6)
