@@ -85,21 +85,24 @@ def rel_err(got, ref):
 TILINGS = {"small": (16, 8, None, None), "runs": (16, 8, 24, 256), "groups": (16, 8, 24, 1152)}
 
 
-# The fused forward (the backend's flashmask_forward: oarlock-cpu's C kernel for float32 masks without vectors,
-# plain causal or none) at tiny tiles: many key blocks, diagonals inside them, query blocks that see no key.
-FUSED_TILINGS = {"fused_small": (16, 8)}
+# The fused forward and backward (the backend's flashmask_forward / flashmask_backward: oarlock-cpu's C kernels for
+# float32 masks without vectors, plain causal or none) at tiny tiles (FUSED_BLOCK_Q, FUSED_BLOCK_K,
+# FUSED_BWD_BLOCK_Q, FUSED_BWD_BLOCK_K): many key blocks, diagonals inside them, blocks that see no key.
+FUSED_TILINGS = {"fused_small": (16, 8, 8, 16)}
 
 
 def _tiling(request, monkeypatch):
-    """The tiles of request.param; the TILINGS turn the fused forward off, so masks without vectors run the
+    """The tiles of request.param; the TILINGS turn the fused kernels off, so masks without vectors run the
     numpy tiles too."""
     if request.param in TILINGS:
         monkeypatch.setattr(kernel, "_fused_forward", lambda *args: False)
+        monkeypatch.setattr(kernel, "_fused_backward", lambda *args: None)
         for name, value in zip(("BLOCK_Q", "BLOCK_K", "SPAN", "SPAN_ELEMS"), TILINGS[request.param]):
             if value is not None:
                 monkeypatch.setattr(kernel, name, value)
     elif request.param in FUSED_TILINGS:
-        for name, value in zip(("FUSED_BLOCK_Q", "FUSED_BLOCK_K"), FUSED_TILINGS[request.param]):
+        for name, value in zip(("FUSED_BLOCK_Q", "FUSED_BLOCK_K", "FUSED_BWD_BLOCK_Q", "FUSED_BWD_BLOCK_K"),
+                               FUSED_TILINGS[request.param]):
             monkeypatch.setattr(kernel, name, value)
     return request.param
 

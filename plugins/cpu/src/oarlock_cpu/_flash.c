@@ -90,11 +90,13 @@ static inline float exp2_nonpositive(float x)
 typedef float floats16 __attribute__((vector_size(64)));
 typedef int32_t ints16 __attribute__((vector_size(64)));
 
-static inline floats16 max16(floats16 a, floats16 b)
-{
-    ints16 gt = b > a;
-    return (floats16)(((ints16)b & gt) | ((ints16)a & ~gt));
-}
+/* the lane-wise maximum of vectors a and b, into a (a macro: a function returning a vector of 64 bytes would warn
+ * of its ABI where AVX-512 is off) */
+#define MAX16(a, b)                                          \
+    do {                                                     \
+        ints16 gt_ = (b) > (a);                              \
+        (a) = (floats16)(((ints16)(b) & gt_) | ((ints16)(a) & ~gt_)); \
+    } while (0)
 
 CLONES static float row_max(const float *x, npy_intp n)
 {
@@ -106,11 +108,11 @@ CLONES static float row_max(const float *x, npy_intp n)
         memcpy(&part1, x + LANES, sizeof part1);
         for (i = 2 * LANES; i + 2 * LANES <= n; i += 2 * LANES) {
             memcpy(&y, x + i, sizeof y);
-            part0 = max16(part0, y);
+            MAX16(part0, y);
             memcpy(&y, x + i + LANES, sizeof y);
-            part1 = max16(part1, y);
+            MAX16(part1, y);
         }
-        part0 = max16(part0, part1);
+        MAX16(part0, part1);
         for (int l = 0; l < LANES; l++)
             top = part0[l] > top ? part0[l] : top;
     }
@@ -291,6 +293,196 @@ PyObject *flashmask_forward(PyObject *self, PyObject *args)
         threads = pieces > 0 ? (int)pieces : 1;
     Py_BEGIN_ALLOW_THREADS
     pool_run(threads, pieces, run_unit, &j, NULL);
+    Py_END_ALLOW_THREADS
+    if (atomic_load(&j.failed))
+        return PyErr_NoMemory();
+    Py_RETURN_TRUE;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * The backward (FlashAttention-2), the same masks:
+ *
+ *   flashmask_backward(q, do, delta, lse2, k, kt, vt, dk, dv, dqs, group, causal, block_q, block_k) -> True | None
+ *
+ * kernel.py's working layouts after its preparation (G = group, query heads per key head), per f: q [F, Sq * G, D] (scale * log2(e) applied), do
+ * [F, Sq * G, Dv + e] (the first Dv columns used), delta and lse2 [F, Sq * G, 1] (rowsum(dO * O) - dlse, and lse in
+ * base 2, huge where a row saw no key), k [F, Sk, D] (keys less their mean c), kt [F, D, Sk] (K^T, uncentred: the
+ * scores round as the forward's), vt [F, Dv + e, Sk] (V^T; its first Dv rows used), and the accumulators dk [F, Sk,
+ * D], dv [F, Sk, Dv] and the tuple dqs of T arrays [F, Sq * G, D] (zeros on entry). A unit is (f, key block j of
+ * block_k keys): over its query blocks (those that see a key of it), P = 2^(s - lse), dV_j += P^T dO, dS = P (dO
+ * V^T - delta), dQ += dS (K_j - c), dK_j += dS^T Q. dK_j and dV_j belong to the unit; dQ's terms go to dqs[t]:
+ * piece t of the T pieces on the pool (whichever thread runs it) takes the units t, t + T, ... (heaviest first),
+ * so each array sums the same terms in the same order every call (the caller adds them in order: reproducible
+ * bits, as the numpy kernel's workers).
+ * The caller finishes (dQ sum and c dlse, the scale and ln 2 factors, the layouts back).
+ * --------------------------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    const float *q, *dout, *delta, *lse2, *k, *kt, *vt;
+    float *dk, *dv;
+    float **dqs;
+    npy_intp F, G, Sq, Sk, D, Dv;
+    npy_intp do_ld, do_f, kt_f, kt_ld, vt_f, vt_ld;
+    npy_intp bq, bk, nkb, units, pieces;
+    int causal;
+    atomic_int failed;
+} flash_bwd_job;
+
+/* P = 2^(s - lse) of one row's first `seen` scores, 0 for the rest of its w columns. */
+CLONES static void row_probs(float *s, float lse, npy_intp seen, npy_intp w)
+{
+    for (npy_intp c = 0; c < seen; c++)
+        s[c] = exp2_nonpositive(s[c] - lse);
+    for (npy_intp c = seen; c < w; c++)
+        s[c] = 0.0f;
+}
+
+/* dS = P (dP - delta) in place of dP. */
+CLONES static void row_score_grad(float *dp, const float *p, float delta, npy_intp w)
+{
+    for (npy_intp c = 0; c < w; c++)
+        dp[c] = p[c] * (dp[c] - delta);
+}
+
+static void backward_unit(flash_bwd_job *j, npy_intp unit, float *dq, float *s, float *dp)
+{
+    npy_intp jb = unit / j->F, f = unit % j->F, G = j->G, D = j->D, Dv = j->Dv, off = j->Sk - j->Sq;
+    npy_intp c0 = jb * j->bk, c1 = c0 + j->bk < j->Sk ? c0 + j->bk : j->Sk, w = c1 - c0;
+    npy_intp first = j->causal && c0 - off > 0 ? c0 - off : 0;   /* the first query position that sees a key */
+    const float *q = j->q + f * j->Sq * G * D, *dout = j->dout + f * j->do_f, *delta = j->delta + f * j->Sq * G;
+    const float *lse2 = j->lse2 + f * j->Sq * G, *kc = j->k + (f * j->Sk + c0) * D;
+    const float *kt = j->kt + f * j->kt_f + c0, *vt = j->vt + f * j->vt_f + c0;
+    float *dk = j->dk + (f * j->Sk + c0) * D, *dv = j->dv + (f * j->Sk + c0) * Dv, *dqf = dq + f * j->Sq * G * D;
+    for (npy_intp r0 = first; r0 < j->Sq; r0 += j->bq) {
+        npy_intp r1 = r0 + j->bq < j->Sq ? r0 + j->bq : j->Sq, n = (r1 - r0) * G;
+        const float *qb = q + r0 * G * D, *dob = dout + r0 * G * j->do_ld;
+        gemm_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (blas_int)n, (blas_int)w, (blas_int)D, 1.0f, qb, (blas_int)D, kt,
+                   (blas_int)j->kt_ld, 0.0f, s, (blas_int)w);
+        for (npy_intp r = 0; r < n; r++) {
+            npy_intp seen = w;
+            if (j->causal) {
+                npy_intp last = r0 + r / G + off - c0 + 1;
+                seen = last < 0 ? 0 : last < w ? last : w;
+            }
+            row_probs(s + r * w, lse2[r0 * G + r], seen, w);
+        }
+        if (Dv > 0) {
+            gemm_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (blas_int)n, (blas_int)w, (blas_int)Dv, 1.0f, dob,
+                       (blas_int)j->do_ld, vt, (blas_int)j->vt_ld, 0.0f, dp, (blas_int)w);
+            gemm_sgemm(ROW_MAJOR, TRANS, NO_TRANS, (blas_int)w, (blas_int)Dv, (blas_int)n, 1.0f, s, (blas_int)w, dob,
+                       (blas_int)j->do_ld, 1.0f, dv, (blas_int)Dv);
+        } else {
+            memset(dp, 0, (size_t)(n * w) * sizeof(float));
+        }
+        for (npy_intp r = 0; r < n; r++)
+            row_score_grad(dp + r * w, s + r * w, delta[r0 * G + r], w);
+        if (D > 0) {
+            gemm_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (blas_int)n, (blas_int)D, (blas_int)w, 1.0f, dp, (blas_int)w, kc,
+                       (blas_int)D, 1.0f, dqf + r0 * G * D, (blas_int)D);
+            gemm_sgemm(ROW_MAJOR, TRANS, NO_TRANS, (blas_int)w, (blas_int)D, (blas_int)n, 1.0f, dp, (blas_int)w, qb,
+                       (blas_int)D, 1.0f, dk, (blas_int)D);
+        }
+    }
+}
+
+/* Piece t: the units t, t + T, ... (heaviest first: the first key blocks under causal, seen by the most rows). */
+static void run_backward_piece(void *ctx, long piece)
+{
+    flash_bwd_job *j = ctx;
+    gemm_set_threads_local(1);
+    size_t tile = (size_t)(j->bq * j->G * j->bk);
+    float *s = malloc(tile * sizeof(float)), *dp = malloc(tile * sizeof(float));
+    if (s == NULL || dp == NULL)
+        atomic_store(&j->failed, 1);
+    else
+        for (npy_intp u = piece; u < j->units; u += j->pieces)
+            backward_unit(j, u, j->dqs[piece], s, dp);
+    free(s);
+    free(dp);
+}
+
+/* A C-ordered float32 array of shape (a, b, c) (c = -1: any), writeable when asked. */
+static int c_array(PyObject *obj, npy_intp a, npy_intp b, npy_intp c, int writeable)
+{
+    if (!usable(obj, 3) || !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)obj))
+        return 0;
+    PyArrayObject *x = (PyArrayObject *)obj;
+    return PyArray_DIM(x, 0) == a && PyArray_DIM(x, 1) == b && (c < 0 || PyArray_DIM(x, 2) == c) &&
+           (!writeable || PyArray_ISWRITEABLE(x));
+}
+
+/* A float32 [a, rows, >= cols] array with last stride 1 and element strides: its two strides in elements. */
+static int strided_rows(PyObject *obj, npy_intp a, npy_intp rows, npy_intp cols, npy_intp *s0, npy_intp *s1)
+{
+    if (!usable(obj, 3))
+        return 0;
+    PyArrayObject *x = (PyArrayObject *)obj;
+    if (PyArray_DIM(x, 0) != a || PyArray_DIM(x, 1) < rows || PyArray_DIM(x, 2) != cols ||
+        PyArray_STRIDE(x, 0) % 4 || PyArray_STRIDE(x, 1) % 4 || PyArray_STRIDE(x, 1) < 4 * cols ||
+        PyArray_STRIDE(x, 1) / 4 > INT_MAX)
+        return 0;
+    *s0 = PyArray_STRIDE(x, 0) / 4;
+    *s1 = PyArray_STRIDE(x, 1) / 4;
+    return 1;
+}
+
+PyObject *flashmask_backward(PyObject *self, PyObject *args)
+{
+    PyObject *qo, *doo, *deltao, *lseo, *ko, *kto, *vto, *dko, *dvo, *dqso;
+    Py_ssize_t group, bq, bk;
+    int causal, threads;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOnpnn", &qo, &doo, &deltao, &lseo, &ko, &kto, &vto, &dko, &dvo, &dqso,
+                          &group, &causal, &bq, &bk))
+        return NULL;
+    if (gemm_sgemm == NULL || !usable(qo, 3) || !usable(ko, 3) || !usable(dvo, 3) || !usable(doo, 3) ||
+        !PyTuple_Check(dqso) || PyTuple_GET_SIZE(dqso) < 1 || PyTuple_GET_SIZE(dqso) > MAX_THREADS || group < 1 ||
+        bq < 1 || bk < 1)
+        Py_RETURN_NONE;
+    flash_bwd_job j = {0};
+    PyArrayObject *q = (PyArrayObject *)qo, *k = (PyArrayObject *)ko, *dv = (PyArrayObject *)dvo,
+                  *dout = (PyArrayObject *)doo;
+    npy_intp rows = PyArray_DIM(q, 1);
+    j.F = PyArray_DIM(q, 0);
+    j.G = group;
+    j.Sq = rows / group;
+    j.D = PyArray_DIM(q, 2);
+    j.Sk = PyArray_DIM(k, 1);
+    j.Dv = PyArray_DIM(dv, 2);
+    if (rows % group || !c_array(qo, j.F, rows, j.D, 0) || !c_array(ko, j.F, j.Sk, j.D, 0) ||
+        !c_array(dko, j.F, j.Sk, j.D, 1) || !c_array(dvo, j.F, j.Sk, j.Dv, 1) || !c_array(deltao, j.F, rows, 1, 0) ||
+        !c_array(lseo, j.F, rows, 1, 0) || !c_array(doo, j.F, rows, -1, 0) || PyArray_DIM(dout, 2) < j.Dv ||
+        !strided_rows(kto, j.F, j.D, j.Sk, &j.kt_f, &j.kt_ld) || !strided_rows(vto, j.F, j.Dv, j.Sk, &j.vt_f, &j.vt_ld) ||
+        rows > INT_MAX || j.Sk > INT_MAX)
+        Py_RETURN_NONE;
+    threads = (int)PyTuple_GET_SIZE(dqso);
+    float *dqs[MAX_THREADS];
+    for (int t = 0; t < threads; t++) {
+        PyObject *x = PyTuple_GET_ITEM(dqso, t);
+        if (!c_array(x, j.F, rows, j.D, 1))
+            Py_RETURN_NONE;
+        dqs[t] = PyArray_DATA((PyArrayObject *)x);
+    }
+    j.q = PyArray_DATA(q);
+    j.dout = PyArray_DATA(dout);
+    j.do_ld = PyArray_DIM(dout, 2);
+    j.do_f = rows * j.do_ld;
+    j.delta = PyArray_DATA((PyArrayObject *)deltao);
+    j.lse2 = PyArray_DATA((PyArrayObject *)lseo);
+    j.k = PyArray_DATA(k);
+    j.kt = PyArray_DATA((PyArrayObject *)kto);
+    j.vt = PyArray_DATA((PyArrayObject *)vto);
+    j.dk = PyArray_DATA((PyArrayObject *)dko);
+    j.dv = PyArray_DATA(dv);
+    j.dqs = dqs;
+    j.causal = causal;
+    j.bq = bq;
+    j.bk = bk;
+    j.nkb = (j.Sk + bk - 1) / bk;
+    j.units = j.F * j.nkb;
+    j.pieces = threads;
+    Py_BEGIN_ALLOW_THREADS
+    pool_run(threads, (long)threads, run_backward_piece, &j, NULL);
     Py_END_ALLOW_THREADS
     if (atomic_load(&j.failed))
         return PyErr_NoMemory();

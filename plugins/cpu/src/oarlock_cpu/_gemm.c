@@ -346,6 +346,9 @@ static PyMethodDef methods[] = {
      "attention_backward(g, q, k, v, out, probs, scale, causal, threads) -> (dq, dk, dv) or None: see _attention.c."},
     {"flashmask_forward", flashmask_forward, METH_VARARGS,
      "flashmask_forward(q, kt, v, out, lse, kv_heads, causal, block_q, block_k, threads) -> True or None: see _flash.c."},
+    {"flashmask_backward", flashmask_backward, METH_VARARGS,
+     "flashmask_backward(q, do, delta, lse2, k, kt, vt, dk, dv, dqs, group, causal, block_q, block_k) -> True or None: "
+     "see _flash.c."},
     {NULL, NULL, 0, NULL},
 };
 

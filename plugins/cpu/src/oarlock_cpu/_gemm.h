@@ -28,5 +28,6 @@ void gemm_one(int type, int ta, int tb, npy_intp m, npy_intp n, npy_intp k, doub
 PyObject *attention_forward(PyObject *self, PyObject *args);
 PyObject *attention_backward(PyObject *self, PyObject *args);
 PyObject *flashmask_forward(PyObject *self, PyObject *args);   /* _flash.c */
+PyObject *flashmask_backward(PyObject *self, PyObject *args);  /* _flash.c */
 
 #endif

@@ -1,11 +1,13 @@
-"""oarlock-flashmask's forward for masks without vectors (plain causal, or none), float32, in C: the array
-function `flashmask_forward` of the "cpu" backend (Backend.array_functions), over oarlock_cpu._gemm's
-_flash.c (MKL's sgemm on one thread per unit, the units on _gemm's worker pool).
+"""oarlock-flashmask's forward and backward for masks without vectors (plain causal, or none), float32, in C: the
+array functions `flashmask_forward` and `flashmask_backward` of the "cpu" backend (Backend.array_functions), over
+oarlock_cpu._gemm's _flash.c (MKL's sgemm on one thread per unit, the units on _gemm's worker pool).
 
 flashmask_forward(q, kt, v, out, lse, kv_heads, causal, block_q, block_k, threads) -> bool fills `out` and `lse`
 from the FlashMask kernel's working layouts (see _flash.c and oarlock_flashmask.kernel) and returns True, or
 returns False without touching them when the arrays are not ones the C kernel takes (the caller then runs its
-own tiles). Offered only where MKL is loaded.
+own tiles). flashmask_backward(q, do, delta, lse2, k, kt, vt, dk, dv, dqs, group, causal, block_q, block_k) -> bool
+likewise accumulates into dk, dv and the tuple of arrays dqs (one per pool piece; see _flash.c). Offered only where
+MKL is loaded.
 """
 
 from __future__ import annotations
@@ -18,4 +20,10 @@ def flashmask_forward(q, kt, v, out, lse, kv_heads, causal, block_q, block_k, th
                                        int(block_k), int(threads)) is not None
 
 
-FUNCTIONS = {} if mkl.LIBRARY is None else {"flashmask_forward": flashmask_forward}
+def flashmask_backward(q, do, delta, lse2, k, kt, vt, dk, dv, dqs, group, causal, block_q, block_k) -> bool:
+    return mkl._gemm.flashmask_backward(q, do, delta, lse2, k, kt, vt, dk, dv, tuple(dqs), int(group), bool(causal),
+                                        int(block_q), int(block_k)) is not None
+
+
+FUNCTIONS = {} if mkl.LIBRARY is None else {"flashmask_forward": flashmask_forward,
+                                            "flashmask_backward": flashmask_backward}

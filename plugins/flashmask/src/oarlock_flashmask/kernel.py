@@ -768,30 +768,12 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
         for acc in (dq[f], dk[f], dv_[f]):
             acc[...] = 0
     _per_head(xp, nf, prepare)
-    classes = numpy.asarray(mask.classes) if xp is not numpy else mask.classes
-    heads, span = _split(nf, bk * g, bq, classes.T)
-    runs = [_spans(classes[:, j], bq, sq, span) for j in range(mask.nkb)]
-    ctx = (xp, runs, mask, q, do, delta, lse2, k, kt, vt, dk, dv_, ct, dropout, seed, offset, g, sq, sk, d, dv)
-    dq_parts = {}  # worker -> its dQ share (summed in worker order: reproducible)
-
-    def blocks(worker, items):
-        if worker:
-            dq_w = _scratch.take(xp, dq.shape, ct)
-            dq_w[...] = 0
-        else:
-            dq_w = dq
-        size = heads * span * g * bk
-        bufs = tuple(_scratch.take(xp, (n,), ct) for n in (size, size, heads * span * g * d))
-        for item in items:
-            _backward_cols(ctx, item, dq_w, bufs, span)
-        _scratch.give(*bufs)
-        if worker:
-            dq_parts[worker] = dq_w
-    # (head group, key block) items, head-group major, the blocks with the most tiles first, dealt round-robin:
-    # each worker sums its dQ share in its own array, the same items every call (bitwise reproducible dQ)
-    order = _heaviest_first(classes.T)
-    _parallel.run(xp, blocks, [(f0, min(f0 + heads, nf), j) for f0 in range(0, nf, heads) for j in order],
-                  dynamic=False)
+    dq_parts = None   # worker -> its dQ share (summed in worker order: reproducible)
+    if not mask.cons and mask.window is None and mask.block is None and dropout == 0:
+        dq_parts = _fused_backward(xp, q, do, delta, lse2, k, kt, vt, dk, dv_, dq, g, causal)
+    if dq_parts is None:
+        dq_parts = _backward_tiles(xp, mask, q, do, delta, lse2, k, kt, vt, dk, dv_, dq, ct, dropout, seed, offset,
+                                   g, sq, sk, d, dv, nf)
     dq_b = xp.empty(query.shape, dtype=query.dtype)
     dk_b = xp.empty(key.shape, dtype=key.dtype)
     dv_b = xp.empty(value.shape, dtype=value.dtype)
@@ -812,6 +794,64 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     _per_head(xp, nf, finish)
     _scratch.give(q, do, delta, lse2, k, kt.base, vt.base, dq, dk, dv_, *dq_parts.values())
     return dq_b, dk_b, dv_b
+
+
+def _backward_tiles(xp, mask, q, do, delta, lse2, k, kt, vt, dk, dv_, dq, ct, dropout, seed, offset, g, sq, sk, d,
+                    dv, nf):
+    """The backward's numpy tiles (every mask, dtype and dropout): accumulates dk, dv_ and dq, and returns the other
+    workers' dQ shares {worker: array}."""
+    bq, bk = mask.bq, mask.bk
+    classes = numpy.asarray(mask.classes) if xp is not numpy else mask.classes
+    heads, span = _split(nf, bk * g, bq, classes.T)
+    runs = [_spans(classes[:, j], bq, sq, span) for j in range(mask.nkb)]
+    ctx = (xp, runs, mask, q, do, delta, lse2, k, kt, vt, dk, dv_, ct, dropout, seed, offset, g, sq, sk, d, dv)
+    dq_parts = {}
+
+    def blocks(worker, items):
+        if worker:
+            dq_w = _scratch.take(xp, dq.shape, ct)
+            dq_w[...] = 0
+        else:
+            dq_w = dq
+        size = heads * span * g * bk
+        bufs = tuple(_scratch.take(xp, (n,), ct) for n in (size, size, heads * span * g * d))
+        for item in items:
+            _backward_cols(ctx, item, dq_w, bufs, span)
+        _scratch.give(*bufs)
+        if worker:
+            dq_parts[worker] = dq_w
+    # (head group, key block) items, head-group major, the blocks with the most tiles first, dealt round-robin:
+    # each worker sums its dQ share in its own array, the same items every call (bitwise reproducible dQ)
+    order = _heaviest_first(classes.T)
+    _parallel.run(xp, blocks, [(f0, min(f0 + heads, nf), j) for f0 in range(0, nf, heads) for j in order],
+                  dynamic=False)
+    return {w: part for w, part in dq_parts.items() if w}
+
+
+# The fused backward's tiles: key blocks of FUSED_BWD_BLOCK_K keys (their dK, dV rows stay in the cache through the
+# query loop), query blocks of FUSED_BWD_BLOCK_Q positions.
+FUSED_BWD_BLOCK_Q = 128
+FUSED_BWD_BLOCK_K = 128
+
+
+def _fused_backward(xp, q, do, delta, lse2, k, kt, vt, dk, dv, dq, g, causal):
+    """The backward's accumulation by the backend's `flashmask_backward` (oarlock-cpu: one C call, float32, masks
+    without vectors) where it has one and takes these arrays: {piece: dQ share} for its pieces after the first
+    (whose share is dq itself); None otherwise (nothing written)."""
+    try:
+        fused = xp_function(xp, "flashmask_backward")
+    except AttributeError:
+        return None
+    if q.dtype != xp.float32:
+        return None
+    parts = {w: _scratch.take(xp, dq.shape, q.dtype) for w in range(1, _parallel.workers())}
+    for part in parts.values():
+        part[...] = 0
+    if fused(q, do, delta, lse2, k, kt, vt, dk, dv, (dq, *parts.values()), g, causal, FUSED_BWD_BLOCK_Q,
+             FUSED_BWD_BLOCK_K):
+        return parts
+    _scratch.give(*parts.values())
+    return None
 
 
 def _backward_cols(ctx, item, dq, bufs, span):
