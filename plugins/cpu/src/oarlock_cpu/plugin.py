@@ -1,7 +1,8 @@
-"""Entry point of oarlock-cpu: registers the "cpu" device, its own C kernels (oarlock_cpu.kernels, and the
-fused RMSNorm / LayerNorm rows of oarlock_cpu.rows, the softmax rows of oarlock_cpu.softmax_kernels, the rotary rows of oarlock_cpu.rotary_kernels), its
-matrix-product kernels that choose the BLAS thread count per call (oarlock_cpu.blas) and its fused Adam
-update (oarlock_cpu.optim_kernels), and its fused attention over MKL (oarlock_cpu.attention_kernels)."""
+"""Entry point of oarlock-cpu: registers the "cpu" device, its own C kernels (oarlock_cpu.kernels; the fused
+RMSNorm / LayerNorm rows of oarlock_cpu.rows; the softmax rows of oarlock_cpu.softmax_kernels; the rotary rows of
+oarlock_cpu.rotary_kernels), its matrix-product kernels that choose the BLAS thread count per call
+(oarlock_cpu.blas), its fused Adam update (oarlock_cpu.optim_kernels), and its fused attention over MKL
+(oarlock_cpu.attention_kernels)."""
 
 from oarlock import hookimpl
 
