@@ -132,6 +132,10 @@ def test_compute_all_at_once_and_the_pipeline_bubble():
     # lighter ones wait part of each slot, so fewer than all 4 ranks compute at once, and fewer in the bubble
     assert 8 * alone < p.time_parts["compute"] < 8 * busy
     assert 3 * alone < p.time_parts["pp bubble"] < p.time_parts["compute"] * 3 / 8
+    # the optimizer step: timed with all ranks stepping at once when the probe did, divided by sharding
+    cal.concurrent_optimizer = {"1": [2e-3, 1e-3]}
+    assert predict(spec, Layout(dp=4), cal).time_parts["optimizer"] == pytest.approx(4 * 2e-3 + 1e-3)
+    assert predict(spec, Layout(sharding=4), cal).time_parts["optimizer"] == pytest.approx((4 * 2e-3 + 1e-3) / 4)
     # on an idle machine (all at once as fast as alone) the bubble is the classic (pp - 1) slots
     idle = predict(spec, pipe, _busy(_calibration(spec, shapes), 1.0))
     assert idle.time_parts["pp bubble"] == pytest.approx(3 * alone)
@@ -403,6 +407,8 @@ def test_plan_runs_with_a_short_probe(probed):
     assert set(cal.sync) == {"2"} and cal.sync["2"] >= 0
     # sharding stage 1's collectives over the 2 ranks (they cost more than nothing), the pipeline's handoff wait
     assert set(cal.sharding) == {"2,1"} and cal.sharding["2,1"] > 0 and cal.handoff >= 0
+    assert set(cal.concurrent_optimizer) == set(cal.optimizer) == {"1", "2"}
+    assert all(b > 0 and e > 0 for b, e in cal.concurrent_optimizer.values())
     assert next(r for r in report["layouts"] if r["layout"] == "sh2")["time_parts"]["sharding comm"] > 0
     # with the saved calibration nothing is probed; too little memory is refused naming the smallest need
     least = min(row["memory_bytes"] for row in report["layouts"])

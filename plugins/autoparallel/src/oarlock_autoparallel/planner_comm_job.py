@@ -7,12 +7,12 @@ rank pairs, and compute done by every rank at once: one small transformer block 
 alone, the contention factor), and, given SPEC.json ({"model": ModelSpec fields, "shapes": [[rows, mp], ...],
 "sharding": [[g, mp], ...]}), the block and the ends at every shape the layouts need (their step's compute as the
 ranks really do it, sharing the cores: each run starts after a barrier and counts for the slowest rank, which the
-step waits for) and sharding stage 1's collectives (a reduce and a broadcast per parameter tensor) per sharding
-group size. Then the cost of communication between compute segments: SEGMENTS rounds of (a segment of compute, an
-all-reduce over a group of g -- tensor parallelism's -- or a send/recv exchange with a neighbour -- a pipeline
-stage's) timed against the segments alone and the communication alone; the difference per round is the wait for
-the peers, which back-to-back communication does not show when ranks time-share cores. Rank 0 writes the
-seconds of each measurement to OUT.json.
+step waits for), the AdamW step at every mp the same way, and sharding stage 1's collectives (a reduce and a
+broadcast per parameter tensor) per sharding group size. Then the cost of communication between compute segments:
+SEGMENTS rounds of (a segment of compute, an all-reduce over a group of g -- tensor parallelism's -- or a
+send/recv exchange with a neighbour -- a pipeline stage's) timed against the segments alone and the communication
+alone; the difference per round is the wait for the peers, which back-to-back communication does not show when
+ranks time-share cores. Rank 0 writes the seconds of each measurement to OUT.json.
 """
 
 from __future__ import annotations
@@ -110,6 +110,16 @@ def _concurrent_shapes(spec_file: str, reps: int) -> dict:
         ends = _slowest(measure_ends(spec, rows, mp, reps, before=dist.barrier).seconds)
         found[f"{rows},{mp}"] = [block, ends]
     return found
+
+
+def _concurrent_optimizer(request: dict, reps: int) -> dict:
+    """{"mp": [block seconds, ends seconds]} of the AdamW step with every rank stepping at once (slowest rank)."""
+    from oarlock_autoparallel.planner_compute import measure_optimizer
+    from oarlock_autoparallel.planner_model import ModelSpec
+
+    spec = ModelSpec(**request["model"])
+    return {str(mp): [_slowest(s) for s in measure_optimizer(spec, mp, reps, before=dist.barrier)]
+            for mp in sorted({mp for _, mp in request["shapes"]})}
 
 
 def owners_of(sizes: list, group: int) -> list:
@@ -213,7 +223,9 @@ def main(out: str, reps: int, spec_file: str | None = None) -> None:
     report["concurrent"] = _concurrent_shapes(spec_file, reps) if spec_file else {}
     if spec_file:
         with open(spec_file) as fh:
-            report["sharding"] = _sharding(json.load(fh), reps)
+            request = json.load(fh)
+        report["sharding"] = _sharding(request, reps)
+        report["concurrent_optimizer"] = _concurrent_optimizer(request, reps)
     report["sync"] = _sync(reps)
     report["handoff"] = _handoff(reps)
     if dist.get_rank() == 0:

@@ -163,8 +163,9 @@ def measure_ends(spec: ModelSpec, rows: int, mp: int, reps: int = 3, before=None
     return Cost(*_timed(lambda: ends(tokens, targets, lambda x: x), reps, _clear(ends), before=before))
 
 
-def measure_optimizer(spec: ModelSpec, mp: int, reps: int = 3) -> tuple[float, float]:
-    """Seconds of an AdamW step (global-norm clip included) over (one block's, the ends') parameters."""
+def measure_optimizer(spec: ModelSpec, mp: int, reps: int = 3, before=None) -> tuple[float, float]:
+    """Seconds of an AdamW step (global-norm clip included) over (one block's, the ends') parameters; `before`:
+    called before each timed step (as in _timed)."""
     results = []
     for layer in (_LocalBlock(spec, mp), _LocalEnds(spec, mp)):
         params = layer.parameters()
@@ -173,6 +174,8 @@ def measure_optimizer(spec: ModelSpec, mp: int, reps: int = 3) -> tuple[float, f
         times = []
         for _ in range(reps + 1):
             sum(p.sum() for p in params).backward()
+            if before is not None:
+                before()
             t0 = time.perf_counter()
             opt.step()
             times.append(time.perf_counter() - t0)

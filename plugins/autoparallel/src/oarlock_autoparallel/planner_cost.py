@@ -3,22 +3,27 @@
 Time (seconds per step, the slowest rank):
 * compute: layers x block(rows, mp) + ends(rows, mp), the forward + backward at the rows one rank takes (batch /
   data ranks) and its 1/mp share of the widths, timed with all N ranks computing that shape at once (they share
-  the machine's cores; the probe's `concurrent` figures, not the time alone scaled by one contention factor);
+  the machine's cores; the probe's `concurrent` figures, the slowest rank's, not the time alone scaled by one
+  contention factor);
 * tensor parallel (mp > 1): 4 all-reduces of the activations [rows, seq, width] per block (two in forward, two in
   backward) and 2 for the embedding and head, over mp ranks, each costing the collective alone plus the probe's
   synchronisation wait (`sync`: an all-reduce between compute segments waits for the slowest rank of its group,
   which back-to-back collectives do not show when ranks time-share cores);
-* data parallel (dp x sharding > 1): one all-reduce of the rank's gradients over the data ranks (sharding stage 1
-  is costed the same: reduce-scatter + all-gather move the same bytes); expert parallel adds 4 all-to-alls of the
-  routed tokens per block (dispatch and combine, forward and backward), costed as all-gathers of those bytes;
+* data parallel (dp x sharding > 1): one all-reduce of the rank's gradients over the data ranks; with sharding
+  stage 1, the probe's measurement of its own collectives over the sharding group (a reduce per gradient tensor
+  to its owner, the norm's all-reduce, a broadcast per parameter: each pays a latency, where data parallelism
+  fuses the gradients into one all-reduce), then the owned gradients' all-reduce over dp; expert parallel adds 4
+  all-to-alls of the routed tokens per block (dispatch and combine, forward and backward), costed as all-gathers
+  of those bytes;
 * pipeline (pp > 1, 1F1B over M micro-batches, the stages cut as oarlock train's PipelineLayer cuts them): M
   slots of the slowest stage's forward + backward of one micro-batch and pp - 1 fill / drain slots, each at the
   speed of the ranks busy then (the slot's time interpolated between alone and all at once by the busy ranks:
   an idle stage gives its core to the busy ones). In the M slots the busy ranks are dp x the stages' work over
   the slowest stage's (a lighter stage waits part of each slot), in the fill / drain half of that; plus a send
-  and a receive per slot;
-* the AdamW step over the rank's parameters / sharding, measured alone, slowed as the rank's block is when all
-  ranks compute at once.
+  and a receive around each slot's forward and backward, each exchange with the probe's handoff wait (a blocking
+  receive waits for the neighbour to be scheduled);
+* the AdamW step over the rank's parameters / sharding, timed with all ranks stepping at once (a calibration
+  without that figure: measured alone, slowed as the rank's block is when all ranks compute at once).
 
 Memory (bytes, the fullest rank): parameters (float32) + AdamW's two moments / sharding + the corpus oarlock train
 holds + the larger of (the activations the forward keeps: what each block adds in a model, times the micro-batches
@@ -157,9 +162,13 @@ def predict(spec: ModelSpec, layout: Layout, cal: Calibration) -> Prediction:
     blocks = max(stage.blocks for stage in stages(spec, layout.pp))
     activation_bytes = rows * spec.seq_len * spec.width * FLOAT_BYTES
     grad_bytes = rank_parameters(spec, layout) * FLOAT_BYTES
-    opt_block, opt_ends = cal.optimizer[str(mp)]
-    # every rank steps its optimizer at the same time: slowed as its block is when all ranks compute at once
-    slowdown = max(1.0, cal.busy_seconds(rows, mp)[0] / cal.block(rows, mp).seconds)
+    # every rank steps its optimizer at the same time: measured so by the probe (an older calibration: the time
+    # alone, slowed as the rank's block is when all ranks compute at once)
+    if str(mp) in cal.concurrent_optimizer:
+        (opt_block, opt_ends), slowdown = cal.concurrent_optimizer[str(mp)], 1.0
+    else:
+        opt_block, opt_ends = cal.optimizer[str(mp)]
+        slowdown = max(1.0, cal.busy_seconds(rows, mp)[0] / cal.block(rows, mp).seconds)
     parts = {"optimizer": slowdown * (blocks * opt_block + opt_ends) / layout.sharding}
     stage = busy_slot(cal, spec, layout, layout.ranks)
     all_reduce = collective(cal, "all_reduce", mp, activation_bytes) + cal.synchronisation(mp)

@@ -2,7 +2,7 @@
 
 * compute alone (one process, planner_compute): one block's (two stacked, for what a block adds in a model) and
   the ends' forward + backward time and memory at every (rows per micro-batch, mp) the candidate layouts need,
-  largest first, and the AdamW step per mp;
+  largest first, and the AdamW step per mp (also timed with all ranks stepping at once, `concurrent_optimizer`);
 * on N ranks (planner_comm_job under `oarlock launch`): all_reduce / all_gather per group size and send/recv, each
   fitted to latency + bytes / bandwidth (least squares, both terms >= 0); the same block and ends timed with all
   N ranks computing the same shape at once (`concurrent`: the ranks share this machine's cores, so this, not the
@@ -43,7 +43,8 @@ class Calibration:
     "rows,mp" -> [block s, ends s] with all ranks computing that shape at once; sync: group size (str) -> the
     seconds an all-reduce between compute segments adds to the collective alone; sharding: "g,mp" -> seconds of
     sharding stage 1's per-tensor reduces, norm all-reduce and broadcasts over g ranks; handoff: the seconds a
-    send/recv exchange between compute segments adds to the exchange alone (a pipeline stage's wait)."""
+    send/recv exchange between compute segments adds to the exchange alone (a pipeline stage's wait);
+    concurrent_optimizer: "mp" -> [block s, ends s] of the AdamW step with all ranks stepping at once."""
 
     blocks: dict = field(default_factory=dict)
     ends: dict = field(default_factory=dict)
@@ -55,6 +56,7 @@ class Calibration:
     sync: dict = field(default_factory=dict)
     sharding: dict = field(default_factory=dict)
     handoff: float = 0.0
+    concurrent_optimizer: dict = field(default_factory=dict)
     ranks: int = 1
     seq_len: int = 0
     seconds: float = 0.0
@@ -159,6 +161,7 @@ def probe(spec: ModelSpec, ranks: int, shapes: set, reps: int = 3, stream=None, 
         cal.contention = max(1.0, report["concurrent_block_s"] / alone)
         cal.concurrent, cal.sync = report["concurrent"], report["sync"]
         cal.sharding, cal.handoff = report.get("sharding", {}), report["handoff"]
+        cal.concurrent_optimizer = report.get("concurrent_optimizer", {})
         bar.step(f"communication on {ranks} ranks, and compute all at once")
     cal.seconds = time.perf_counter() - t0
     return cal
