@@ -27,11 +27,20 @@ it is read after the forward timings (fwd column) and again after the fwd+bwd ti
 calls, after reset_max_memory_allocated(). torch has no CPU allocation counter (tracemalloc does not see it).
 
     python bench/flashmask.py [--seq-lens 2048,4096,8192] [--repeat 3] [--frameworks ...] [--json out.json]
+
+--interleaved: plain causal only, in ONE process: oarlock, SDPA is_causal and (with --tiles) oarlock with its
+fused C kernels turned off (its numpy tiles) take turns call by call, each figure the median over --repeat turns
+of the process CPU time (time.process_time, all threads) and of the wall time. On a shared machine a neighbour
+slows every framework's calls alike this way, and CPU time does not count the time a thread waits for a core;
+separate processes minutes apart (the default mode) do not compare on such a machine.
+
+    python bench/flashmask.py --interleaved --seq-lens 4096,8192 --repeat 7 [--tiles]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -270,6 +279,84 @@ def check_agreement(s: int = 256) -> dict:
     return result
 
 
+# -- interleaved ------------------------------------------------------------------------------------
+
+def interleaved(seq_lens, modes, repeat: int, tiles: bool) -> dict:
+    """{S: {mode: {name: (cpu ms, wall ms)}}}: plain causal, the frameworks' calls alternating in this process."""
+    import oarlock
+    import oarlock.nn.functional as OF
+    import torch
+    from oarlock_flashmask import kernel
+
+    torch.set_num_threads(os.cpu_count())
+    fused = kernel._fused_forward, kernel._fused_backward
+
+    def use_fused(on):
+        kernel._fused_forward = fused[0] if on else (lambda *args: False)
+        kernel._fused_backward = fused[1] if on else (lambda *args: None)
+
+    def oarlock_call(q, k, v, mode, on):
+        use_fused(on)
+        ts = [oarlock.to_tensor(a) for a in (q, k, v)]
+        if mode == "fwd":
+            with oarlock.no_grad():
+                OF.flashmask_attention(*ts, causal=True)
+            return
+        for t in ts:
+            t.stop_gradient = False
+        OF.flashmask_attention(*ts, causal=True).sum().backward()
+
+    def torch_call(q, k, v, mode):
+        ts = [torch.from_numpy(a).transpose(1, 2) for a in (q, k, v)]   # BHSD views, as SDPA takes them
+        if mode == "fwd":
+            with torch.no_grad():
+                torch.nn.functional.scaled_dot_product_attention(*ts, is_causal=True)
+            return
+        for t in ts:
+            t.requires_grad_(True)
+        torch.nn.functional.scaled_dot_product_attention(*ts, is_causal=True).sum().backward()
+
+    results = {}
+    try:
+        for s in seq_lens:
+            q, k, v = inputs(s)
+            results[s] = {}
+            for mode in modes:
+                calls = {"oarlock": functools.partial(oarlock_call, q, k, v, mode, True),
+                         "sdpa-is_causal": functools.partial(torch_call, q, k, v, mode)}
+                if tiles:
+                    calls["oarlock-tiles"] = functools.partial(oarlock_call, q, k, v, mode, False)
+                times = {name: ([], []) for name in calls}
+                for fn in calls.values():
+                    fn()   # warm-up
+                for _ in range(repeat):
+                    for name, fn in calls.items():
+                        c0, w0 = time.process_time(), time.perf_counter()
+                        fn()
+                        times[name][0].append(time.process_time() - c0)
+                        times[name][1].append(time.perf_counter() - w0)
+                results[s][mode] = {name: (statistics.median(c) * 1e3, statistics.median(w) * 1e3)
+                                    for name, (c, w) in times.items()}
+    finally:
+        use_fused(True)
+    return results
+
+
+def print_interleaved(results: dict, repeat: int) -> None:
+    print(f"\nplain causal, B={B} H={H} D={D} float32, {os.cpu_count()} CPU cores, calls interleaved in one process, "
+          f"median of {repeat}; ratio = oarlock / SDPA is_causal (lower is faster)")
+    header = (f"{'S':>5} {'mode':<8} {'framework':<15} {'CPU ms':>9} {'wall ms':>9} {'CPU ratio':>10} "
+              f"{'wall ratio':>11}")
+    print(header)
+    print("-" * len(header))
+    for s, per_mode in results.items():
+        for mode, per_fw in per_mode.items():
+            ref = per_fw["sdpa-is_causal"]
+            for name, (cpu, wall) in per_fw.items():
+                print(f"{s:>5} {mode:<8} {name:<15} {cpu:>9.1f} {wall:>9.1f} {cpu / ref[0]:>9.2f}x "
+                      f"{wall / ref[1]:>10.2f}x")
+
+
 # -- driver -----------------------------------------------------------------------------------------
 
 def run_worker(spec: str, repeat: int, modes) -> dict:
@@ -362,6 +449,10 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=3, help="timed calls per figure; the median is shown (default 3)")
     parser.add_argument("--no-check", action="store_true", help="skip the S=256 agreement check against torch")
     parser.add_argument("--json", metavar="PATH", help="also write the figures to this JSON file")
+    parser.add_argument("--interleaved", action="store_true",
+                        help="plain causal: oarlock and SDPA is_causal alternating in one process, CPU and wall time")
+    parser.add_argument("--tiles", action="store_true",
+                        help="with --interleaved: also oarlock with its fused C kernels off (the numpy tiles)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # FRAMEWORK:MASK:S
     args = parser.parse_args(argv)
     if args.repeat < 1:
@@ -378,6 +469,14 @@ def main(argv=None):
         parser.error(f"argument --seq-lens: expected comma-separated integers, got {args.seq_lens!r}")
     if not seq_lens or any(s < 16 or s % 16 for s in seq_lens):
         parser.error(f"argument --seq-lens: expected multiples of 16, got {args.seq_lens!r}")
+    if args.interleaved:
+        results = interleaved(seq_lens, modes, args.repeat, args.tiles)
+        print_interleaved(results, args.repeat)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"cpu_count": os.cpu_count(), "repeat": args.repeat, "B": B, "H": H, "D": D,
+                           "interleaved_ms_cpu_wall": results}, fh, indent=2)
+        return 0
     masks = [m.strip() for m in args.masks.split(",") if m.strip()]
     frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
     for opt, got, allowed in (("--masks", masks, MASKS), ("--frameworks", frameworks, FRAMEWORKS)):

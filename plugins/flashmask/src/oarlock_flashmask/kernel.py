@@ -592,7 +592,7 @@ def _seed_offset(xp, seed, offset):
 
 # The fused forward's tiles: query blocks of FUSED_BLOCK_Q positions (their scores, FUSED_BLOCK_Q x G x
 # FUSED_BLOCK_K floats, stay in L2 through the row pass and the values product) and key blocks of FUSED_BLOCK_K.
-FUSED_BLOCK_Q = 64
+FUSED_BLOCK_Q = 128
 FUSED_BLOCK_K = 512
 
 
