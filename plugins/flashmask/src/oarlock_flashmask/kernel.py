@@ -39,11 +39,13 @@ there unless scores pass ~64 (base 2), so the usual step is exp2 and the two mat
 pass), with overflow detected from the row sums and redone exactly, and underflowed blocks redone with the standard
 online softmax (see _forward_rows). exp2 with the row sums is the backend's exp2_rows (plugin_api.xp_function:
 oarlock-cpu's one-pass float32 loop), the products its matmul_serial (MKL on the worker's thread), where it has them.
-Fused forward: for masks without vectors (plain causal, or none), float32 and no dropout, the whole forward after
-the preparation is one call of the backend's `flashmask_forward` where it has one (oarlock-cpu: C over MKL, units
-of FUSED_BLOCK_Q query positions on its worker pool, the standard online softmax per row; see its _flash.c): the
-tiles above cost Python per run and several numpy passes per score block, which left the causal forward slower
-than PyTorch's C++ is_causal kernel.
+Fused kernels: for masks without vectors (plain causal, or none), float32 and no dropout, the forward after the
+preparation is one call of the backend's `flashmask_forward` where it has one (oarlock-cpu: C over MKL, units of
+FUSED_BLOCK_Q query positions on its worker pool, the standard online softmax per row; see its _flash.c), and the
+backward's accumulation one call of its `flashmask_backward` (units of FUSED_BWD_BLOCK_K keys, the same five
+products per tile as below, dQ shares per pool piece): the tiles cost Python per run and several numpy passes
+per score block, which left plain causal slower than PyTorch's C++ is_causal kernel. Everything else runs the
+tiles below.
 Backward (FlashAttention-2): for each key block, over its runs of query blocks, P = exp2(S - lse) (lse
 subtracted after the score matmul, so every score rounds as in the forward; oarlock-cpu's exp2_rows does the
 subtraction and exp2 in one pass), dP - D straight from dO V^T with -D in dO's extra
