@@ -101,3 +101,28 @@ def test_rotary_gradient_against_torch():
     swapped = torch.cat([tx[..., 4:], tx[..., :4]], dim=-1)
     ((tx * torch.tensor(cos) + swapped * torch.tensor(sin)) * torch.tensor(g)).sum().backward()
     np.testing.assert_allclose(xt.grad.numpy(), tx.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_row_array_functions_for_cross_entropy():
+    from oarlock.plugin_api import xp_function
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((37, 300)) * 8).astype(np.float32)
+    x64 = x.astype(np.float64)
+    lse = xp_function(np, "logsumexp_rows")(x)
+    m = x64.max(1)
+    np.testing.assert_allclose(lse, np.log(np.exp(x64 - m[:, None]).sum(1)) + m, rtol=1e-6)
+    np.testing.assert_allclose(xp_function(np, "softmax_rows")(x), _softmax64(x64), rtol=2e-5, atol=1e-8)
+    # inputs they do not take: the caller computes those itself
+    for fn in ("logsumexp_rows", "softmax_rows"):
+        assert xp_function(np, fn)(x64) is None and xp_function(np, fn)(x.T) is None
+    # cross_entropy on the fused rows against PyTorch, ignored rows included
+    label = rng.integers(0, 300, 37)
+    label[[3, 9]] = 7   # ignored below (a non-negative ignore_index: Paddle's mean then divides by the kept rows)
+    xt = oarlock.to_tensor(x, stop_gradient=False)
+    loss = F.cross_entropy(xt, oarlock.to_tensor(label), ignore_index=7)
+    loss.backward()
+    tx = torch.tensor(x, requires_grad=True)
+    tloss = torch.nn.functional.cross_entropy(tx, torch.tensor(label), ignore_index=7)
+    tloss.backward()
+    np.testing.assert_allclose(float(loss), float(tloss), rtol=1e-6)
+    np.testing.assert_allclose(xt.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-8)

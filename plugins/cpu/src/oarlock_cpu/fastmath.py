@@ -57,9 +57,39 @@ def exp2_rows(x, bias=None, sums=None):
     return x
 
 
+def _rows_f32(x):
+    return x.__class__ is np.ndarray and x.dtype == _F32 and x.ndim == 2 and x.flags.c_contiguous and x.size
+
+
+def softmax_rows(x):
+    """Softmax of each row of a 2-D float32 C-contiguous array as a new array, in one C pass per row (split over
+    the free cores); None for any other input (the caller computes it). Not a numpy name: the ops plugin's
+    cross-entropy asks for it."""
+    if not _rows_f32(x):
+        return None
+    out = np.empty_like(x)
+    sync_threads()
+    _kernels.softmax_rows(x, out)
+    return out
+
+
+def logsumexp_rows(x):
+    """log(sum(exp(row))) of each row of a 2-D float32 C-contiguous array, shape [rows], reading each row twice
+    (max, then the sum of exponentials, not stored); None for any other input (the caller computes it)."""
+    if not _rows_f32(x):
+        return None
+    out = np.empty(x.shape[0], dtype=_F32)
+    sync_threads()
+    _kernels.logsumexp_rows(x, out)
+    return out
+
+
 FUNCTIONS = {} if _kernels is None or os.environ.get("OARLOCK_CPU_FASTMATH") == "0" else {
     "exp": _drop_in(_kernels.exp, np.exp),
     "exp2": _drop_in(_kernels.exp2, np.exp2),
 }
 if FUNCTIONS and hasattr(_kernels, "exp2_rows"):   # an extension built before exp2_rows existed lacks it
     FUNCTIONS["exp2_rows"] = exp2_rows   # attention's softmax step (oarlock-flashmask)
+if FUNCTIONS and hasattr(_kernels, "logsumexp_rows"):
+    FUNCTIONS["softmax_rows"] = softmax_rows        # cross-entropy's forward and backward (oarlock-ops)
+    FUNCTIONS["logsumexp_rows"] = logsumexp_rows

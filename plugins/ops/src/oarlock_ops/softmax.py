@@ -247,6 +247,34 @@ def _row_softmax_parts(xp, x):
     return rows, e, m
 
 
+def _fused_rows(xp, name, rows):
+    """The backend's one-pass row function `name` applied to rows [N, C] (oarlock-cpu's C loops: softmax_rows,
+    logsumexp_rows), or None where the backend has none or declines this input."""
+    try:
+        fn = xp_function(xp, name)
+    except AttributeError:   # not a numpy name: only a backend's array_functions have it
+        return None
+    return fn(rows)
+
+
+def _logsumexp_rows(xp, rows):
+    """log(sum(exp(row))) of each row of [N, C], shape [N]: lse = log(sum(exp(x - max))) + max."""
+    lse = _fused_rows(xp, "logsumexp_rows", rows)
+    if lse is None:
+        _, e, m = _row_softmax_parts(xp, rows)
+        lse = xp.log(row_sums(xp, e)[:, 0]) + m[:, 0]
+    return lse
+
+
+def _softmax_rows(xp, rows):
+    """softmax of each row of [N, C], a new array."""
+    p = _fused_rows(xp, "softmax_rows", rows)
+    if p is None:
+        _, p, _ = _row_softmax_parts(xp, rows)
+        p /= row_sums(xp, p)
+    return p
+
+
 def _hard_label_rows(xp, label, ignore_index):
     """(flat class indices with ignored ones replaced by 0, the valid mask)."""
     index = label.reshape(-1)
@@ -265,9 +293,9 @@ def _hard_label_denominator(xp, valid, ignore_index, count):
 def _hard_label_cross_entropy(xp, input, label, ignore_index, reduction):
     """cross_entropy of the common case in a few row passes: loss = logsumexp(x) - x[label]."""
     x = input.astype(compute_dtype(xp, input.dtype), copy=False)
-    rows, e, m = _row_softmax_parts(xp, x)
+    rows = x.reshape(-1, x.shape[-1])
     index, valid = _hard_label_rows(xp, label, ignore_index)
-    lse = xp.log(row_sums(xp, e)[:, 0]) + m[:, 0]
+    lse = _logsumexp_rows(xp, rows)
     picked = rows[xp.arange(rows.shape[0]), index]
     loss = xp.where(valid, lse - picked, xp.zeros((), x.dtype))
     if reduction == "none":
@@ -281,8 +309,7 @@ def _hard_label_cross_entropy(xp, input, label, ignore_index, reduction):
 def _hard_label_cross_entropy_grad(xp, input, label, g, ignore_index=-100, reduction="mean"):
     """d loss / d input of the common case: (softmax(x) - onehot(label)) * upstream / divisor, 0 on ignored rows."""
     x = input.astype(compute_dtype(xp, input.dtype), copy=False)
-    _, p, _ = _row_softmax_parts(xp, x)
-    p /= row_sums(xp, p)
+    p = _softmax_rows(xp, x.reshape(-1, x.shape[-1]))
     index, valid = _hard_label_rows(xp, label, ignore_index)
     n = p.shape[0]
     p[xp.arange(n), index] -= 1.0
