@@ -28,6 +28,7 @@
 #include <numpy/arrayobject.h>
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "_clones.h"   /* CLONES: AVX-512 / AVX2 / baseline versions picked at load */
@@ -405,8 +406,78 @@ static PyObject *py_rotary(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * embedding_grad(ids, g, out): out [V, D] += the rows of g [N, D] per id (out zeroed by the caller), ids in
+ * order, so each output row sums its contributions in the order they came (PyTorch's CPU order). The columns are
+ * split over the pool: every thread walks all ids over its own columns, so nothing is written twice and the bits
+ * do not depend on the thread count.
+ */
+typedef struct {
+    int type;
+    const int64_t *ids;
+    const char *g;
+    char *out;
+    npy_intp n, d;
+} embedding_job;
+
+static void embedding_range(void *ctx, Py_ssize_t b, Py_ssize_t e)
+{
+    const embedding_job *j = ctx;
+    for (npy_intp r = 0; r < j->n; r++) {
+        npy_intp id = (npy_intp)j->ids[r];
+        if (j->type == NPY_FLOAT) {
+            const float *src = (const float *)j->g + r * j->d;
+            float *dst = (float *)j->out + id * j->d;
+            for (Py_ssize_t c = b; c < e; c++)
+                dst[c] += src[c];
+        } else {
+            const double *src = (const double *)j->g + r * j->d;
+            double *dst = (double *)j->out + id * j->d;
+            for (Py_ssize_t c = b; c < e; c++)
+                dst[c] += src[c];
+        }
+    }
+}
+
+static PyObject *py_embedding_grad(PyObject *self, PyObject *args)
+{
+    PyObject *io, *go, *oo;
+    int type;
+    npy_intp n, d;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOO", &io, &go, &oo) || x_shape(go, &type, &n, &d) < 0)
+        return NULL;
+    PyArrayObject *ids = (PyArrayObject *)io, *out = (PyArrayObject *)oo;
+    if (!PyArray_Check(io) || PyArray_TYPE(ids) != NPY_INT64 || PyArray_NDIM(ids) != 1 || PyArray_DIM(ids, 0) != n ||
+        !PyArray_IS_C_CONTIGUOUS(ids)) {
+        PyErr_SetString(PyExc_TypeError, "_rows.embedding_grad: ids must be a contiguous int64 array of g's rows");
+        return NULL;
+    }
+    if (!PyArray_Check(oo) || PyArray_TYPE(out) != type || PyArray_NDIM(out) != 2 || PyArray_DIM(out, 1) != d ||
+        !PyArray_IS_C_CONTIGUOUS(out) || !PyArray_ISWRITEABLE(out)) {
+        PyErr_SetString(PyExc_TypeError, "_rows.embedding_grad: out must be a writeable C-contiguous [V, D] array of "
+                                         "g's dtype");
+        return NULL;
+    }
+    const int64_t *id = PyArray_DATA(ids);
+    npy_intp v = PyArray_DIM(out, 0);
+    for (npy_intp r = 0; r < n; r++)
+        if (id[r] < 0 || id[r] >= v) {
+            PyErr_Format(PyExc_IndexError, "_rows.embedding_grad: id %lld at position %zd is outside [0, %zd)",
+                         (long long)id[r], (Py_ssize_t)r, (Py_ssize_t)v);
+            return NULL;
+        }
+    embedding_job j = {type, id, PyArray_DATA((PyArrayObject *)go), PyArray_DATA(out), n, d};
+    Py_BEGIN_ALLOW_THREADS
+    split_range(d, n >= ROW_GRAIN ? 16 : (ROW_GRAIN / (n > 0 ? n : 1) + 15) / 16 * 16, 16, embedding_range, &j);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef METHODS[] = {
     SET_THREADS_METHOD,
+    {"embedding_grad", py_embedding_grad, METH_VARARGS,
+     "embedding_grad(ids, g, out): out [V, D] += each row of g [N, D] at its id (int64 [N]), in order."},
     {"rotary", py_rotary, METH_VARARGS,
      "rotary(x, cos, sin, out, transpose): the rotary embedding of x [B, T, H, D] (rows contiguous) by tables "
      "[T, D] into C-contiguous out (fused_rotary_embedding's formula and bits)."},
