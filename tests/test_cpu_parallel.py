@@ -33,6 +33,18 @@ def _ufunc_results(x, g):
     return [_kernels.silu(x), _kernels.gelu_grad(x, g), _kernels.erf(x.reshape(-1, 3)), _kernels.exp(x)]
 
 
+def _update_results(x, g):
+    """One AdamW and one SGD step in place on copies (the updates split over the pool like the kernels)."""
+    from oarlock_cpu import _optim
+    kind = x.dtype.type
+    p, m1, m2 = x.copy(), g * kind(0.1), np.abs(g)
+    scalars = [kind(s) for s in (0.999, 0.0, 0.1, 0.999, 0.001, 1e-8, 1e-3)]
+    _optim.adam(p, g, m1, m2, *scalars, out=(p, m1, m2))
+    q = x.copy()
+    _optim.sgd(q, g, kind(0.01), kind(0.1), out=q)
+    return [p, m1, m2, q]
+
+
 def _row_results(x, g):
     rows = x.reshape(-1, 51)   # 51 columns: a piece is many rows, and rows do not align with anything
     grad = g.reshape(rows.shape)
@@ -51,9 +63,9 @@ def test_pieces_on_two_threads_give_one_threads_bits(policy, dtype):
     rng = np.random.default_rng(0)
     x, g = (rng.standard_normal(N).astype(dtype) * 4 for _ in range(2))
     policy(1)
-    one = _ufunc_results(x, g) + _row_results(x, g)
+    one = _ufunc_results(x, g) + _row_results(x, g) + _update_results(x, g)
     policy(2)
-    two = _ufunc_results(x, g) + _row_results(x, g)
+    two = _ufunc_results(x, g) + _row_results(x, g) + _update_results(x, g)
     for a, b in zip(one, two):
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(a, b)

@@ -40,7 +40,7 @@ setup(
         Extension(   # the fused Adam update: no FMA contraction, so it rounds as the generic kernel does
             "oarlock_cpu._optim",
             sources=["src/oarlock_cpu/_optim.c"],
-            depends=["src/oarlock_cpu/_clones.h"],
+            depends=["src/oarlock_cpu/_clones.h", "src/oarlock_cpu/_pool.h", "src/oarlock_cpu/_pool_api.h"],
             include_dirs=[numpy.get_include()],
             extra_compile_args=kernel_compile_args + ([] if os.name == "nt" else ["-ffp-contract=off"]),
         ),

@@ -33,6 +33,9 @@
 
 /* No FMA contraction (-ffp-contract=off), so every clone rounds alike. */
 #include "_clones.h"   /* CLONES: AVX-512 / AVX2 / baseline versions picked at load */
+#include "_pool_api.h" /* split_range: large updates on the worker pool (each element alone: the same bits) */
+
+#define SPLIT_MIN 16384   /* elements: below 2x this an update stays on its thread */
 
 #define ADAM_BODY(T, SQRT, P, G, M1, M2, V, AMSGRAD)                                  \
     do {                                                                             \
@@ -57,6 +60,26 @@
  * (which are the same arrays as the first inputs for the in-place call; written through the
  * output pointers so that a call with fresh outputs is correct too). */
 #define DEFINE_LOOP(NAME, T, SQRT, AMSGRAD)                                                         \
+    typedef struct {                                                                                \
+        T s[NSCALARS]; /* decay, l2, 1 - beta1, beta2, 1 - beta2, eps_scaled, step_size */          \
+        T *p;                                                                                       \
+        const T *g;                                                                                 \
+        T *m1, *m2, *v;                                                                             \
+    } NAME##_job;                                                                                   \
+    CLONES static void NAME##_unit(void *ctx, Py_ssize_t b, Py_ssize_t e)                           \
+    {                                                                                               \
+        const NAME##_job *j = ctx;                                                                  \
+        const T decay = j->s[0], l2 = j->s[1], c1 = j->s[2], beta2 = j->s[3], c2 = j->s[4];         \
+        const T eps = j->s[5], step_size = j->s[6];                                                 \
+        T *restrict p = j->p;                                                                       \
+        const T *restrict g = j->g;                                                                 \
+        T *restrict m1 = j->m1, *restrict m2 = j->m2;                                               \
+        T *restrict v = j->v;                                                                       \
+        (void)v;                                                                                    \
+        for (npy_intp i = b; i < e; i++) {                                                          \
+            ADAM_BODY(T, SQRT, p[i], g[i], m1[i], m2[i], v[i], AMSGRAD);                            \
+        }                                                                                           \
+    }                                                                                               \
     CLONES static void NAME(char **args, const npy_intp *dimensions, const npy_intp *steps,        \
                             void *data)                                                             \
     {                                                                                               \
@@ -80,18 +103,11 @@
         for (int i = 0; i < nin_arrays - 1; i++)                                                    \
             unit &= ost[i] == (npy_intp)sizeof(T);                                                  \
         unit &= p_in == p_out && m1_in == m1_out && m2_in == m2_out && v_in == v_out;               \
-        if (unit) { /* the in-place contiguous call: plain indexed loop, vectorised */              \
-            const T decay = *(T *)scal[0], l2 = *(T *)scal[1], c1 = *(T *)scal[2];                  \
-            const T beta2 = *(T *)scal[3], c2 = *(T *)scal[4], eps = *(T *)scal[5];                 \
-            const T step_size = *(T *)scal[6];                                                      \
-            T *restrict p = (T *)p_out;                                                             \
-            const T *restrict g = (const T *)g_in;                                                  \
-            T *restrict m1 = (T *)m1_out, *restrict m2 = (T *)m2_out;                               \
-            T *restrict v = (T *)v_out;                                                             \
-            (void)v;                                                                                \
-            for (npy_intp i = 0; i < n; i++) {                                                      \
-                ADAM_BODY(T, SQRT, p[i], g[i], m1[i], m2[i], v[i], AMSGRAD);                        \
-            }                                                                                       \
+        if (unit) { /* the in-place contiguous call: a vectorised loop over pieces on the pool */   \
+            NAME##_job job = {{*(T *)scal[0], *(T *)scal[1], *(T *)scal[2], *(T *)scal[3],          \
+                               *(T *)scal[4], *(T *)scal[5], *(T *)scal[6]},                        \
+                              (T *)p_out, (const T *)g_in, (T *)m1_out, (T *)m2_out, (T *)v_out};   \
+            split_range(n, SPLIT_MIN, 16, NAME##_unit, &job);                                       \
             return;                                                                                 \
         }                                                                                           \
         for (npy_intp i = 0; i < n; i++) { /* any strides; the scalars read per element too */      \
@@ -121,19 +137,30 @@ DEFINE_LOOP(adam_amsgrad_f64, double, sqrt, 1)
  * operations in its order: sgd(p, g, weight_decay, lr, out=p).  The contiguous in-place call, scalars with
  * stride 0, gets a loop gcc vectorises. */
 #define DEFINE_SGD(NAME, T)                                                                          \
+    typedef struct {                                                                                 \
+        T *p;                                                                                        \
+        const T *g;                                                                                  \
+        T wd, lr;                                                                                    \
+    } NAME##_job;                                                                                    \
+    CLONES static void NAME##_unit(void *ctx, Py_ssize_t b, Py_ssize_t e)                            \
+    {                                                                                                \
+        const NAME##_job *j = ctx;                                                                   \
+        T *restrict p = j->p;                                                                        \
+        const T *restrict g = j->g;                                                                  \
+        const T wd = j->wd, lr = j->lr;                                                              \
+        if (wd != 0)                                                                                 \
+            for (npy_intp i = b; i < e; i++) p[i] = p[i] - (p[i] * wd + g[i]) * lr;                  \
+        else                                                                                         \
+            for (npy_intp i = b; i < e; i++) p[i] = p[i] - g[i] * lr;                                \
+    }                                                                                                \
     CLONES static void NAME(char **args, const npy_intp *dimensions, const npy_intp *steps, void *data) \
     {                                                                                                \
         (void)data;                                                                                  \
         const npy_intp n = dimensions[0];                                                            \
         if (steps[0] == sizeof(T) && steps[1] == sizeof(T) && steps[2] == 0 && steps[3] == 0 &&      \
             steps[4] == sizeof(T) && args[0] == args[4]) {                                           \
-            T *restrict p = (T *)args[4];                                                            \
-            const T *restrict g = (const T *)args[1];                                                \
-            const T wd = *(T *)args[2], lr = *(T *)args[3];                                          \
-            if (wd != 0)                                                                             \
-                for (npy_intp i = 0; i < n; i++) p[i] = p[i] - (p[i] * wd + g[i]) * lr;              \
-            else                                                                                     \
-                for (npy_intp i = 0; i < n; i++) p[i] = p[i] - g[i] * lr;                            \
+            NAME##_job job = {(T *)args[4], (const T *)args[1], *(T *)args[2], *(T *)args[3]};       \
+            split_range(n, SPLIT_MIN, 16, NAME##_unit, &job);                                        \
             return;                                                                                  \
         }                                                                                            \
         for (npy_intp i = 0; i < n; i++) {                                                           \
@@ -166,9 +193,11 @@ static void fill_types(char *types, int per_loop)
     }
 }
 
+static PyMethodDef methods[] = {SET_THREADS_METHOD, {NULL, NULL, 0, NULL}};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_optim",
-    "Fused one-pass optimizer updates (Adam, AdamW, amsgrad) as numpy ufuncs; see _optim.c.", -1, NULL,
+    "Fused one-pass optimizer updates (Adam, AdamW, amsgrad) as numpy ufuncs; see _optim.c.", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__optim(void)

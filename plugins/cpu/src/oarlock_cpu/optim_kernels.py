@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from oarlock_cpu.kernels import register_all
+from oarlock_cpu.parallel import sync_threads
 
 try:
     from oarlock_cpu import _optim
@@ -28,6 +29,7 @@ def adam(xp, param, grad, moment1, moment2, moment2_max, *, lr, beta1, beta2, ep
     l2 = 0.0 if decoupled else weight_decay
     scalars = (kind(decay), kind(l2), kind(1.0 - beta1), kind(beta2), kind(1.0 - beta2), kind(epsilon * root_bc2),
                kind(lr * root_bc2 / (1.0 - beta1 ** step)))
+    sync_threads()   # a large parameter's update runs on the free cores
     if moment2_max is None:
         _optim.adam(param, grad, moment1, moment2, *scalars, out=(param, moment1, moment2))
     else:
@@ -48,6 +50,7 @@ def adam_many(xp, params, grads, moment1, moment2, **attrs):
 def sgd(xp, param, grad, *, lr, weight_decay):
     """One SGD step of one parameter, in place (weight_decay: Paddle's coupled L2)."""
     kind = param.dtype.type
+    sync_threads()
     _optim.sgd(param, grad, kind(weight_decay), kind(lr), out=param)
 
 

@@ -1,13 +1,13 @@
 """Large elementwise and row C kernels on all free cores, as PyTorch's CPU kernels are.
 
-The C extensions of oarlock-cpu (_kernels: the ufuncs and exp2_rows, softmax_rows; _rows: the norm, softmax and
-rotary rows) cut a large call into pieces run on oarlock_cpu._gemm's worker pool, the one that runs the split
-matrix products (see _pool_api.h): calls from about 32768 elements up, PyTorch's grain. How many threads they may
-use is the BLAS thread policy's count for a large product (oarlock_cpu.blas): the usable cores, under
-OARLOCK_BLAS_THREADS=auto minus those other processes keep busy, and OARLOCK_BLAS_THREADS=1 keeps every kernel on
-one core. `sync_threads()` hands that count to the extensions when it changes; the kernels' wrappers call it.
-Results are the same bits on any number of threads (elements are computed alone; the reductions over rows are cut
-by the row count, not by the threads).
+The C extensions of oarlock-cpu (_kernels: the ufuncs, the softmax and log-sum-exp rows; _rows: the norm and rotary
+rows, the embedding backward; _optim: the Adam and SGD updates) cut a large call into pieces run on
+oarlock_cpu._gemm's worker pool, the one that runs the split matrix products (see _pool_api.h): calls from about
+32768 elements up, PyTorch's grain. How many threads they may use is the BLAS thread policy's count for a large
+product (oarlock_cpu.blas): the usable cores, under OARLOCK_BLAS_THREADS=auto minus those other processes keep busy,
+and OARLOCK_BLAS_THREADS=1 keeps every kernel on one core. `sync_threads()` hands that count to the extensions when
+it changes; the kernels' wrappers call it. Results are the same bits on any number of threads (elements are computed
+alone; the reductions over rows are cut by the row count, not by the threads).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 _MODULES = []
-for _name in ("_kernels", "_rows"):
+for _name in ("_kernels", "_rows", "_optim"):
     try:
         _module = __import__(f"oarlock_cpu.{_name}", fromlist=[_name])
     except ImportError:   # never built: nothing to tell
