@@ -8,7 +8,7 @@
  *   q    [F, Sq * G, D]  C-ordered, row s * G + g = query head h * G + g at position s, pre-multiplied by
  *                        scale * log2(e) (scores in base 2)
  *   kt   [F, D, Sk]      K^T, last stride 1 (its rows may be padded: any row stride)
- *   v    [F, Sk, Dv]     C-ordered
+ *   v    [F, Sk, Dv]     C-ordered, or the value input itself, [B, Sk, kv_heads, Dv] C-ordered
  *   out  [B, Sq, Hq, Dv] and lse [B, Hq, Sq] C-ordered results (lse in nats); F = B * kv_heads, Hq = kv_heads * G.
  * With `causal` key j is hidden from the query at position i when j > i + Sk - Sq (bottom-right aligned, as
  * kernel.py's mask). A row that sees no key gets out 0 and lse -inf. None: arguments not handled here (the
@@ -50,7 +50,7 @@ typedef struct {
     const float *q, *kt, *v;
     float *out, *lse;
     npy_intp F, Hk, G, Sq, Sk, D, Dv;
-    npy_intp q_f, kt_f, kt_ld, v_f;    /* strides in elements */
+    npy_intp q_f, kt_f, kt_ld, v_b, v_h, v_ld;    /* strides in elements (v: per batch, key head, row) */
     npy_intp bq, bk, nqb;
     int causal;
     atomic_int failed;
@@ -191,7 +191,8 @@ static void run_unit(void *ctx, long piece)
         m[r] = -INFINITY;
         l[r] = 0.0f;
     }
-    const float *q = j->q + f * j->q_f + r0 * G * j->D, *kt = j->kt + f * j->kt_f, *v = j->v + f * j->v_f;
+    const float *q = j->q + f * j->q_f + r0 * G * j->D, *kt = j->kt + f * j->kt_f;
+    const float *v = j->v + (f / j->Hk) * j->v_b + (f % j->Hk) * j->v_h;
     for (npy_intp c0 = 0; c0 < kend; c0 += j->bk) {
         npy_intp c1 = c0 + j->bk < kend ? c0 + j->bk : kend, w = c1 - c0;
         gemm_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (blas_int)n, (blas_int)w, (blas_int)j->D, 1.0f, q,
@@ -206,7 +207,7 @@ static void run_unit(void *ctx, long piece)
         }
         if (dv > 0)
             gemm_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (blas_int)n, (blas_int)dv, (blas_int)w, 1.0f, s, (blas_int)w,
-                       v + c0 * dv, (blas_int)dv, 1.0f, acc, (blas_int)dv);
+                       v + c0 * j->v_ld, (blas_int)j->v_ld, 1.0f, acc, (blas_int)dv);
     }
     npy_intp b = f / j->Hk, h = f % j->Hk, hq = j->Hk * G;
     for (npy_intp r = 0; r < n; r++) {
@@ -248,8 +249,8 @@ PyObject *flashmask_forward(PyObject *self, PyObject *args)
     (void)self;
     if (!PyArg_ParseTuple(args, "OOOOOnpnni", &qo, &kto, &vo, &outo, &lseo, &hk, &causal, &bq, &bk, &threads))
         return NULL;
-    if (gemm_sgemm == NULL || !usable(qo, 3) || !usable(kto, 3) || !usable(vo, 3) || !usable(outo, 4) ||
-        !usable(lseo, 3) || hk < 1 || bq < 1 || bk < 1)
+    if (gemm_sgemm == NULL || !usable(qo, 3) || !usable(kto, 3) || !(usable(vo, 3) || usable(vo, 4)) ||
+        !usable(outo, 4) || !usable(lseo, 3) || hk < 1 || bq < 1 || bk < 1)
         Py_RETURN_NONE;
     PyArrayObject *q = (PyArrayObject *)qo, *kt = (PyArrayObject *)kto, *v = (PyArrayObject *)vo,
                   *out = (PyArrayObject *)outo, *lse = (PyArrayObject *)lseo;
@@ -262,13 +263,15 @@ PyObject *flashmask_forward(PyObject *self, PyObject *args)
     j.Hk = hk;
     j.Sq = so[1];
     j.D = PyArray_DIM(q, 2);
+    int v4 = PyArray_NDIM(v) == 4;   /* value itself, [B, Sk, Hk, Dv], or the per-head copy [F, Sk, Dv] */
     j.Sk = PyArray_DIM(v, 1);
-    j.Dv = PyArray_DIM(v, 2);
-    if (so[2] % hk || so[0] * hk != j.F)
+    j.Dv = PyArray_DIM(v, v4 ? 3 : 2);
+    if (so[2] % hk || so[0] * hk != j.F || (v4 ? PyArray_DIM(v, 0) != so[0] || PyArray_DIM(v, 2) != hk
+                                                : PyArray_DIM(v, 0) != j.F))
         Py_RETURN_NONE;
     j.G = so[2] / hk;
     if (PyArray_DIM(q, 1) != j.Sq * j.G || PyArray_DIM(kt, 0) != j.F || PyArray_DIM(kt, 1) != j.D ||
-        PyArray_DIM(kt, 2) != j.Sk || PyArray_DIM(v, 0) != j.F || so[3] != j.Dv || PyArray_DIM(lse, 0) != so[0] ||
+        PyArray_DIM(kt, 2) != j.Sk || so[3] != j.Dv || PyArray_DIM(lse, 0) != so[0] ||
         PyArray_DIM(lse, 1) != so[2] || PyArray_DIM(lse, 2) != j.Sq)
         Py_RETURN_NONE;
     if (PyArray_STRIDE(kt, 0) % 4 || PyArray_STRIDE(kt, 1) % 4 || PyArray_STRIDE(kt, 1) < 4 * j.Sk ||
@@ -282,7 +285,9 @@ PyObject *flashmask_forward(PyObject *self, PyObject *args)
     j.q_f = j.Sq * j.G * j.D;
     j.kt_f = PyArray_STRIDE(kt, 0) / 4;
     j.kt_ld = PyArray_STRIDE(kt, 1) / 4;
-    j.v_f = j.Sk * j.Dv;
+    j.v_ld = v4 ? hk * j.Dv : j.Dv;
+    j.v_h = v4 ? j.Dv : j.Sk * j.Dv;
+    j.v_b = hk * j.Sk * j.Dv;
     j.bq = bq;
     j.bk = bk;
     j.nqb = (j.Sq + bq - 1) / bq;

@@ -553,21 +553,35 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     kt = _take_t(xp, nf, d, sk, ct)
     v = _scratch.take(xp, (nf, sk, dv), ct)   # (the weights' row sums come from exp2_rows: P V stays D wide)
     vabs = xp.zeros((nf,), dtype=ct)   # max |V| per head (NaN propagates), for the fast step's overflow bound
+    # The fused forward (masks without vectors, float32) reads a C-ordered float32 value in place (no copy of V,
+    # no max |V|) and writes every row of out and lse
+    fused = not mask.cons and mask.window is None and mask.block is None and dropout == 0 and \
+        query.dtype == numpy.float32 and ct == xp.float32
+    value_in_place = fused and isinstance(value, numpy.ndarray) and value.dtype == numpy.float32 and \
+        value.flags.c_contiguous
+
+    def prepare_v(f):
+        _rows_into(v[f], value, f, hk, 1)
+        if sk and dv:
+            vabs[f] = xp.maximum(v[f].max(), -v[f].min())
 
     def prepare(f):
         _rows_into(q[f], query, f, hk, g, scale * LOG2E)
         _keys_t_into(xp, kt[f], key, f, hk)
-        _rows_into(v[f], value, f, hk, 1)
-        if sk and dv:
-            vabs[f] = xp.maximum(v[f].max(), -v[f].min())
+        if not value_in_place:
+            prepare_v(f)
     _per_head(xp, nf, prepare)
+    if fused:
+        out = xp.empty((b, sq, hq, dv), dtype=query.dtype)
+        lse = xp.empty((b, hq, sq), dtype=xp.float32)
+        if _fused_forward(xp, q, kt, value if value_in_place else v, out, lse, hk, causal):
+            _scratch.give(q, kt.base, v)
+            return out, lse, _seed_offset(xp, seed, offset)
+        if value_in_place:
+            _per_head(xp, nf, prepare_v)
     # blocks write their rows straight into the results; rows no block covers saw no key
     out = xp.zeros((b, sq, hq, dv), dtype=query.dtype)
     lse = xp.full((b, hq, sq), -xp.inf, dtype=xp.float64 if ct == xp.float64 else xp.float32)
-    if not mask.cons and mask.window is None and mask.block is None and dropout == 0 and \
-            _fused_forward(xp, q, kt, v, out, lse, hk, causal):
-        _scratch.give(q, kt.base, v)
-        return out, lse, _seed_offset(xp, seed, offset)
     classes = numpy.asarray(mask.classes) if xp is not numpy else mask.classes
     heads, span = _split(nf, bq * g, bk, classes)
     runs = [_spans(classes[i], bk, sk, span) for i in range(mask.nqb)]
@@ -600,12 +614,11 @@ FUSED_BLOCK_K = 512
 
 def _fused_forward(xp, q, kt, v, out, lse, hk, causal):
     """The whole forward by the backend's `flashmask_forward` (oarlock-cpu: one C call, float32, masks without
-    vectors: plain causal or none) where it has one and takes these arrays; False otherwise (nothing written)."""
+    vectors: plain causal or none) where it has one and takes these arrays (v: the per-head copy [F, Sk, Dv] or
+    the value input [B, Sk, Hk, Dv]); False otherwise (nothing written)."""
     try:
         fused = xp_function(xp, "flashmask_forward")
     except AttributeError:
-        return False
-    if out.dtype != xp.float32 or q.dtype != xp.float32:
         return False
     return fused(q, kt, v, out, lse, hk, causal, FUSED_BLOCK_Q, FUSED_BLOCK_K, _parallel.workers())
 
