@@ -25,5 +25,6 @@ def flashmask_backward(q, do, delta, lse2, k, kt, vt, dk, dv, dqs, group, causal
                                         int(block_q), int(block_k)) is not None
 
 
-FUNCTIONS = {} if mkl.LIBRARY is None else {"flashmask_forward": flashmask_forward,
-                                            "flashmask_backward": flashmask_backward}
+# (an extension built before _flash.c existed has neither: the kernels then keep their numpy tiles)
+FUNCTIONS = {} if mkl.LIBRARY is None or not hasattr(mkl._gemm, "flashmask_backward") else {
+    "flashmask_forward": flashmask_forward, "flashmask_backward": flashmask_backward}
