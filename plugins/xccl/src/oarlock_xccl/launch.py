@@ -54,7 +54,7 @@ import threading
 import time
 
 from oarlock_xccl import failure, nodes, supervisor
-from oarlock_xccl.output import FifoError, OutputPump
+from oarlock_xccl.output import FifoError, OutputPump, launcher_line
 from oarlock_xccl.processes import ProcStat, is_alive, job_processes, send_signal
 
 HELP = "run a Python script as N MPI ranks (through mpiexec) with rank-prefixed output; stops the job when a rank fails"
@@ -168,14 +168,14 @@ def run(args: argparse.Namespace) -> int:
         mpiexec = find_mpiexec(args.mpiexec)
         extra = launcher_options(mpiexec)
     except LaunchError as exc:
-        print(exc, file=sys.stderr)
+        launcher_line(str(exc))
         return 2
     rendezvous = None
     if args.nnodes > 1 and args.node_rank == 0:
         try:
             rendezvous = nodes.Rendezvous(args.master)
         except OSError as exc:
-            print(f"oarlock launch: cannot serve the rendezvous on --master {args.master}: {exc}", file=sys.stderr)
+            launcher_line(f"oarlock launch: cannot serve the rendezvous on --master {args.master}: {exc}")
             return 2
     try:
         return _run_restarts(args, mpiexec, extra, script, script_args)
@@ -193,15 +193,15 @@ def _run_restarts(args, mpiexec: str, extra: list, script: str, script_args: lis
             return status   # done, a launcher problem, a stop asked for by a signal, or mpiexec's own failure
         if restart == args.max_restarts:
             if args.max_restarts:
-                print(f"oarlock launch: giving up after {args.max_restarts} restart(s)", file=sys.stderr, flush=True)
+                launcher_line(f"oarlock launch: giving up after {args.max_restarts} restart(s)")
             return status
         nproc = restart_size(args.nproc, nproc, len(job.monitor.failures), args.min_nproc)
         if nproc is None:
-            print(f"oarlock launch: not restarting: fewer than --min-nproc {args.min_nproc} ranks would be left",
-                  file=sys.stderr, flush=True)
+            launcher_line(f"oarlock launch: not restarting: fewer than --min-nproc {args.min_nproc} ranks would be "
+                          f"left")
             return status
-        print(f"oarlock launch: restarting the job on {nproc} rank(s) (restart {restart + 1} of "
-              f"{args.max_restarts}, {RESTART_ENV}={restart + 1})", file=sys.stderr, flush=True)
+        launcher_line(f"oarlock launch: restarting the job on {nproc} rank(s) (restart {restart + 1} of "
+                      f"{args.max_restarts}, {RESTART_ENV}={restart + 1})")
     return status
 
 
@@ -219,8 +219,8 @@ def _run_once(args, mpiexec: str, extra: list, nproc: int, restart: int, script:
         try:
             return job.run(), job
         except FifoError as exc:
-            print(f"oarlock launch: cannot create the ranks' output FIFOs in {directory}: {exc.__cause__}; the "
-                  f"launch directory comes from TMPDIR, which must be a local file system", file=sys.stderr)
+            launcher_line(f"oarlock launch: cannot create the ranks' output FIFOs in {directory}: {exc.__cause__}; "
+                          f"the launch directory comes from TMPDIR, which must be a local file system")
             return 1, None
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -478,7 +478,7 @@ class _Job:
                     # half-way; the launcher forwards it in order.
                     self.proc = subprocess.Popen(self.command, env=self.env, start_new_session=True)
                 except OSError as exc:
-                    print(f"oarlock launch: cannot start {self.command[0]}: {exc}", file=sys.stderr)
+                    launcher_line(f"oarlock launch: cannot start {self.command[0]}: {exc}")
                     return 127
                 self._supervise()
             finally:
@@ -500,15 +500,14 @@ class _Job:
             elif self.peers is not None and not self.monitor.failures:
                 self.remote_failure = self.peers.failed_elsewhere()
                 if self.remote_failure is not None:
-                    print(f"oarlock launch: {self.remote_failure}; stopping this node's ranks", file=sys.stderr,
-                          flush=True)
+                    launcher_line(f"oarlock launch: {self.remote_failure}; stopping this node's ranks")
                     break
             if deadline is not None and time.monotonic() >= deadline:
                 break
             time.sleep(POLL_S)
         if self.signals:
             name = signal.Signals(self.signals[0]).name
-            print(f"oarlock launch: got {name}; stopping the job", file=sys.stderr, flush=True)
+            launcher_line(f"oarlock launch: got {name}; stopping the job")
 
     def _note(self, failures: list[Failure], running: bool) -> None:
         """Announce the job's first failure (once)."""
@@ -518,12 +517,12 @@ class _Job:
         if self.peers is not None:   # the other nodes stop their ranks too
             self.peers.report(first.describe())
         tail = "; stopping the other ranks" if running else ""
-        print(f"oarlock launch: {first.describe()}{tail}", file=sys.stderr, flush=True)
+        launcher_line(f"oarlock launch: {first.describe()}{tail}")
         if first.time is None and len(failures) > 1:
             # e.g. one rank killed by a signal, and mpiexec killing the others at once
             ranks = ", ".join(str(item.rank) for item in failures)
-            print(f"oarlock launch: ranks {ranks} all ended without reporting within {POLL_S:g} s; which of them "
-                  f"ended first is unknown (mpiexec's own message may name the process)", file=sys.stderr, flush=True)
+            launcher_line(f"oarlock launch: ranks {ranks} all ended without reporting within {POLL_S:g} s; which of "
+                          f"them ended first is unknown (mpiexec's own message may name the process)")
 
     def _shut_down(self) -> None:
         """End every process of the job: SIGTERM, then SIGKILL what is left TERM_WAIT_S later.
@@ -540,8 +539,8 @@ class _Job:
             if not found and self.proc.poll() is not None:
                 break
             if not self.stopped and not targets:
-                print(f"oarlock launch: ending {len(found)} process(es) the job left behind: "
-                      f"{', '.join(map(str, sorted(found)))}", file=sys.stderr, flush=True)
+                launcher_line(f"oarlock launch: ending {len(found)} process(es) the job left behind: "
+                              f"{', '.join(map(str, sorted(found)))}")
             targets.update(found)
             direct = found
             if self.proc.poll() is None:
@@ -589,12 +588,12 @@ class _Job:
         failures = self.monitor.failures
         remote = self._remote_cause(failures)
         if remote is not None:
-            print(f"oarlock launch: the job failed on another node: {remote}; this node's ranks ended with it",
-                  file=sys.stderr)
+            launcher_line(f"oarlock launch: the job failed on another node: {remote}; this node's ranks ended with "
+                          f"it")
             return 1
         if failures:
             ranks = "; ".join(item.describe() for item in failures)
-            print(f"oarlock launch: {len(failures)} of {self.monitor.nproc} rank(s) failed: {ranks}", file=sys.stderr)
+            launcher_line(f"oarlock launch: {len(failures)} of {self.monitor.nproc} rank(s) failed: {ranks}")
         if self.signals:
             return 128 + self.signals[0]
         if self.remote_failure is not None and not failures:
@@ -608,11 +607,11 @@ class _Job:
         if returncode is None:
             return 127
         if returncode < 0:
-            print(f"oarlock launch: mpiexec was killed by signal {_signal_name(-returncode)}", file=sys.stderr)
+            launcher_line(f"oarlock launch: mpiexec was killed by signal {_signal_name(-returncode)}")
             return 128 - returncode
         if returncode > 0:
-            print(f"oarlock launch: mpiexec exited with status {returncode} without a rank reporting a failure",
-                  file=sys.stderr)
+            launcher_line(f"oarlock launch: mpiexec exited with status {returncode} without a rank reporting a "
+                          f"failure")
         return returncode
 
 

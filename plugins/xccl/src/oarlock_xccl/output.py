@@ -84,6 +84,17 @@ class OutputPump:
                 pass  # our stdout is gone (closed pipe); keep draining so the rank never blocks on a full FIFO
 
 
+def launcher_line(text: str) -> None:
+    """One line of the launcher's own on stderr, whole: one write, under the lock the rank pumps write with
+    (print() writes the newline apart, so a rank's relayed line could land between the two)."""
+    with OutputPump._write_lock:
+        try:
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass  # stderr is gone: nothing to tell
+
+
 def _release_reader(path: str) -> None:
     """Open and close the FIFO's write end, which ends a reader waiting in open() (it then reads EOF).
 
