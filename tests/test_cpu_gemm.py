@@ -234,3 +234,31 @@ def test_how_products_given_several_threads_run():
     assert runs == {"1": "[(2, None, True), (1, None, False), (1, None, False)]",
                     "threads": "[(2, None, False), (1, None, False), (1, None, False)]",
                     "numpy": "[(1, None, False), (1, None, False)]"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("a_shape, n", [((300, 70), 90), ((33, 70), 300), ((6, 20, 12), 24), ((5, 7), 1)])
+def test_fused_bias_rounds_as_the_add_after_the_product(a_shape, n, mode):
+    """bias=: each row of every piece gets the bias after its product, the same bits as numpy's add afterwards, for
+    row, column and batch pieces; a bias of another shape, dtype or layout is not taken (None)."""
+    threads, split = mode
+    a, b, bias = rand(*a_shape), rand(a_shape[-1], n), rand(n)
+    got = gemm.matmul(a, b, threads, None, split, bias)
+    want = gemm.matmul(a, b, threads, None, split)
+    want += bias
+    np.testing.assert_array_equal(got, want)
+    strided = [rand(2 * n)[::2]] if n > 1 else []   # one element is contiguous whatever its stride
+    for wrong in [rand(n + 1), rand(n).astype(np.float64), rand(1, n), *strided]:
+        assert gemm.matmul(a, b, threads, None, split, wrong) is None
+    assert mkl.matmul_bias(a, b, bias) is not None
+
+
+def test_linear_with_bias_takes_the_fused_path():
+    import oarlock
+    import oarlock.nn.functional as F
+    from oarlock_cpu import kernels
+    x, w, bias = rand(8, 16, 40), rand(40, 24), rand(24)
+    got = F.linear(oarlock.to_tensor(x), oarlock.to_tensor(w), oarlock.to_tensor(bias)).numpy()
+    np.testing.assert_array_equal(got, kernels.generic("linear")(np, x, w, bias))
+    with pytest.raises(ValueError, match="bias of shape"):   # the generic kernel's message for a wrong bias
+        F.linear(oarlock.to_tensor(x), oarlock.to_tensor(w), oarlock.to_tensor(rand(5)))

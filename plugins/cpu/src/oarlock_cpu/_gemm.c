@@ -153,7 +153,26 @@ typedef struct {
     const char *a, *b;
     char *c;
     npy_intp lda, sa, ldb, sb, ldc, sc;
+    const char *bias;   /* NULL, or n values added to every row of every C_i (a linear layer's bias) */
 } product;
+
+/* C_i += bias on each row, right after the product wrote it (still in cache, on the thread that wrote it: one
+ * pass less than numpy's broadcast add over the whole result afterwards) */
+static void add_bias(const product *p) {
+    for (npy_intp i = 0; i < p->count; i++)
+        for (npy_intp r = 0; r < p->m; r++) {
+            char *row = p->c + (i * p->sc + r * p->ldc) * p->item;
+            if (p->type == NPY_FLOAT32) {
+                float *c = (float *)row;
+                const float *b = (const float *)p->bias;
+                for (npy_intp j = 0; j < p->n; j++) c[j] += b[j];
+            } else {
+                double *c = (double *)row;
+                const double *b = (const double *)p->bias;
+                for (npy_intp j = 0; j < p->n; j++) c[j] += b[j];
+            }
+        }
+}
 
 static void run(const product *p) {
     if (p->count == 1 || p->separate) {
@@ -167,6 +186,7 @@ static void run(const product *p) {
         dgemm_batch(ROW_MAJOR, p->ta, p->tb, p->m, p->n, p->k, 1.0, (const double *)p->a, p->lda, p->sa,
                     (const double *)p->b, p->ldb, p->sb, 0.0, (double *)p->c, p->ldc, p->sc, p->count);
     }
+    if (p->bias != NULL) add_bias(p);
 }
 
 /* A product cut into independent pieces for the worker pool (_pool.c), each run by MKL on one thread: blocks of
@@ -194,6 +214,7 @@ static void run_piece(void *ctx, long piece) {
         p.n = p.n - lo < s->extent ? p.n - lo : s->extent;
         p.b += (p.tb == NO_TRANS ? lo : lo * p.ldb) * item;
         p.c += lo * item;
+        if (p.bias != NULL) p.bias += lo * item;
     }
     run(&p);
 }
@@ -226,9 +247,9 @@ static void run_split(const product *p, int threads) {
 }
 
 static PyObject *gemm_matmul(PyObject *self, PyObject *args) {
-    PyObject *ao, *bo, *oo = Py_None;
+    PyObject *ao, *bo, *oo = Py_None, *biaso = Py_None;
     int threads, split = 0;
-    if (!PyArg_ParseTuple(args, "OOi|Op", &ao, &bo, &threads, &oo, &split)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOi|OpO", &ao, &bo, &threads, &oo, &split, &biaso)) return NULL;
     if (gemm_sgemm == NULL || !PyArray_CheckExact(ao) || !PyArray_CheckExact(bo)) Py_RETURN_NONE;
     PyArrayObject *a = (PyArrayObject *)ao, *b = (PyArrayObject *)bo;
     int type = PyArray_TYPE(a);
@@ -240,6 +261,15 @@ static PyObject *gemm_matmul(PyObject *self, PyObject *args) {
     const npy_intp *sa = PyArray_SHAPE(a), *sb = PyArray_SHAPE(b);
     npy_intp m = sa[na - 2], k = sa[na - 1], n = sb[nb - 1];
     if (sb[nb - 2] != k || m > INT_MAX || n > INT_MAX || k > INT_MAX) Py_RETURN_NONE;  /* numpy raises its own */
+    const char *bias = NULL;   /* a contiguous [n] array of the operands' dtype, or nothing fused */
+    if (biaso != Py_None) {
+        PyArrayObject *bv = (PyArrayObject *)biaso;
+        if (!PyArray_CheckExact(biaso) || PyArray_TYPE(bv) != type || PyArray_NDIM(bv) != 1 ||
+            PyArray_SHAPE(bv)[0] != n || !PyArray_IS_C_CONTIGUOUS(bv) || !PyArray_ISALIGNED(bv) ||
+            !PyArray_ISNOTSWAPPED(bv))
+            Py_RETURN_NONE;
+        bias = PyArray_BYTES(bv);
+    }
     /* the result's batch shape: numpy's broadcasting of the two batch shapes */
     int nbatch = (na > nb ? na : nb) - 2;
     npy_intp out_shape[NPY_MAXDIMS];
@@ -316,7 +346,8 @@ static PyObject *gemm_matmul(PyObject *self, PyObject *args) {
         }
         product p = {.type = type, .ta = la.trans, .tb = lb.trans, .m = m, .n = n, .k = k, .count = inner,
                      .item = item, .a = pa + oa * item, .b = pb + ob * item, .c = pc + oc * item, .lda = la.ld,
-                     .sa = ia, .ldb = lb.ld, .sb = ib, .ldc = lc.ld, .sc = ic, .separate = ic < m * lc.ld};
+                     .sa = ia, .ldb = lb.ld, .sb = ib, .ldc = lc.ld, .sc = ic, .separate = ic < m * lc.ld,
+                     .bias = bias};
         if (fold) {   /* one GEMM of all the stacked rows */
             p.m = inner * m;
             p.count = 1;
@@ -338,8 +369,9 @@ numpy:
 static PyMethodDef methods[] = {
     {"load", gemm_load, METH_VARARGS, "load(path): open a cblas library (Intel MKL's libmkl_rt)."},
     {"matmul", gemm_matmul, METH_VARARGS,
-     "matmul(a, b, threads, out=None, split=False) -> ndarray or None: a @ b through the loaded cblas, None where "
-     "not handled; split: the product cut into pieces run by MKL on one thread each, on `threads` pool threads."},
+     "matmul(a, b, threads, out=None, split=False, bias=None) -> ndarray or None: a @ b (+ bias, [n], added to every "
+     "row) through the loaded cblas, None where not handled; split: the product cut into pieces run by MKL on one "
+     "thread each, on `threads` pool threads."},
     {"attention_forward", attention_forward, METH_VARARGS,
      "attention_forward(q, k, v, scale, causal, threads) -> (out, probs) or None: see _attention.c."},
     {"attention_backward", attention_backward, METH_VARARGS,

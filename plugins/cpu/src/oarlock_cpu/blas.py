@@ -238,6 +238,13 @@ def linear(xp, x, weight, bias=None):
     # x [..., in] @ weight [in, out]: the leading axes of x are rows of one GEMM
     rows = math.prod(x.shape[:-1]) if x.ndim > 1 else 1
     policy().apply(rows, weight.shape[0] if weight.ndim else 1, weight.shape[-1] if weight.ndim > 1 else 1)
+    if bias is not None and x.ndim >= 2 and weight.ndim == 2 and x.shape[-1] == weight.shape[0] \
+            and bias.shape == weight.shape[1:] and x.dtype == weight.dtype == bias.dtype:
+        from oarlock_cpu import mkl   # here: mkl imports this module
+
+        out = mkl.matmul_bias(x, weight, bias)   # the bias added inside the product's pieces
+        if out is not None:
+            return out
     return generic("linear")(xp, x, weight, bias)
 
 

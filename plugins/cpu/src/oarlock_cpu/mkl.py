@@ -100,20 +100,37 @@ _numpy_matmul = np.matmul
 MULTI_THREAD_MODE = {"threads": "threads", "numpy": "numpy"}.get(os.environ.get("OARLOCK_CPU_MKL", ""), "split")
 
 
+def _threads(a, b):
+    """(threads, split, to numpy) for a product the policy chooses threads for."""
+    threads = blas.policy().threads_for(a.shape[-2], a.shape[-1], b.shape[-1],
+                                        max(blas._batch(a.shape), blas._batch(b.shape)))
+    if threads > 1:
+        return threads, MULTI_THREAD_MODE == "split", MULTI_THREAD_MODE == "numpy"
+    return threads, False, False
+
+
 def _product(a, b, out, threads):
     if a.__class__ is np.ndarray and b.__class__ is np.ndarray and a.ndim >= 2 and b.ndim >= 2:
         split = False
         if threads is None:
-            threads = blas.policy().threads_for(a.shape[-2], a.shape[-1], b.shape[-1],
-                                                max(blas._batch(a.shape), blas._batch(b.shape)))
-            if threads > 1:
-                if MULTI_THREAD_MODE == "numpy":
-                    return _numpy_matmul(a, b) if out is None else _numpy_matmul(a, b, out=out)
-                split = MULTI_THREAD_MODE == "split"
+            threads, split, to_numpy = _threads(a, b)
+            if to_numpy:
+                return _numpy_matmul(a, b) if out is None else _numpy_matmul(a, b, out=out)
         result = _gemm.matmul(a, b, threads, out, split)
         if result is not None:
             return result
     return _numpy_matmul(a, b) if out is None else _numpy_matmul(a, b, out=out)
+
+
+def matmul_bias(a, b, bias):
+    """a @ b + bias as a new array, the bias [n] added to each row of the result by the thread that computed it,
+    while it is in cache (a linear layer; numpy needs a second pass over the result); None where MKL does not take
+    the operands (the caller computes it another way)."""
+    if (LIBRARY is None or a.__class__ is not np.ndarray or b.__class__ is not np.ndarray or a.ndim < 2
+            or b.ndim != 2 or bias.__class__ is not np.ndarray):
+        return None
+    threads, split, to_numpy = _threads(a, b)
+    return None if to_numpy else _gemm.matmul(a, b, threads, None, split, bias)
 
 
 def matmul(a, b, out=None):
