@@ -1,10 +1,10 @@
 """Specs for the linalg family: matmul (vectors, transposes, batch broadcasting, 0-size), bmm and
-nn.functional.linear (weight stored as [in_features, out_features])."""
+nn.functional.linear (weight stored as [in_features, out_features]), and linear's fused backward _linear_grad."""
 
 import numpy as np
 
 import oarlock.nn.functional as F
-from op_specs.base import FLOATS, INTS, Case, In, OpSpec
+from op_specs.base import FLOATS, INTS, Case, In, OpSpec, library_op
 
 REAL = FLOATS + INTS
 
@@ -21,6 +21,13 @@ def _matmul_ref(x, y, transpose_x=False, transpose_y=False):
 def _linear_ref(x, weight, bias=None):
     out = np.matmul(x, weight)
     return out if bias is None else out + bias
+
+
+def _linear_grad_ref(x, weight, g, need_x=True, need_weight=True, need_bias=True):
+    rows = g.reshape(-1, g.shape[-1])
+    empty = np.zeros((0,), g.dtype)
+    return (g @ weight.T if need_x else empty, x.reshape(-1, x.shape[-1]).T @ rows if need_weight else empty,
+            rows.sum(axis=0) if need_bias else empty)
 
 
 SPECS = [
@@ -53,4 +60,10 @@ SPECS = [
         Case([In((2, 3)), In((3, 4)), In((2, 4))], name="full_bias"),
         Case([In((0, 3)), In((3, 4)), In((4,))], name="empty"),
     ], ref=_linear_ref, dtypes=REAL, call=F.linear),
+    OpSpec("_linear_grad", [
+        Case([In((2, 3)), In((3, 4)), In((2, 4))], name="2d"),
+        Case([In((2, 5, 3)), In((3, 4)), In((2, 5, 4))], name="batch"),
+        Case([In((2, 5, 3)), In((3, 4)), In((2, 5, 4)), False, True, False], name="weight_only"),
+        Case([In((0, 3)), In((3, 4)), In((0, 4))], name="empty"),
+    ], ref=_linear_grad_ref, dtypes=FLOATS, grad=False, call=library_op("_linear_grad")),
 ]

@@ -140,7 +140,43 @@ def _as_shape(g, shape):
     return g if tuple(g.shape) == tuple(shape) else oarlock.reshape(g, list(shape))
 
 
+_FUSED_GRAD_DTYPES = (oarlock.float32, oarlock.float64)
+
+
+def _linear_grad_kernel(xp, x, weight, g, need_x=True, need_weight=True, need_bias=True):
+    """linear's first-order backward in one kernel: (dx = g weight^T, dweight = x^T g over every row, dbias = the
+    column sums of g), an empty [0] array for each one not needed. x [..., in], weight [in, out], g [..., out]."""
+    matmul = xp_function(xp, "matmul")
+    dtype, ct = g.dtype, compute_dtype(xp, g.dtype)   # 16-bit floats in float32, rounded once at the end
+    x, weight, g = (a.astype(ct, copy=False) for a in (x, weight, g))
+    rows = g.reshape(-1, g.shape[-1])
+    empty = xp.zeros((0,), dtype=ct)
+    dx = matmul(g, weight.T) if need_x else empty
+    dweight = matmul(x.reshape(-1, x.shape[-1]).T, rows) if need_weight else empty
+    dbias = rows.sum(axis=0) if need_bias else empty
+    return tuple(a.astype(dtype, copy=False) for a in (dx, dweight, dbias))
+
+
+_linear_grad_op = None  # the internal op _linear_grad (set by register)
+
+
+def _fused_linear_grad(ctx, g):
+    """The rule's first-order case as one op call (instead of two matmuls, reshapes and a sum, each an op), for
+    float32/float64 operands of one dtype, x with rows, and a bias (if any) of shape [out]."""
+    x, weight = ctx.saved
+    if (oarlock.is_grad_enabled() or len(x.shape) < 2 or not x.dtype == weight.dtype == g.dtype
+            or x.dtype not in _FUSED_GRAD_DTYPES
+            or (ctx.edges[2] is not None and tuple(ctx.meta[2][0]) != (ctx.meta[1][0][1],))):
+        return None
+    wanted = [edge is not None for edge in ctx.edges]
+    grads = _linear_grad_op(x, weight, g, *wanted)
+    return tuple(grad if want else None for grad, want in zip(grads, wanted))
+
+
 def _linear_grad(ctx, g):
+    fused = _fused_linear_grad(ctx, g)
+    if fused is not None:
+        return fused
     x, weight = ctx.saved
     in_features, out_features = ctx.meta[1][0]
     dx = oarlock.matmul(g, weight, transpose_y=True) if ctx.edges[0] is not None else None
@@ -299,6 +335,13 @@ def register(ops):
                saves=("x", "weight"), amp="white",
                doc="x @ weight + bias, with weight stored as [in_features, out_features] (Paddle's layout).")
     ops.kernel("linear")(_linear)
+    global _linear_grad_op
+    _linear_grad_op = ops.define(
+        "_linear_grad(x: Tensor, weight: Tensor, g: Tensor, need_x: bool = True, need_weight: bool = True, "
+        "need_bias: bool = True) -> tuple[Tensor, Tensor, Tensor]", internal=True, promote=True, dtypes=("float",),
+        doc="linear's fused first-order backward: (g weight^T, x^T g summed over the rows, the column sums of g), "
+            "an empty [0] tensor for each one not needed.")
+    ops.kernel("_linear_grad")(_linear_grad_kernel)
 
     norm_options = {"dtypes": ("float",), "grad": _norm_grad, "saves": ("x", "out")}
     ops.define("norm(x: Tensor, p: Any = None, axis: Axis|None = None, keepdim: bool = False, "
