@@ -110,3 +110,25 @@ def test_sgd_matches_the_generic_kernel_bit_for_bit(dtype, weight_decay):
     p.grad = oarlock.to_tensor(g)
     oarlock.optimizer.SGD(learning_rate=0.1, parameters=[p], weight_decay=weight_decay or None).step()
     np.testing.assert_array_equal(p.numpy(), expected)
+
+
+def test_zero_tensors_on_the_pool_and_for_views():
+    """clear_grad's zero_tensors_: large contiguous arrays by pieces of one memset (1 and 2 threads), views and
+    other layouts as the generic kernel does it."""
+    import oarlock
+    from oarlock_cpu import blas, parallel
+    rng = np.random.default_rng(0)
+    for threads in (1, 2):
+        previous = blas.set_policy(blas.ThreadPolicy(forced=threads))
+        parallel.sync_threads()
+        try:
+            big = oarlock.to_tensor(rng.standard_normal((513, 777)).astype(np.float32))
+            small = oarlock.to_tensor(rng.standard_normal(5))
+            base = oarlock.to_tensor(rng.standard_normal((6, 8)).astype(np.float32))
+            view = base[:, :3]
+            oarlock.zero_tensors_([big, small, view])
+            assert not big.numpy().any() and not small.numpy().any() and not view.numpy().any()
+            assert base.numpy()[:, 3:].all()   # only the view's elements were written
+        finally:
+            blas.set_policy(previous)
+            parallel.sync_threads()

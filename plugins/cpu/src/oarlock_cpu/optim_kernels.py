@@ -4,12 +4,15 @@ They replace, for float32 and float64, the generic kernels of oarlock-ops' adam_
 and sgd_steps_ (a dozen numpy passes for Adam, run over cache-sized chunks; two passes and a temporary for
 SGD): one pass reads each parameter, gradient and moment element once, in the generic kernel's order of
 operations and with its scalars, so the results are the same bits. Other dtypes (bfloat16, float16), and a
-source tree whose extension was never built, keep the generic kernels.
+source tree whose extension was never built, keep the generic kernels. zero_tensors_ (an optimizer's
+clear_grad) zeroes each contiguous float array with one memset, large ones split over the free cores.
 """
 
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from oarlock_cpu.kernels import register_all
 from oarlock_cpu.parallel import sync_threads
@@ -63,8 +66,22 @@ def sgd_many(xp, params, grads, **attrs):
         sgd(xp, p, g, **attrs)
 
 
+def zero_many(xp, tensors):
+    """zero_tensors_ (an optimizer's clear_grad): each contiguous float array zeroed by one memset, split over the
+    free cores when large; anything else as the generic kernel does it."""
+    sync_threads()
+    zero = getattr(_optim, "zero_", None)   # an extension built before zero_ existed lacks it
+    for t in tensors:
+        if zero is not None and t.__class__ is np.ndarray and t.dtype.kind == "f" and t.flags.c_contiguous \
+                and t.flags.writeable:
+            zero(t)
+        else:
+            t[...] = 0
+
+
 def register(ops):
-    """Register the fused Adam and SGD kernels for device "cpu" (float32, float64); nothing when the extension
-    is missing."""
+    """Register the fused Adam and SGD kernels and the gradients' zeroing for device "cpu" (float32, float64);
+    nothing when the extension is missing."""
     if _optim is not None:
-        register_all(ops, {"adam_step_": adam, "adam_steps_": adam_many, "sgd_step_": sgd, "sgd_steps_": sgd_many})
+        register_all(ops, {"adam_step_": adam, "adam_steps_": adam_many, "sgd_step_": sgd, "sgd_steps_": sgd_many,
+                           "zero_tensors_": zero_many})
