@@ -248,7 +248,13 @@ def linear(xp, x, weight, bias=None):
     return generic("linear")(xp, x, weight, bias)
 
 
-KERNELS = {"matmul": matmul, "bmm": bmm, "linear": linear}
+def linear_grad(xp, x, weight, g, need_x=True, need_weight=True, need_bias=True):
+    # the fused backward's products (dx = g W^T, dW = x^T g) through the "cpu" matmul (MKL), as the two matmul ops
+    # it stands in for would run them (a device with its own matmul gets the fused op only with this kernel)
+    return generic("_linear_grad")(xp, x, weight, g, need_x=need_x, need_weight=need_weight, need_bias=need_bias)
+
+
+KERNELS = {"matmul": matmul, "bmm": bmm, "linear": linear, "_linear_grad": linear_grad}
 DTYPES = ("float32", "float64", "float16", "bfloat16")  # the half types multiply in float32 BLAS
 
 

@@ -28,6 +28,7 @@ import numbers
 
 import oarlock
 from oarlock.plugin_api import xp_function
+from oarlock.registry import ANY_DTYPE, GENERIC, default_registry
 from oarlock_ops._grad import sum_to_shape, unbroadcast
 
 
@@ -160,13 +161,39 @@ def _linear_grad_kernel(xp, x, weight, g, need_x=True, need_weight=True, need_bi
 _linear_grad_op = None  # the internal op _linear_grad (set by register)
 
 
+_fused_on: dict = {}   # (device type, dtype) -> whether the fused backward serves it
+
+
+def _level(registry, op: str, chain, dtype) -> int:
+    """How far along the device's chain (itself, its parents, the generic kernels) op's kernel is found."""
+    for i, device in enumerate(chain):
+        if (op, device, dtype) in registry.kernels or (op, device, ANY_DTYPE) in registry.kernels:
+            return i
+    return len(chain)
+
+
+def _fused_serves(device: str, dtype) -> bool:
+    """Whether the fused op may stand in for the two matmul ops on this device: only where its _linear_grad kernel
+    is the device's own at least as much as its matmul kernel is (the generic one with the generic matmul,
+    oarlock-cpu's with oarlock-cpu's MKL matmul), so a device's own matmul (a vendor's) is never bypassed."""
+    registry = default_registry()
+    key = (device, dtype, registry.generation)   # a plugin registered later may change the answer
+    found = _fused_on.get(key)
+    if found is None:
+        chain = [*registry.parent_chain(device), GENERIC]
+        found = _fused_on[key] = _level(registry, "_linear_grad", chain, dtype) <= _level(registry, "matmul", chain,
+                                                                                          dtype)
+    return found
+
+
 def _fused_linear_grad(ctx, g):
     """The rule's first-order case as one op call (instead of two matmuls, reshapes and a sum, each an op), for
     float32/float64 operands of one dtype, x with rows, and a bias (if any) of shape [out]."""
     x, weight = ctx.saved
     if (oarlock.is_grad_enabled() or len(x.shape) < 2 or not x.dtype == weight.dtype == g.dtype
             or x.dtype not in _FUSED_GRAD_DTYPES
-            or (ctx.edges[2] is not None and tuple(ctx.meta[2][0]) != (ctx.meta[1][0][1],))):
+            or (ctx.edges[2] is not None and tuple(ctx.meta[2][0]) != (ctx.meta[1][0][1],))
+            or not _fused_serves(g.place.type, g.dtype)):
         return None
     wanted = [edge is not None for edge in ctx.edges]
     grads = _linear_grad_op(x, weight, g, *wanted)
