@@ -55,6 +55,16 @@ def _collectives(reps: int) -> dict:
     return found
 
 
+
+def _exchange(x, rank: int, peer: int) -> None:
+    """One round trip of x with the peer: the even rank sends first, the odd one receives first."""
+    if rank % 2 == 0:
+        dist.send(x, dst=peer)
+        dist.recv(x, src=peer)
+    else:
+        dist.recv(x, src=peer)
+        dist.send(x, dst=peer)
+
 def _p2p(reps: int) -> list:
     world, rank = dist.get_world_size(), dist.get_rank()
     if world < 2:
@@ -65,14 +75,8 @@ def _p2p(reps: int) -> list:
         x = oarlock.ones([size // 4], dtype="float32")
 
         def ping_pong(x=x):
-            if peer is None:
-                return
-            if rank % 2 == 0:
-                dist.send(x, dst=peer)
-                dist.recv(x, src=peer)
-            else:
-                dist.recv(x, src=peer)
-                dist.send(x, dst=peer)
+            if peer is not None:
+                _exchange(x, rank, peer)
         found.append([size, _median_time(ping_pong, reps) / 2])   # one way
     return found
 
@@ -201,14 +205,7 @@ def _handoff(reps: int) -> float:
         return 0.0
     x = oarlock.ones([262144 // 4], dtype="float32")
 
-    def exchange():
-        if rank % 2 == 0:
-            dist.send(x, dst=peer)
-            dist.recv(x, src=peer)
-        else:
-            dist.recv(x, src=peer)
-            dist.send(x, dst=peer)
-    return _between_compute(reps, exchange)
+    return _between_compute(reps, lambda: _exchange(x, rank, peer))
 
 
 def main(out: str, reps: int, spec_file: str | None = None) -> None:

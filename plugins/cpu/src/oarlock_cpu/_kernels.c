@@ -732,9 +732,10 @@ static PyObject *py_exp2_rows(PyObject *self, PyObject *args)
  * anywhere in a row makes the row NaN, as numpy's max does.  Rows are split over the pool (_pool_api.h).
  */
 
-CLONES static void softmax_row_f(const float *RESTRICT x, float *RESTRICT y, npy_intp n)
+/* The largest element of a row (NaN ignored here: a NaN row turns NaN through the exponentials), over 16 lanes. */
+INLINE float row_max_f(const float *RESTRICT x, npy_intp n)
 {
-    float top[ROW_LANES], part[ROW_LANES] = {0.0f};
+    float top[ROW_LANES];
     for (int l = 0; l < ROW_LANES; l++)
         top[l] = -INFINITY;
     npy_intp i = 0;
@@ -746,6 +747,13 @@ CLONES static void softmax_row_f(const float *RESTRICT x, float *RESTRICT y, npy
     float m = top[0];
     for (int l = 1; l < ROW_LANES; l++)
         m = top[l] > m ? top[l] : m;
+    return m;
+}
+
+CLONES static void softmax_row_f(const float *RESTRICT x, float *RESTRICT y, npy_intp n)
+{
+    float m = row_max_f(x, n), part[ROW_LANES] = {0.0f};
+    npy_intp i;
     for (i = 0; i + ROW_LANES <= n; i += ROW_LANES)
         for (int l = 0; l < ROW_LANES; l++) {
             float e = exp1_f(x[i + l] - m);
@@ -785,18 +793,8 @@ CLONES static void softmax_grad_row_f(const float *RESTRICT y, const float *REST
  * cross-entropy's lse = log(row_sums(exp(x - max))) + max, in two reads of the row instead of four passes. */
 CLONES static float logsumexp_row_f(const float *RESTRICT x, npy_intp n)
 {
-    float top[ROW_LANES], part[ROW_LANES] = {0.0f};
-    for (int l = 0; l < ROW_LANES; l++)
-        top[l] = -INFINITY;
-    npy_intp i = 0;
-    for (; i + ROW_LANES <= n; i += ROW_LANES)
-        for (int l = 0; l < ROW_LANES; l++)
-            top[l] = x[i + l] > top[l] ? x[i + l] : top[l];
-    for (int l = 0; i < n; i++, l++)
-        top[l] = x[i] > top[l] ? x[i] : top[l];
-    float m = top[0];
-    for (int l = 1; l < ROW_LANES; l++)
-        m = top[l] > m ? top[l] : m;
+    float m = row_max_f(x, n), part[ROW_LANES] = {0.0f};
+    npy_intp i;
     for (i = 0; i + ROW_LANES <= n; i += ROW_LANES)
         for (int l = 0; l < ROW_LANES; l++)
             part[l] += exp1_f(x[i + l] - m);
