@@ -555,8 +555,6 @@ BINARY_BLOCK(silu_grad_block32, float, silu_grad1_f(x, g))
  * its own inputs only); others are gathered a block at a time into a buffer, computed, and scattered
  */
 
-/* Below 2 * SPLIT_MIN elements (some 10-40 us of work) a call stays on its thread: PyTorch's grain, 32768. */
-#define SPLIT_MIN 16384
 #define SPLIT_ALIGN 64   /* pieces start on a cache line */
 
 typedef struct {
@@ -588,7 +586,7 @@ typedef struct {
         (void)data;                                                                                  \
         if (steps[0] == sizeof(T) && steps[1] == sizeof(T)) {                                        \
             operands o = {in, NULL, out};                                                            \
-            split_range(dims[0], SPLIT_MIN, SPLIT_ALIGN, NAME##_range, &o);                          \
+            split_range(dims[0], SPLIT_GRAIN, SPLIT_ALIGN, NAME##_range, &o);                          \
         } else {                                                                                     \
             T xb[BLOCK], ob[BLOCK];                                                                  \
             for (npy_intp i = 0; i < dims[0]; i += BLOCK) {                                          \
@@ -612,7 +610,7 @@ typedef struct {
         (void)data;                                                                                  \
         if (steps[0] == sizeof(T) && steps[1] == sizeof(T) && steps[2] == sizeof(T)) {               \
             operands o = {args[0], args[1], args[2]};                                                \
-            split_range(dims[0], SPLIT_MIN, SPLIT_ALIGN, NAME##_range, &o);                          \
+            split_range(dims[0], SPLIT_GRAIN, SPLIT_ALIGN, NAME##_range, &o);                          \
         } else {                                                                                     \
             T xb[BLOCK], gb[BLOCK], ob[BLOCK];                                                       \
             for (npy_intp i = 0; i < dims[0]; i += BLOCK) {                                          \
@@ -651,6 +649,15 @@ UNARY_LOOP(exp2_d, double, exp2_block64)
  * bits as exp2(x - bias)); the sum is float32 over 16 lanes, then the lanes in order. */
 #define ROW_LANES 16
 
+/* The lanes of a row's partial sums added in order. */
+INLINE float sum_lanes_f(const float *part)
+{
+    float s = 0.0f;
+    for (int l = 0; l < ROW_LANES; l++)
+        s += part[l];
+    return s;
+}
+
 CLONES static float exp2_row_f(float *RESTRICT x, float b, npy_intp n)
 {
     float part[ROW_LANES] = {0.0f};
@@ -666,10 +673,7 @@ CLONES static float exp2_row_f(float *RESTRICT x, float b, npy_intp n)
         x[i] = y;
         part[l] += y;
     }
-    float s = 0.0f;
-    for (int l = 0; l < ROW_LANES; l++)
-        s += part[l];
-    return s;
+    return sum_lanes_f(part);
 }
 
 /* A float32 [A, R, 1] column (bias or sums) with any strides on its first two axes; NULL for None. */
@@ -765,9 +769,7 @@ CLONES static void softmax_row_f(const float *RESTRICT x, float *RESTRICT y, npy
         y[i] = e;
         part[l] += e;
     }
-    float total = 0.0f;
-    for (int l = 0; l < ROW_LANES; l++)
-        total += part[l];
+    float total = sum_lanes_f(part);
     for (i = 0; i < n; i++)
         y[i] = y[i] / total;
 }
@@ -782,9 +784,7 @@ CLONES static void softmax_grad_row_f(const float *RESTRICT y, const float *REST
             part[l] += g[i + l] * y[i + l];
     for (int l = 0; i < n; i++, l++)
         part[l] += g[i] * y[i];
-    float total = 0.0f;
-    for (int l = 0; l < ROW_LANES; l++)
-        total += part[l];
+    float total = sum_lanes_f(part);
     for (i = 0; i < n; i++)
         out[i] = (g[i] - total) * y[i];
 }
@@ -800,9 +800,7 @@ CLONES static float logsumexp_row_f(const float *RESTRICT x, npy_intp n)
             part[l] += exp1_f(x[i + l] - m);
     for (int l = 0; i < n; i++, l++)
         part[l] += exp1_f(x[i] - m);
-    float total = 0.0f;
-    for (int l = 0; l < ROW_LANES; l++)
-        total += part[l];
+    float total = sum_lanes_f(part);
     return logf(total) + m;
 }
 
@@ -858,7 +856,7 @@ static PyObject *py_softmax_rows(PyObject *self, PyObject *args)
         return NULL;
     softmax_job j = {x, NULL, out, n};
     Py_BEGIN_ALLOW_THREADS
-    split_range(rows, n >= SPLIT_MIN ? 1 : SPLIT_MIN / (n > 0 ? n : 1), 1, softmax_range, &j);
+    split_range(rows, split_min_rows(n), 1, softmax_range, &j);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -890,7 +888,7 @@ static PyObject *py_logsumexp_rows(PyObject *self, PyObject *args)
     }
     softmax_job j = {x, NULL, (float *)PyArray_DATA(o), n};
     Py_BEGIN_ALLOW_THREADS
-    split_range(rows, n >= SPLIT_MIN ? 1 : SPLIT_MIN / (n > 0 ? n : 1), 1, logsumexp_range, &j);
+    split_range(rows, split_min_rows(n), 1, logsumexp_range, &j);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -909,7 +907,7 @@ static PyObject *py_softmax_grad_rows(PyObject *self, PyObject *args)
         return NULL;
     softmax_job j = {y, g, out, n};
     Py_BEGIN_ALLOW_THREADS
-    split_range(rows, n >= SPLIT_MIN ? 1 : SPLIT_MIN / (n > 0 ? n : 1), 1, softmax_grad_range, &j);
+    split_range(rows, split_min_rows(n), 1, softmax_grad_range, &j);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }

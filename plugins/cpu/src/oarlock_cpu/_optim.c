@@ -36,8 +36,6 @@
 #include "_clones.h"   /* CLONES: AVX-512 / AVX2 / baseline versions picked at load */
 #include "_pool_api.h" /* split_range: large updates on the worker pool (each element alone: the same bits) */
 
-#define SPLIT_MIN 16384   /* elements: below 2x this an update stays on its thread */
-
 #define ADAM_BODY(T, SQRT, P, G, M1, M2, V, AMSGRAD)                                  \
     do {                                                                             \
         T p_ = (P) * decay;                                                          \
@@ -108,7 +106,7 @@
             NAME##_job job = {{*(T *)scal[0], *(T *)scal[1], *(T *)scal[2], *(T *)scal[3],          \
                                *(T *)scal[4], *(T *)scal[5], *(T *)scal[6]},                        \
                               (T *)p_out, (const T *)g_in, (T *)m1_out, (T *)m2_out, (T *)v_out};   \
-            split_range(n, SPLIT_MIN, 16, NAME##_unit, &job);                                       \
+            split_range(n, SPLIT_GRAIN, 16, NAME##_unit, &job);                                       \
             return;                                                                                 \
         }                                                                                           \
         for (npy_intp i = 0; i < n; i++) { /* any strides; the scalars read per element too */      \
@@ -161,7 +159,7 @@ DEFINE_LOOP(adam_amsgrad_f64, double, sqrt, 1)
         if (steps[0] == sizeof(T) && steps[1] == sizeof(T) && steps[2] == 0 && steps[3] == 0 &&      \
             steps[4] == sizeof(T) && args[0] == args[4]) {                                           \
             NAME##_job job = {(T *)args[4], (const T *)args[1], *(T *)args[2], *(T *)args[3]};       \
-            split_range(n, SPLIT_MIN, 16, NAME##_unit, &job);                                        \
+            split_range(n, SPLIT_GRAIN, 16, NAME##_unit, &job);                                        \
             return;                                                                                  \
         }                                                                                            \
         for (npy_intp i = 0; i < n; i++) {                                                           \
@@ -213,7 +211,7 @@ static PyObject *py_zero(PyObject *self, PyObject *arg)
     char *data = PyArray_BYTES(a);
     Py_ssize_t bytes = (Py_ssize_t)PyArray_NBYTES(a);
     Py_BEGIN_ALLOW_THREADS
-    split_range(bytes, 4 * SPLIT_MIN * 4, 64, zero_range, data);
+    split_range(bytes, SPLIT_GRAIN * 16, 64, zero_range, data);   /* pieces of at least 256 KiB: memset is fast */
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }

@@ -16,6 +16,13 @@
 
 #define POOL_API_CAPSULE "oarlock_cpu._gemm.pool_api"
 
+/* Elements of work below which a piece is not worth handing to another thread (some 10-40 us): a call of fewer
+ * than 2 * SPLIT_GRAIN stays on its thread, as below PyTorch's grain of 32768. */
+#define SPLIT_GRAIN 16384
+
+/* The fewest rows of n elements a piece should hold to make a grain of work. */
+static Py_ssize_t split_min_rows(Py_ssize_t n) { return n >= SPLIT_GRAIN ? 1 : SPLIT_GRAIN / (n > 0 ? n : 1); }
+
 static const pool_api *split_pool = NULL;
 static int split_threads = 1;   /* until set_threads: one thread, and the pool not looked up */
 

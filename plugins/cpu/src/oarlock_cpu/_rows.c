@@ -165,10 +165,7 @@ static int x_shape(PyObject *obj, int *type, npy_intp *rows, npy_intp *n)
  * the calls: rows split over the pool's threads when there are enough of them (_pool_api.h)
  */
 
-#define ROW_GRAIN 16384   /* elements: a piece has at least this many rows' worth */
 #define MAX_GRAD_PIECES 64  /* the backward's pieces each keep 2n double sums */
-
-static npy_intp min_rows(npy_intp n) { return n >= ROW_GRAIN ? 1 : ROW_GRAIN / (n > 0 ? n : 1); }
 
 typedef struct {
     int type;
@@ -239,7 +236,7 @@ static PyObject *py_rms_norm(PyObject *self, PyObject *args)
     row_job j = {.type = type, .x = PyArray_DATA((PyArrayObject *)xo), .w = w, .out = out, .rstd = rstd,
                  .eps = eps, .n = n};
     Py_BEGIN_ALLOW_THREADS
-    split_range(rows, min_rows(n), 1, rms_range, &j);
+    split_range(rows, split_min_rows(n), 1, rms_range, &j);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -262,7 +259,7 @@ static PyObject *py_layer_norm(PyObject *self, PyObject *args)
     row_job j = {.type = type, .x = PyArray_DATA((PyArrayObject *)xo), .w = w, .b = b, .out = out,
                  .mean_out = mean, .rstd = rstd, .eps = eps, .n = n};
     Py_BEGIN_ALLOW_THREADS
-    split_range(rows, min_rows(n), 1, layer_range, &j);
+    split_range(rows, split_min_rows(n), 1, layer_range, &j);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -285,7 +282,7 @@ static PyObject *py_norm_grad(PyObject *self, PyObject *args)
     void *dbt = data_of(dbo, "dbias", type, n, 1);
     if (w == BAD || g == BAD || mean == BAD || rstd == BAD || dx == BAD || dwt == BAD || dbt == BAD)
         return NULL;
-    npy_intp piece_rows = min_rows(n);
+    npy_intp piece_rows = split_min_rows(n);
     long pieces = rows > 0 ? (long)((rows + piece_rows - 1) / piece_rows) : 0;
     if (pieces > MAX_GRAD_PIECES) {
         pieces = MAX_GRAD_PIECES;
@@ -401,7 +398,7 @@ static PyObject *py_rotary(PyObject *self, PyObject *args)
     rotary_job j = {type, transpose, PyArray_DATA(x), c, s, out, T, H, D,
                     PyArray_STRIDE(x, 0), PyArray_STRIDE(x, 1), PyArray_STRIDE(x, 2)};
     Py_BEGIN_ALLOW_THREADS
-    split_range(B * T * H, min_rows(D), 1, rotary_range, &j);
+    split_range(B * T * H, split_min_rows(D), 1, rotary_range, &j);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -469,7 +466,7 @@ static PyObject *py_embedding_grad(PyObject *self, PyObject *args)
         }
     embedding_job j = {type, id, PyArray_DATA((PyArrayObject *)go), PyArray_DATA(out), n, d};
     Py_BEGIN_ALLOW_THREADS
-    split_range(d, n >= ROW_GRAIN ? 16 : (ROW_GRAIN / (n > 0 ? n : 1) + 15) / 16 * 16, 16, embedding_range, &j);
+    split_range(d, (split_min_rows(n) + 15) / 16 * 16, 16, embedding_range, &j);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }

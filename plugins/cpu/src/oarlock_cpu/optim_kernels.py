@@ -23,16 +23,21 @@ except ImportError:  # never built: the generic kernels stay in charge
     _optim = None
 
 
-def adam(xp, param, grad, moment1, moment2, moment2_max, *, lr, beta1, beta2, epsilon, step, weight_decay,
-         decoupled):
-    """One Adam (decoupled=False: coupled L2) or AdamW step of one parameter, in place."""
+def adam(xp, param, grad, moment1, moment2, moment2_max, **attrs):
+    """One Adam (decoupled=False: coupled L2) or AdamW step of one parameter, in place; a large one on the free
+    cores."""
+    sync_threads()
+    _adam_one(param, grad, moment1, moment2, moment2_max, **attrs)
+
+
+def _adam_one(param, grad, moment1, moment2, moment2_max, *, lr, beta1, beta2, epsilon, step, weight_decay,
+              decoupled):
     kind = param.dtype.type
     root_bc2 = math.sqrt(1.0 - beta2 ** step)
     decay = 1.0 - lr * weight_decay if decoupled and weight_decay else 1.0
     l2 = 0.0 if decoupled else weight_decay
     scalars = (kind(decay), kind(l2), kind(1.0 - beta1), kind(beta2), kind(1.0 - beta2), kind(epsilon * root_bc2),
                kind(lr * root_bc2 / (1.0 - beta1 ** step)))
-    sync_threads()   # a large parameter's update runs on the free cores
     if moment2_max is None:
         _optim.adam(param, grad, moment1, moment2, *scalars, out=(param, moment1, moment2))
     else:
@@ -46,14 +51,19 @@ def adam_many(xp, params, grads, moment1, moment2, **attrs):
     if not len(grads) == len(moment1) == len(moment2) == n:
         raise ValueError(f"adam_steps_(): every tensor list must have one tensor per parameter ({n}), got "
                          f"{len(grads)} gradients, {len(moment1)} and {len(moment2)} moments")
+    sync_threads()   # once for the list
     for p, g, m1, m2 in zip(params, grads, moment1, moment2):
-        adam(xp, p, g, m1, m2, None, **attrs)
+        _adam_one(p, g, m1, m2, None, **attrs)
 
 
-def sgd(xp, param, grad, *, lr, weight_decay):
-    """One SGD step of one parameter, in place (weight_decay: Paddle's coupled L2)."""
-    kind = param.dtype.type
+def sgd(xp, param, grad, **attrs):
+    """One SGD step of one parameter, in place (weight_decay: Paddle's coupled L2); a large one on the free cores."""
     sync_threads()
+    _sgd_one(param, grad, **attrs)
+
+
+def _sgd_one(param, grad, *, lr, weight_decay):
+    kind = param.dtype.type
     _optim.sgd(param, grad, kind(weight_decay), kind(lr), out=param)
 
 
@@ -62,8 +72,9 @@ def sgd_many(xp, params, grads, **attrs):
     if len(grads) != len(params):
         raise ValueError(f"sgd_steps_(): every tensor list must have one tensor per parameter ({len(params)}), "
                          f"got {len(grads)} gradients")
+    sync_threads()   # once for the list
     for p, g in zip(params, grads):
-        sgd(xp, p, g, **attrs)
+        _sgd_one(p, g, **attrs)
 
 
 def zero_many(xp, tensors):
