@@ -161,7 +161,7 @@ def _linear_grad_kernel(xp, x, weight, g, need_x=True, need_weight=True, need_bi
 _linear_grad_op = None  # the internal op _linear_grad (set by register)
 
 
-_fused_on: dict = {}   # (device type, dtype) -> whether the fused backward serves it
+_fused_on: dict = {}   # (device type, dtype, registry generation) -> whether the fused backward serves it
 
 
 def _level(registry, op: str, chain, dtype) -> int:

@@ -269,10 +269,7 @@ def _logsumexp_rows(xp, rows):
 def _softmax_rows(xp, rows):
     """softmax of each row of [N, C], a new array."""
     p = _fused_rows(xp, "softmax_rows", rows)
-    if p is None:
-        _, p, _ = _row_softmax_parts(xp, rows)
-        p /= row_sums(xp, p)
-    return p
+    return _softmax_xp(xp, rows, -1) if p is None else p
 
 
 def _hard_label_rows(xp, label, ignore_index):
