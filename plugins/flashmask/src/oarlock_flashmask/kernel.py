@@ -555,7 +555,7 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
     vabs = xp.zeros((nf,), dtype=ct)   # max |V| per head (NaN propagates), for the fast step's overflow bound
     # The fused forward (masks without vectors, float32) reads a C-ordered float32 value in place (no copy of V,
     # no max |V|) and writes every row of out and lse
-    fused = not mask.cons and mask.window is None and mask.block is None and dropout == 0 and \
+    fused = _fusable(mask, dropout) and \
         query.dtype == numpy.float32 and ct == xp.float32
     value_in_place = fused and isinstance(value, numpy.ndarray) and value.dtype == numpy.float32 and \
         value.flags.c_contiguous
@@ -604,6 +604,12 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
 def _seed_offset(xp, seed, offset):
     return xp.asarray([seed if seed < 2 ** 63 else seed - 2 ** 64, offset if offset < 2 ** 63 else offset - 2 ** 64],
                       dtype=xp.int64)
+
+
+def _fusable(mask, dropout) -> bool:
+    """Whether the backend's fused kernels may run this call: a mask without vectors (plain causal or none), no
+    window or block mask, no dropout (the dtype is checked where each is called)."""
+    return not mask.cons and mask.window is None and mask.block is None and dropout == 0
 
 
 # The fused forward's tiles: query blocks of FUSED_BLOCK_Q positions (their scores, FUSED_BLOCK_Q x G x
@@ -784,7 +790,7 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
             acc[...] = 0
     _per_head(xp, nf, prepare)
     dq_parts = None   # worker -> its dQ share (summed in worker order: reproducible)
-    if not mask.cons and mask.window is None and mask.block is None and dropout == 0:
+    if _fusable(mask, dropout):
         dq_parts = _fused_backward(xp, q, do, delta, lse2, k, kt, vt, dk, dv_, dq, g, causal)
     if dq_parts is None:
         dq_parts = _backward_tiles(xp, mask, q, do, delta, lse2, k, kt, vt, dk, dv_, dq, ct, dropout, seed, offset,
