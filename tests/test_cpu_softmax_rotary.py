@@ -148,3 +148,58 @@ def test_embedding_backward_rows_against_torch():
                                       kernels.generic("_embedding_grad")(np, ids, g, num_embeddings=50, **kwargs))
     with pytest.raises(IndexError, match="outside"):
         embedding_kernels.embedding_grad(np, ids, g, num_embeddings=10)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("ignore_index", [-100, 5])
+@pytest.mark.parametrize("rows, classes, label_dtype", [(64, 10, np.int64), (3000, 40, np.int32), (9, 1, np.int64)])
+def test_fused_hard_label_cross_entropy_against_float64_and_torch(reduction, ignore_index, rows, classes,
+                                                                   label_dtype):
+    """oarlock-cpu's one-call cross-entropy rows (forward, backward; large calls split over the pool) against a
+    float64 reference of Paddle's formula and PyTorch, ignored rows included (Paddle's 'mean' divides by every row
+    when ignore_index is negative, by the kept rows otherwise)."""
+    rng = np.random.default_rng(rows + classes)
+    x = (rng.standard_normal((rows, classes)) * 5).astype(np.float32)
+    label = rng.integers(0, classes, rows).astype(label_dtype)
+    label[::7] = ignore_index
+    g_rows = rng.standard_normal(rows).astype(np.float32)
+    xt = oarlock.to_tensor(x, stop_gradient=False)
+    loss = F.cross_entropy(xt, oarlock.to_tensor(label), ignore_index=ignore_index, reduction=reduction)
+    (loss * oarlock.to_tensor(g_rows) if reduction == "none" else loss * 1.5).sum().backward()
+    x64, kept = x.astype(np.float64), label != ignore_index
+    m = x64.max(1, keepdims=True)
+    lse = np.log(np.exp(x64 - m).sum(1)) + m[:, 0]
+    per_row = np.where(kept, lse - x64[np.arange(rows), np.where(kept, label, 0)], 0.0)
+    divisor = rows if ignore_index < 0 else max(kept.sum(), 1)
+    want = {"none": per_row, "sum": per_row.sum(), "mean": per_row.sum() / divisor}[reduction]
+    np.testing.assert_allclose(loss.numpy(), want, rtol=2e-6, atol=2e-6)
+    coef = g_rows if reduction == "none" else np.full(rows, 1.5 / (divisor if reduction == "mean" else 1))
+    onehot = np.eye(classes)[np.where(kept, label, 0)]
+    grad64 = (np.exp(x64 - lse[:, None]) - onehot) * (coef * kept)[:, None]
+    np.testing.assert_allclose(xt.grad.numpy(), grad64, rtol=1e-5, atol=1e-6)
+    tx = torch.tensor(x, requires_grad=True)
+    tl = torch.nn.functional.cross_entropy(tx, torch.tensor(label.astype(np.int64)), ignore_index=ignore_index,
+                                           reduction=reduction)
+    if reduction == "mean" and ignore_index < 0:   # PyTorch divides by the kept rows; Paddle by all of them here
+        tl = tl * kept.sum() / rows
+    (tl * torch.tensor(g_rows) if reduction == "none" else tl * 1.5).sum().backward()
+    np.testing.assert_allclose(loss.numpy(), tl.detach().numpy(), rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(xt.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_fused_hard_label_cross_entropy_refuses_a_bad_label_and_declines_other_inputs():
+    from oarlock.plugin_api import xp_function
+    x = np.zeros((4, 3), np.float32)
+    with pytest.raises(IndexError, match=r"label value 3 is out of range for 3 classes \(valid: 0 to 2, or "
+                                         r"ignore_index=-100\)"):
+        F.cross_entropy(oarlock.to_tensor(x), oarlock.to_tensor(np.array([0, 1, 3, -100])))
+    with pytest.raises(IndexError, match="label value -2 is out of range"):
+        F.cross_entropy(oarlock.to_tensor(x), oarlock.to_tensor(np.array([0, -2, 1, 2], np.int32)))
+    rows = xp_function(np, "hard_label_cross_entropy_rows")
+    grad_rows = xp_function(np, "hard_label_cross_entropy_grad_rows")
+    label = np.array([0, 1, 2, 1])
+    assert rows(x, label, -100) is not None and rows(x.astype(np.float64), label, -100) is None
+    assert rows(x.T.copy().T, label, -100) is None   # not C-contiguous
+    assert rows(x, label.astype(np.int16), -100) is None and rows(x, label[::2], -100) is None
+    assert grad_rows(x, label, -100, np.ones(4, np.float64), False) is None   # a float64 coef: not taken
+    assert grad_rows(x, np.array([0, 1, 2, 9]), -100, 1.0, True) is None      # a bad label: not taken

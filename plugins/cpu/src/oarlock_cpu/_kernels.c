@@ -912,6 +912,183 @@ static PyObject *py_softmax_grad_rows(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * xent_rows(x, label, ignore_index, loss) / xent_grad_rows(x, label, ignore_index, coef, mean, out): softmax
+ * cross-entropy with class-index labels over the rows of 2-D float32 C-contiguous logits, each a single call
+ * (the ops plugin's generic kernels take some ten numpy calls for the forward and seven for the backward; in a
+ * small model's step that per-call cost is the op's time).  The formulas are the generic kernels'
+ * (oarlock_ops.softmax): loss_r = lse(x_r) - x_r[label_r] with logsumexp_row_f, 0 on rows whose label is
+ * ignore_index, summed in row order in float64; the backward (softmax(x_r) - onehot(label_r)) * coef_r with
+ * softmax_row_f, 0 on ignored rows.
+ * Labels are int64 or int32, one per row; one outside [0, classes) that is not ignore_index is reported back
+ * (the caller raises), nothing is computed then.  Rows are split over the pool.
+ */
+
+/* labels as int64 values: a 1-D C-contiguous int64 or int32 array of `rows` entries, or NULL (no error set) */
+typedef struct {
+    const char *data;
+    int wide;   /* int64 (else int32) */
+} label_view;
+
+static int label_view_of(PyObject *obj, npy_intp rows, label_view *v)
+{
+    PyArrayObject *a = (PyArrayObject *)obj;
+    if (!PyArray_Check(obj) || PyArray_NDIM(a) != 1 || PyArray_DIM(a, 0) != rows || !PyArray_IS_C_CONTIGUOUS(a) ||
+        !PyArray_ISNOTSWAPPED(a) || (PyArray_TYPE(a) != NPY_INT64 && PyArray_TYPE(a) != NPY_INT32))
+        return 0;
+    v->data = PyArray_BYTES(a);
+    v->wide = PyArray_TYPE(a) == NPY_INT64;
+    return 1;
+}
+
+INLINE long long label_at(const label_view *v, npy_intp r)
+{
+    return v->wide ? ((const int64_t *)v->data)[r] : ((const int32_t *)v->data)[r];
+}
+
+typedef struct {
+    const float *x;
+    label_view label;
+    long long ignore;
+    npy_intp n;
+    float *loss;         /* forward: [rows] */
+    const float *coef;   /* backward: [rows], or NULL for `scale` on every row */
+    float scale, *out;   /* backward: out [rows, n] */
+} xent_job;
+
+static void xent_range(void *ctx, Py_ssize_t b, Py_ssize_t e)
+{
+    const xent_job *j = ctx;
+    for (Py_ssize_t r = b; r < e; r++) {
+        long long c = label_at(&j->label, r);
+        const float *row = j->x + r * j->n;
+        j->loss[r] = c == j->ignore ? 0.0f : logsumexp_row_f(row, j->n) - row[c];
+    }
+    feclearexcept(FE_ALL_EXCEPT);
+}
+
+static void xent_grad_range(void *ctx, Py_ssize_t b, Py_ssize_t e)
+{
+    const xent_job *j = ctx;
+    for (Py_ssize_t r = b; r < e; r++) {
+        long long c = label_at(&j->label, r);
+        float *out = j->out + r * j->n;
+        if (c == j->ignore) {
+            memset(out, 0, (size_t)j->n * sizeof(float));
+            continue;
+        }
+        softmax_row_f(j->x + r * j->n, out, j->n);
+        out[c] -= 1.0f;
+        float k = j->coef ? j->coef[r] : j->scale;
+        for (npy_intp i = 0; i < j->n; i++)
+            out[i] *= k;
+    }
+    feclearexcept(FE_ALL_EXCEPT);
+}
+
+/* Checks the labels of rows [0, rows): the count of rows not ignored, or -1 with *bad the first label out of range */
+static npy_intp xent_check_labels(const label_view *v, npy_intp rows, npy_intp classes, long long ignore,
+                                  long long *bad)
+{
+    npy_intp valid = 0;
+    for (npy_intp r = 0; r < rows; r++) {
+        long long c = label_at(v, r);
+        if (c == ignore)
+            continue;
+        if (c < 0 || c >= classes) {
+            *bad = c;
+            return -1;
+        }
+        valid++;
+    }
+    return valid;
+}
+
+/* xent_rows(x, label, ignore_index, loss) -> (sum of the row losses, rows not ignored, None) or (None, None, the
+ * first bad label); None when x or label is not one handled here. loss: a writeable float32 [rows] array. */
+static PyObject *py_xent_rows(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *lo, *oo;
+    long long ignore;
+    npy_intp rows = -1, n = 0;
+    label_view labels;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOLO", &xo, &lo, &ignore, &oo))
+        return NULL;
+    PyArrayObject *x = (PyArrayObject *)xo, *o = (PyArrayObject *)oo;
+    if (!PyArray_Check(xo) || PyArray_TYPE(x) != NPY_FLOAT || PyArray_NDIM(x) != 2 || !PyArray_IS_C_CONTIGUOUS(x))
+        Py_RETURN_NONE;
+    rows = PyArray_DIM(x, 0);
+    n = PyArray_DIM(x, 1);
+    if (!label_view_of(lo, rows, &labels))
+        Py_RETURN_NONE;
+    if (!PyArray_Check(oo) || PyArray_TYPE(o) != NPY_FLOAT || PyArray_NDIM(o) != 1 || PyArray_DIM(o, 0) != rows ||
+        !PyArray_IS_C_CONTIGUOUS(o) || !PyArray_ISWRITEABLE(o)) {
+        PyErr_Format(PyExc_TypeError, "xent_rows(): argument 'loss' must be a writeable float32 array of shape [%zd]",
+                     (Py_ssize_t)rows);
+        return NULL;
+    }
+    long long bad = 0;
+    npy_intp valid = xent_check_labels(&labels, rows, n, ignore, &bad);
+    if (valid < 0)
+        return Py_BuildValue("(OOL)", Py_None, Py_None, bad);
+    xent_job j = {.x = (const float *)PyArray_DATA(x), .label = labels, .ignore = ignore, .n = n,
+                  .loss = (float *)PyArray_DATA(o)};
+    double total = 0.0;
+    Py_BEGIN_ALLOW_THREADS
+    split_range(rows, split_min_rows(n), 1, xent_range, &j);
+    for (npy_intp r = 0; r < rows; r++)   /* in row order: the same sum on any thread count */
+        total += j.loss[r];
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(dnO)", total, (Py_ssize_t)valid, Py_None);
+}
+
+/* xent_grad_rows(x, label, ignore_index, coef, mean, out): out [rows, n] <- the backward above; coef a Python float
+ * (every row's factor; with `mean` divided first, in float32, by Paddle's 'mean' divisor: the rows if ignore_index
+ * is negative, else the rows not ignored, at least 1) or a float32 [rows] array (reduction 'none'); returns True, or
+ * None when the arguments are not ones handled here (a bad label included: the forward would have refused it). */
+static PyObject *py_xent_grad_rows(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *lo, *co, *oo;
+    long long ignore;
+    int mean;
+    npy_intp rows = -1, n = 0;
+    label_view labels;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOLOpO", &xo, &lo, &ignore, &co, &mean, &oo))
+        return NULL;
+    PyArrayObject *x = (PyArrayObject *)xo;
+    if (!PyArray_Check(xo) || PyArray_TYPE(x) != NPY_FLOAT || PyArray_NDIM(x) != 2 || !PyArray_IS_C_CONTIGUOUS(x))
+        Py_RETURN_NONE;
+    rows = PyArray_DIM(x, 0);
+    n = PyArray_DIM(x, 1);
+    if (!label_view_of(lo, rows, &labels))
+        Py_RETURN_NONE;
+    float *out = (float *)rows_of(oo, "xent_grad_rows", "out", &rows, &n, 1);
+    if (out == NULL)
+        return NULL;
+    xent_job j = {.x = (const float *)PyArray_DATA(x), .label = labels, .ignore = ignore, .n = n, .out = out};
+    long long bad = 0;
+    npy_intp valid = xent_check_labels(&labels, rows, n, ignore, &bad);
+    if (valid < 0)
+        Py_RETURN_NONE;
+    if (PyFloat_Check(co)) {
+        j.scale = (float)PyFloat_AS_DOUBLE(co);
+        if (mean)
+            j.scale = j.scale / (float)(ignore < 0 ? rows : (valid > 0 ? valid : 1));
+    } else {
+        PyArrayObject *c = (PyArrayObject *)co;
+        if (mean || !PyArray_Check(co) || PyArray_TYPE(c) != NPY_FLOAT || PyArray_NDIM(c) != 1 ||
+            PyArray_DIM(c, 0) != rows || !PyArray_IS_C_CONTIGUOUS(c))
+            Py_RETURN_NONE;
+        j.coef = (const float *)PyArray_DATA(c);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    split_range(rows, split_min_rows(n), 1, xent_grad_range, &j);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef METHODS[] = {
     SET_THREADS_METHOD,
     {"softmax_rows", py_softmax_rows, METH_VARARGS,
@@ -920,6 +1097,12 @@ static PyMethodDef METHODS[] = {
      "softmax_grad_rows(y, g, out): out <- y (g - sum(g y)) per row, 2-D C-contiguous float32 arrays of one shape."},
     {"logsumexp_rows", py_logsumexp_rows, METH_VARARGS,
      "logsumexp_rows(x, out): out [rows] <- log(sum(exp(row))) of each row of 2-D C-contiguous float32 x."},
+    {"xent_rows", py_xent_rows, METH_VARARGS,
+     "xent_rows(x, label, ignore_index, loss) -> (total, valid, None), (None, None, bad label) or None: hard-label "
+     "cross-entropy of each row of 2-D C-contiguous float32 x into loss [rows]; see _kernels.c."},
+    {"xent_grad_rows", py_xent_grad_rows, METH_VARARGS,
+     "xent_grad_rows(x, label, ignore_index, coef, mean, out) -> True or None: out <- (softmax(x) - onehot(label)) * "
+     "coef per row (mean: coef / Paddle's divisor), 0 on ignored rows; see _kernels.c."},
     {"exp2_rows", py_exp2_rows, METH_VARARGS,
      "exp2_rows(x, bias, sums): x [A, R, N] float32 (rows contiguous) <- 2^(x - bias) in place, bias and sums "
      "[A, R, 1] float32 or None; sums <- each row's sum of the results."},

@@ -35,6 +35,8 @@ import math
 import os
 import time
 
+import numpy as np
+
 from oarlock_cpu.kernels import generic, register_all
 
 SMALL_FLOPS = 2 * 96 ** 3      # below this a GEMM is done before a second thread pays for itself
@@ -235,23 +237,49 @@ def bmm(xp, x, y):
 
 
 def linear(xp, x, weight, bias=None):
-    # x [..., in] @ weight [in, out]: the leading axes of x are rows of one GEMM
-    rows = math.prod(x.shape[:-1]) if x.ndim > 1 else 1
-    policy().apply(rows, weight.shape[0] if weight.ndim else 1, weight.shape[-1] if weight.ndim > 1 else 1)
-    if bias is not None and x.ndim >= 2 and weight.ndim == 2 and x.shape[-1] == weight.shape[0] \
-            and bias.shape == weight.shape[1:] and x.dtype == weight.dtype == bias.dtype:
-        from oarlock_cpu import mkl   # here: mkl imports this module
-
-        out = mkl.matmul_bias(x, weight, bias)   # the bias added inside the product's pieces
+    # x [..., in] @ weight [in, out]: the leading axes of x are rows of one GEMM, by MKL with the bias added inside
+    # the product's pieces where it takes the operands (it chooses its own threads from the policy)
+    if x.ndim >= 2 and weight.ndim == 2 and x.shape[-1] == weight.shape[0] and (
+            bias is None or (bias.shape == weight.shape[1:] and x.dtype == bias.dtype)) and x.dtype == weight.dtype:
+        out = _mkl().matmul_bias(x, weight, bias)
         if out is not None:
             return out
+    rows = math.prod(x.shape[:-1]) if x.ndim > 1 else 1
+    policy().apply(rows, weight.shape[0] if weight.ndim else 1, weight.shape[-1] if weight.ndim > 1 else 1)
     return generic("linear")(xp, x, weight, bias)
 
 
 def linear_grad(xp, x, weight, g, need_x=True, need_weight=True, need_bias=True):
-    # the fused backward's products (dx = g W^T, dW = x^T g) through the "cpu" matmul (MKL), as the two matmul ops
-    # it stands in for would run them (a device with its own matmul gets the fused op only with this kernel)
+    # the fused backward's products (dx = g W^T, dW = x^T g) by MKL, as the two matmul ops it stands in for would run
+    # them (a device with its own matmul gets the fused op only with this kernel); straight to mkl.matmul for
+    # operands of one float dtype (the generic kernel's casts and lookups are a third of this small op's time)
+    dtype = g.dtype
+    if x.dtype == dtype and weight.dtype == dtype and dtype in _BLAS_FLOATS and weight.ndim == 2 and x.ndim >= 2:
+        matmul = _mkl().matmul
+        rows = g.reshape(-1, g.shape[-1])
+        empty = _EMPTY[dtype]
+        return (matmul(rows, weight.T).reshape(x.shape) if need_x else empty,
+                matmul(x.reshape(-1, x.shape[-1]).T, rows) if need_weight else empty,
+                rows.sum(axis=0) if need_bias else empty)
     return generic("_linear_grad")(xp, x, weight, g, need_x=need_x, need_weight=need_weight, need_bias=need_bias)
+
+
+_BLAS_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_EMPTY = {d: np.zeros((0,), d) for d in _BLAS_FLOATS}   # a result not asked for (read-only: never written)
+for _e in _EMPTY.values():
+    _e.flags.writeable = False
+
+
+_MKL_MODULE = None
+
+
+def _mkl():
+    """oarlock_cpu.mkl (imported on first use: it imports this module)."""
+    global _MKL_MODULE
+    if _MKL_MODULE is None:
+        from oarlock_cpu import mkl
+        _MKL_MODULE = mkl
+    return _MKL_MODULE
 
 
 KERNELS = {"matmul": matmul, "bmm": bmm, "linear": linear, "_linear_grad": linear_grad}

@@ -84,6 +84,32 @@ def logsumexp_rows(x):
     return out
 
 
+def hard_label_cross_entropy_rows(rows, index, ignore_index):
+    """Softmax cross-entropy of each row of 2-D float32 C-contiguous logits against class indices (int64/int32 [rows]),
+    one C call: (loss [rows] float32 with 0 on ignored rows, their sum in float64, the count of rows not ignored,
+    None), or (None, None, None, the first label out of range) for the caller to report; None for any other input.
+    Not a numpy name: the ops plugin's cross-entropy asks for it."""
+    if not _rows_f32(rows):
+        return None
+    loss = np.empty(rows.shape[0], dtype=_F32)
+    sync_threads()
+    found = _kernels.xent_rows(rows, index, ignore_index, loss)
+    if found is None:
+        return None
+    total, valid, bad = found
+    return (None, None, None, bad) if bad is not None else (loss, total, valid, None)
+
+
+def hard_label_cross_entropy_grad_rows(rows, index, ignore_index, coef, mean):
+    """Its backward, a new array: (softmax(row) - onehot(label)) * coef per row, 0 on ignored rows; coef a float for
+    every row (mean=True: divided by Paddle's 'mean' divisor first) or float32 [rows]; None for any other input."""
+    if not _rows_f32(rows):
+        return None
+    out = np.empty_like(rows)
+    sync_threads()
+    return out if _kernels.xent_grad_rows(rows, index, ignore_index, coef, mean, out) else None
+
+
 FUNCTIONS = {} if _kernels is None or os.environ.get("OARLOCK_CPU_FASTMATH") == "0" else {
     "exp": _drop_in(_kernels.exp, np.exp),
     "exp2": _drop_in(_kernels.exp2, np.exp2),
@@ -93,3 +119,6 @@ if FUNCTIONS and hasattr(_kernels, "exp2_rows"):   # an extension built before e
 if FUNCTIONS and hasattr(_kernels, "logsumexp_rows"):
     FUNCTIONS["softmax_rows"] = softmax_rows        # cross-entropy's forward and backward (oarlock-ops)
     FUNCTIONS["logsumexp_rows"] = logsumexp_rows
+if FUNCTIONS and hasattr(_kernels, "xent_rows"):
+    FUNCTIONS["hard_label_cross_entropy_rows"] = hard_label_cross_entropy_rows   # cross-entropy (oarlock-ops)
+    FUNCTIONS["hard_label_cross_entropy_grad_rows"] = hard_label_cross_entropy_grad_rows

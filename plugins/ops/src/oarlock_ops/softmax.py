@@ -136,8 +136,10 @@ def _log_softmax_grad(ctx, g):
 
 # -- cross_entropy ------------------------------------------------------------------------------------
 
-def _validate_cross_entropy(xp, x, label, weight, ignore_index, reduction, soft_label, axis, label_smoothing):
-    """Check the arguments the way Paddle does; returns the class axis as a non-negative int."""
+def _validate_cross_entropy(xp, x, label, weight, ignore_index, reduction, soft_label, axis, label_smoothing,
+                            check_labels=True):
+    """Check the arguments the way Paddle does; returns the class axis as a non-negative int. check_labels=False
+    leaves the hard labels' range to the caller (the fused row kernel checks it as it reads them)."""
     if x.ndim == 0:
         raise ValueError("input must have at least one dimension (the class axis), got a 0-D tensor")
     _check_axis(axis, x.ndim)
@@ -163,15 +165,24 @@ def _validate_cross_entropy(xp, x, label, weight, ignore_index, reduction, soft_
         if list(label.shape) not in (without, with_one):
             raise ValueError(f"label shape {list(label.shape)} does not fit input shape {shape} with class axis "
                              f"{axis}: a hard label must have shape {without} or {with_one}")
-        # two reductions for the common case (every label a class); the element test only when one is not
-        if label.size and (int(label.min()) < 0 or int(label.max()) >= classes) and bool(xp.any(
-                bad := (label != ignore_index) & ((label < 0) | (label >= classes)))):
-            value = int(label[bad].reshape(-1)[0])
-            raise IndexError(f"label value {value} is out of range for {classes} classes (valid: 0 to "
-                             f"{classes - 1}, or ignore_index={ignore_index})")
+        if check_labels:
+            _check_label_range(xp, label, classes, ignore_index)
     if weight is not None and list(weight.shape) != [classes]:
         raise ValueError(f"weight must have shape [{classes}] (one entry per class), got {list(weight.shape)}")
     return axis
+
+
+def _check_label_range(xp, label, classes, ignore_index):
+    """Every hard label a class in [0, classes) or ignore_index: two reductions for the common case (every label a
+    class); the element test only when one is not."""
+    if label.size and (int(label.min()) < 0 or int(label.max()) >= classes) and bool(xp.any(
+            bad := (label != ignore_index) & ((label < 0) | (label >= classes)))):
+        raise _label_error(int(label[bad].reshape(-1)[0]), classes, ignore_index)
+
+
+def _label_error(value, classes, ignore_index):
+    return IndexError(f"label value {value} is out of range for {classes} classes (valid: 0 to {classes - 1}, or "
+                      f"ignore_index={ignore_index})")
 
 
 def _class_shape(ndim, axis, size):
@@ -247,14 +258,15 @@ def _row_softmax_parts(xp, x):
     return rows, e, m
 
 
-def _fused_rows(xp, name, rows):
-    """The backend's one-pass row function `name` applied to rows [N, C] (oarlock-cpu's C loops: softmax_rows,
-    logsumexp_rows), or None where the backend has none or declines this input."""
+def _fused_rows(xp, name, rows, *more):
+    """The backend's one-pass row function `name` applied to rows [N, C] (and `more`) (oarlock-cpu's C loops:
+    softmax_rows, logsumexp_rows, the hard-label cross-entropy's), or None where the backend has none or declines
+    this input."""
     try:
         fn = xp_function(xp, name)
     except AttributeError:   # not a numpy name: only a backend's array_functions have it
         return None
-    return fn(rows)
+    return fn(rows, *more)
 
 
 def _logsumexp_rows(xp, rows):
@@ -288,9 +300,21 @@ def _hard_label_denominator(xp, valid, ignore_index, count):
 
 
 def _hard_label_cross_entropy(xp, input, label, ignore_index, reduction):
-    """cross_entropy of the common case in a few row passes: loss = logsumexp(x) - x[label]."""
+    """cross_entropy of the common case in a few row passes: loss = logsumexp(x) - x[label]; one call of the backend's
+    fused row kernel where it has one (oarlock-cpu's C loop), which also checks the labels' range."""
     x = input.astype(compute_dtype(xp, input.dtype), copy=False)
     rows = x.reshape(-1, x.shape[-1])
+    fused = _fused_rows(xp, "hard_label_cross_entropy_rows", rows, label.reshape(-1), ignore_index)
+    if fused is not None:
+        loss, total, valid, bad = fused
+        if bad is not None:
+            raise _label_error(bad, rows.shape[1], ignore_index)
+        if reduction == "none":
+            return loss.reshape(label.shape).astype(input.dtype, copy=False)
+        if reduction == "mean":
+            total /= loss.size if ignore_index < 0 else (valid or 1)
+        return xp.asarray(total, dtype=input.dtype)
+    _check_label_range(xp, label, rows.shape[1], ignore_index)
     index, valid = _hard_label_rows(xp, label, ignore_index)
     lse = _logsumexp_rows(xp, rows)
     picked = rows[xp.arange(rows.shape[0]), index]
@@ -306,7 +330,13 @@ def _hard_label_cross_entropy(xp, input, label, ignore_index, reduction):
 def _hard_label_cross_entropy_grad(xp, input, label, g, ignore_index=-100, reduction="mean"):
     """d loss / d input of the common case: (softmax(x) - onehot(label)) * upstream / divisor, 0 on ignored rows."""
     x = input.astype(compute_dtype(xp, input.dtype), copy=False)
-    p = _softmax_rows(xp, x.reshape(-1, x.shape[-1]))
+    rows = x.reshape(-1, x.shape[-1])
+    coef = g.reshape(-1).astype(rows.dtype) if reduction == "none" else float(g)
+    fused = _fused_rows(xp, "hard_label_cross_entropy_grad_rows", rows, label.reshape(-1), ignore_index, coef,
+                        reduction == "mean")
+    if fused is not None:
+        return fused.reshape(input.shape).astype(input.dtype, copy=False)
+    p = _softmax_rows(xp, rows)
     index, valid = _hard_label_rows(xp, label, ignore_index)
     n = p.shape[0]
     p[xp.arange(n), index] -= 1.0
@@ -323,10 +353,12 @@ def _hard_label_cross_entropy_grad(xp, input, label, g, ignore_index=-100, reduc
 
 def _cross_entropy(xp, input, label, weight=None, ignore_index=-100, reduction="mean", soft_label=False, axis=-1,
                    use_softmax=True, label_smoothing=0.0):
-    axis = _validate_cross_entropy(xp, input, label, weight, ignore_index, reduction, soft_label, axis,
-                                   label_smoothing)
     shape = list(input.shape)
-    if _is_plain_hard_label(shape, label, weight, soft_label, axis, use_softmax, label_smoothing):
+    plain = bool(shape) and _is_plain_hard_label(shape, label, weight, soft_label, axis, use_softmax, label_smoothing)
+    # the plain case checks its labels' range as it reads them
+    axis = _validate_cross_entropy(xp, input, label, weight, ignore_index, reduction, soft_label, axis,
+                                   label_smoothing, check_labels=not plain)
+    if plain:
         return _hard_label_cross_entropy(xp, input, label, ignore_index, reduction)
     x = input.astype(compute_dtype(xp, input.dtype), copy=False)
     t, s = _targets_xp(xp, label, weight, shape, axis, x.dtype, soft_label, ignore_index, label_smoothing)
