@@ -40,7 +40,8 @@ class Tensor:
     `requires_grad=True`, to have gradients computed for this tensor.
     """
 
-    # _oidx, _grad, _hooks, _name, _persistable and _param are set only when used (read via properties)
+    # _oidx, _grad, _name, _persistable and _param are set only when used (read via properties); _view and _hooks
+    # are None from the start (read on every recorded op and every leaf reached by backward)
     # _vc: the version counter (None while the tensor is at version 0 and nothing shares or saved it;
     # shared by views and their base); _view: (root base, function making this view from the base, the
     # version at which this view's graph identity was set), for outputs of view ops
@@ -83,6 +84,7 @@ class Tensor:
                             f"{type(stop_gradient).__name__} {stop_gradient!r}")
         self._data, self._place, self._dtype = src._data, src._place, src._dtype
         self.stop_gradient, self._node, self._vc = bool(stop_gradient), None, None
+        self._view = self._hooks = None
 
     @staticmethod
     def _wrap(data, place, stop_gradient=True):
@@ -94,6 +96,7 @@ class Tensor:
         t.stop_gradient = stop_gradient
         t._node = None
         t._vc = None
+        t._view = t._hooks = None   # read on every recorded op and leaf: an unset slot would raise and catch
         return t
 
     # -- metadata ----------------------------------------------------------------------------------
@@ -343,9 +346,8 @@ class Tensor:
             node, index = self._node, self._oidx
             node.add_hook(index, hook)
             return _HookHandle(lambda: node.hooks[index].remove(hook))
-        try:
-            hooks = self._hooks
-        except AttributeError:
+        hooks = getattr(self, "_hooks", None)   # a tensor not made by _wrap or __init__ may lack the slot
+        if hooks is None:
             hooks = self._hooks = []
         hooks.append(hook)
         return _HookHandle(lambda: hooks.remove(hook))

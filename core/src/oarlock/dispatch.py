@@ -183,7 +183,9 @@ class OpDef:
         self.__doc__ = doc
         self.registry: Registry | None = None
         self.fast: dict = {}  # (place, dtype) -> (kernel, xp, array type), filled by the slow path
-        self.fast_eligible = (bool(self.tensor_params) and self.n_outputs == 1 and not random
+        # a fixed number of outputs (a tuple of them: a fused backward's gradients) takes the fast path too
+        self.fast_eligible = (bool(self.tensor_params) and self.n_outputs is not None and not random
+                              and (self.n_outputs == 1 or not view)
                               and all(p.base in ("Tensor", "TensorOrScalar", "OptTensor")
                                       for p in self.tensor_params)
                               and not any(p.name in self.frontend_attrs for p in self.attr_params)
@@ -571,8 +573,10 @@ def _fast_path_lines(op):
             "                except Exception:",
             "                    pass  # the slow path below re-raises with a full message",
             "                else:",
-            "                    if _o.__class__ is not _e[2]: _o = _e[1].asarray(_o)",
-            "                    _o = _wrap(_o, _pl)",
+            *(["                    if _o.__class__ is not _e[2]: _o = _e[1].asarray(_o)",
+               "                    _o = _wrap(_o, _pl)"] if op.n_outputs == 1 else
+              ["                    _o = tuple(_wrap(_a if _a.__class__ is _e[2] else _e[1].asarray(_a), _pl) "
+               "for _a in _o)"]),
             *([f"                    if _o._data.base is not None: _link_view(_op, {names[0]}, _o, {{{attrs}}})"]
               if op.view else []),
             f"                    if not ({quiet}) and _GM.enabled and _op.rule is not None:",
