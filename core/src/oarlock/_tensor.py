@@ -139,7 +139,17 @@ class Tensor:
         self.requires_grad = requires_grad
         return self
 
-    grad = _optional_slot("_grad", None, doc="The accumulated gradient, or None.")
+    @property
+    def grad(self):
+        """The accumulated gradient, or None."""
+        g = getattr(self, "_grad", None)
+        if g.__class__ is DeferredZero:   # zeros not made yet (Optimizer.clear_grad): made now, on first read
+            g = self._grad = _ops.zeros(list(g.shape), dtype=g.dtype, place=g.place)
+        return g
+
+    @grad.setter
+    def grad(self, value):
+        self._grad = value
     name = _optional_slot("_name", None, doc="The tensor's name, or None.")
     persistable = _optional_slot("_persistable", False, convert=bool,
                                  doc="Whether the tensor belongs in a saved state (parameters and persistable "
@@ -518,6 +528,17 @@ def _looks_like_dtype(value) -> bool:
         except (TypeError, ValueError):
             return False
     return not isinstance(value, Tensor) and value.__class__.__name__ in ("DType", "dtype", "type")
+
+
+class DeferredZero:
+    """A gradient known to be all zeros whose array is not made until `.grad` is read: what an optimizer's
+    clear_grad leaves for a gradient nothing else references (autograd.zero_grads), so that zeroing it costs no
+    pass over its memory when the next backward stores a new gradient anyway."""
+
+    __slots__ = ("shape", "dtype", "place")
+
+    def __init__(self, shape, dtype, place):
+        self.shape, self.dtype, self.place = shape, dtype, place
 
 
 class VersionCounter:

@@ -12,6 +12,7 @@ differentiated again.
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import weakref
 
@@ -219,8 +220,11 @@ class Node:
             wanted = need is None or edges[need] is not None
             if kind == "in":
                 saved = self._saved_in[index]
-                if wanted:
-                    self._check_version(saved, 0 if versions is None else versions[k], f"input {index}")
+                if wanted and saved is not None:
+                    version = 0 if versions is None else versions[k]
+                    vc = getattr(saved, "_vc", None)   # a plain tensor's check inline (a list: _check_version)
+                    if saved.__class__ is list or (0 if vc is None else vc.value) != version:
+                        self._check_version(saved, version, f"input {index}")
                 k += 1
                 result.append(saved)
             else:  # an output: re-wrap the array and point it at this node so higher orders work
@@ -329,6 +333,15 @@ def _needed(nodes, wanted_nodes, wanted_leaves):
     return {node for node, hit in memo.items() if hit}
 
 
+def _has_some(items) -> bool:
+    """Whether any entry is not None: a plain loop (any() over a generator costs a frame per node; list.count(None)
+    would compare tensors with ==, which is elementwise)."""
+    for item in items:
+        if item is not None:
+            return True
+    return False
+
+
 def _check_grad(node, i, g):
     shape, dtype = node.meta[i]
     if g._data.shape != shape:
@@ -371,6 +384,45 @@ def mark_zero_grads(tensors) -> None:
     for t in tensors:
         key = id(t)
         _ZEROED[key] = (weakref.ref(t, lambda _, key=key: _ZEROED.pop(key, None)), t._vc.value)
+
+
+class _Probe:
+    __slots__ = ("held",)
+
+
+def _count_of_one_holder() -> int:
+    """What sys.getrefcount reports here for an object that one slot holds (interpreters count the argument
+    and temporaries differently: measured, not assumed)."""
+    probe = _Probe()
+    probe.held = object()
+    return sys.getrefcount(probe.held)
+
+
+_ONE_HOLDER = _count_of_one_holder()
+
+
+def zero_grads(tensors) -> list:
+    """Zero the `.grad` of each tensor (Paddle's clear_grad(set_to_zero=True)) as far as the engine can without
+    touching memory: a gradient that nothing but its tensor references (the Tensor object, and its array, neither
+    a view nor viewed nor saved nor guarded) is replaced by a DeferredZero, made as zeros only if `.grad` is read
+    before the next backward stores a new gradient. No one can tell it from zeroing in place. Returns the other
+    gradients: the caller zeroes those in place, then calls mark_zero_grads on them."""
+    shared = []
+    for t in tensors:
+        if getattr(t, "_grad", None) is None:
+            continue
+        # counted before any local name holds the gradient: one holder (the tensor's slot), one for the array
+        alone = t.__class__ is _Tensor and sys.getrefcount(t._grad) == _ONE_HOLDER
+        g = t._grad
+        if g.__class__ is DeferredZero:
+            continue
+        if (alone and g.__class__ is _Tensor and g._view is None and g._node is None
+                and (g._vc is None or g._vc.guard is None) and getattr(g._data, "base", False) is None
+                and sys.getrefcount(g._data) == _ONE_HOLDER):
+            t._grad = DeferredZero(g._data.shape, g._dtype, g._place)
+        else:
+            shared.append(g)
+    return shared
 
 
 def _still_zero(t) -> bool:
@@ -444,7 +496,12 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
                 captured[position] = g
         else:
             g = g if create_graph else g.detach()
-            current = leaf.grad
+            current = getattr(leaf, "_grad", None)
+            if current.__class__ is DeferredZero:   # zeros not made yet: g itself where it fits them
+                if current.dtype is g._dtype and current.place is g._place and current.shape == g._data.shape:
+                    leaf.grad = g
+                    return
+                current = leaf.grad   # made now, and added to below
             if current is None or (_ZEROED and _still_zero(current) and current._dtype == g._dtype
                                    and current._place == g._place and current.shape == g.shape):
                 leaf.grad = g
@@ -473,21 +530,28 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, inpu
                         grads[index] = _run_hooks(hooks, grads[index])
             for oidx, position in wanted_nodes.get(node, ()):
                 captured[position] = grads[oidx]
-            if any(g is not None for g in grads) and any(e is not None for e in node.edges):
+            edges = node.edges
+            if _has_some(grads) and _has_some(edges):
                 results = node.rule(node, *grads)
                 if results.__class__ is not tuple and results.__class__ is not list:
                     results = (results,)
-                if len(results) != len(node.edges):
+                if len(results) != len(edges):
                     raise RuntimeError(f"backward rule of op {node.name!r} returned {len(results)} gradients "
-                                       f"for {len(node.edges)} tensor inputs")
-                for i, (edge, g) in enumerate(zip(node.edges, results)):
-                    if edge is not None and g is not None:
-                        deliver(edge[0], edge[1], _check_grad(node, i, g))
+                                       f"for {len(edges)} tensor inputs")
+                meta = node.meta
+                for i, edge in enumerate(edges):
+                    if edge is not None:
+                        g = results[i]
+                        if g is not None:
+                            shape, dtype = meta[i]
+                            if g._data.shape != shape or g._dtype is not dtype:
+                                g = _check_grad(node, i, g)
+                            deliver(edge[0], edge[1], g)
             if not retain_graph:
                 node.released = True
                 node._saved_in = node._saved_out = None
             finished = []
-            for edge in node.edges:
+            for edge in edges:
                 if edge is not None:
                     if edge[0] in deps:
                         deps[edge[0]] -= 1
@@ -903,12 +967,12 @@ def _version_of(saved, written):
 
 def _bind_tensor_type():
     """autograd is imported by _tensor; the Tensor class is bound here once both exist."""
-    global _Tensor, _version_counter, _VersionCounter
-    from oarlock._tensor import Tensor, VersionCounter, version_counter
+    global _Tensor, _version_counter, _VersionCounter, DeferredZero
+    from oarlock._tensor import DeferredZero, Tensor, VersionCounter, version_counter
     _Tensor, _version_counter, _VersionCounter = Tensor, version_counter, VersionCounter
 
 
-_Tensor = _version_counter = _VersionCounter = None
+_Tensor = _version_counter = _VersionCounter = DeferredZero = None
 _AT_ZERO = (0,)
 _new = object.__new__
 

@@ -17,7 +17,7 @@ import warnings
 
 import oarlock
 from oarlock import Tensor
-from oarlock.autograd import mark_zero_grads
+from oarlock.autograd import mark_zero_grads, zero_grads
 from oarlock.plugin_api import array_of, rebind
 from oarlock_nn.amp.autocast import suspended
 from oarlock_nn.optim import sharded_state
@@ -344,11 +344,13 @@ class Optimizer:
         """Paddle's default zeroes the gradients in place (set_to_zero=True); False drops them (grad None)."""
         params = self._parameters()
         if set_to_zero:
-            grads = [p.grad for p in params if p.grad is not None]
+            # gradients no one else holds become zeros made only when read (no pass over their memory); the
+            # others are zeroed in place, and the next backward stores new gradients instead of adding to zeros
+            grads = zero_grads(params)
             if grads:
                 with oarlock.no_grad():
                     oarlock.zero_tensors_(grads)
-                mark_zero_grads(grads)   # the next backward stores the gradients instead of adding them to zeros
+                mark_zero_grads(grads)
         else:
             for p in params:
                 p.grad = None
