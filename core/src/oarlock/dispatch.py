@@ -575,8 +575,9 @@ def _fast_path_lines(op):
             "                else:",
             *(["                    if _o.__class__ is not _e[2]: _o = _e[1].asarray(_o)",
                "                    _o = _wrap(_o, _pl)"] if op.n_outputs == 1 else
-              ["                    _o = tuple(_wrap(_a if _a.__class__ is _e[2] else _e[1].asarray(_a), _pl) "
-               "for _a in _o)"]),
+              ["                    _o = (" + "".join(f"_wrap(_o[{i}] if _o[{i}].__class__ is _e[2] else "
+                                                        f"_e[1].asarray(_o[{i}]), _pl), "
+                                                        for i in range(op.n_outputs)) + ")"]),
             *([f"                    if _o._data.base is not None: _link_view(_op, {names[0]}, _o, {{{attrs}}})"]
               if op.view else []),
             f"                    if not ({quiet}) and _GM.enabled and _op.rule is not None:",

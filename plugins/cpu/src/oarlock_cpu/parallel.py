@@ -29,18 +29,35 @@ _told = [1]        # what the extensions were last told (their default is one th
 
 def kernel_threads() -> int:
     """The threads a large kernel call may use now (the BLAS thread policy's)."""
-    from oarlock_cpu import blas   # here, not at the top: blas imports kernels, which imports this module
+    return _blas().policy().threads_for(_LARGE, _LARGE, _LARGE)
 
-    return blas.policy().threads_for(_LARGE, _LARGE, _LARGE)
+
+_settled = [None]   # a policy whose count cannot change (neither adaptive nor replaced) once the extensions know it
 
 
 def sync_threads() -> None:
-    """Tell the C extensions the current thread count, if it changed."""
-    threads = kernel_threads()
+    """Tell the C extensions the current thread count, if it changed (every kernel wrapper calls this: a policy that
+    does not follow the load is asked once)."""
+    policy = _blas().policy()
+    if policy is _settled[0]:
+        return
+    threads = policy.threads_for(_LARGE, _LARGE, _LARGE)
     if threads != _told[0]:
         for module in _MODULES:
             module.set_threads(threads)
         _told[0] = threads
+    _settled[0] = None if policy.adaptive else policy
+
+
+_BLAS = []
+
+
+def _blas():
+    """oarlock_cpu.blas (imported on first use: blas imports kernels, which imports this module)."""
+    if not _BLAS:
+        from oarlock_cpu import blas
+        _BLAS.append(blas)
+    return _BLAS[0]
 
 
 def run_ufunc(ufunc, *inputs):

@@ -141,9 +141,6 @@ def _as_shape(g, shape):
     return g if tuple(g.shape) == tuple(shape) else oarlock.reshape(g, list(shape))
 
 
-_FUSED_GRAD_DTYPES = (oarlock.float32, oarlock.float64)
-
-
 def _linear_grad_kernel(xp, x, weight, g, need_x=True, need_weight=True, need_bias=True):
     """linear's first-order backward in one kernel: (dx = g weight^T, dweight = x^T g over every row, dbias = the
     column sums of g), an empty [0] array for each one not needed. x [..., in], weight [in, out], g [..., out]."""
@@ -190,14 +187,15 @@ def _fused_linear_grad(ctx, g):
     """The rule's first-order case as one op call (instead of two matmuls, reshapes and a sum, each an op), for
     float32/float64 operands of one dtype, x with rows, and a bias (if any) of shape [out]."""
     x, weight = ctx.saved
-    if (oarlock.is_grad_enabled() or len(x.shape) < 2 or not x.dtype == weight.dtype == g.dtype
-            or x.dtype not in _FUSED_GRAD_DTYPES
-            or (ctx.edges[2] is not None and tuple(ctx.meta[2][0]) != (ctx.meta[1][0][1],))
-            or not _fused_serves(g.place.type, g.dtype)):
+    dtype, edges = g.dtype, ctx.edges
+    if (oarlock.is_grad_enabled() or x.ndim < 2 or x.dtype is not dtype or weight.dtype is not dtype
+            or not (dtype is oarlock.float32 or dtype is oarlock.float64)
+            or (edges[2] is not None and tuple(ctx.meta[2][0]) != (ctx.meta[1][0][1],))
+            or not _fused_serves(g.place.type, dtype)):
         return None
-    wanted = [edge is not None for edge in ctx.edges]
-    grads = _linear_grad_op(x, weight, g, *wanted)
-    return tuple(grad if want else None for grad, want in zip(grads, wanted))
+    need_x, need_weight, need_bias = edges[0] is not None, edges[1] is not None, edges[2] is not None
+    dx, dweight, dbias = _linear_grad_op(x, weight, g, need_x, need_weight, need_bias)
+    return dx if need_x else None, dweight if need_weight else None, dbias if need_bias else None
 
 
 def _linear_grad(ctx, g):
