@@ -425,6 +425,12 @@ def zero_grads(tensors) -> list:
     return shared
 
 
+def has_deferred_zero_grad(t) -> bool:
+    """Whether t's `.grad` is zeros not made yet (zero_grads): reading `.grad` would make them. For code that must
+    leave a training step's memory as it is (a profiling step that saves and restores the gradients)."""
+    return getattr(t, "_grad", None).__class__ is DeferredZero
+
+
 def _still_zero(t) -> bool:
     entry = _ZEROED.pop(id(t), None)
     return entry is not None and entry[0]() is t and t._vc.value == entry[1]

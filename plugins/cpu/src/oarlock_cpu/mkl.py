@@ -123,9 +123,9 @@ def _product(a, b, out, threads):
 
 
 def matmul_bias(a, b, bias):
-    """a @ b + bias as a new array (bias None: a @ b), the bias [n] added to each row of the result by the thread that computed it,
-    while it is in cache (a linear layer; numpy needs a second pass over the result); None where MKL does not take
-    the operands (the caller computes it another way)."""
+    """a @ b + bias as a new array (bias None: a @ b), the bias [n] added to each row of the result by the thread that
+    computed it, while it is in cache (a linear layer; numpy needs a second pass over the result); None where MKL does
+    not take the operands (the caller computes it another way)."""
     if (LIBRARY is None or a.__class__ is not np.ndarray or b.__class__ is not np.ndarray or a.ndim < 2
             or b.ndim != 2 or not (bias is None or bias.__class__ is np.ndarray)):
         return None

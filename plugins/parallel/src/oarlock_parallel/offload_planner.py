@@ -45,6 +45,7 @@ import re
 import time
 
 import oarlock
+from oarlock.autograd import has_deferred_zero_grad, zero_grads
 from oarlock.plugin_api import array_of, rebind
 from oarlock_parallel.offload import ActivationOffload, to_host
 from oarlock_parallel.recompute import recompute
@@ -53,6 +54,7 @@ from oarlock_parallel.rng import get_rng_state_tracker
 __all__ = ["MemoryPlanner", "parse_bytes", "POLICIES"]
 
 POLICIES = ("keep", "recompute", "offload")
+_DEFERRED = object()   # a saved gradient that was zeros not made yet
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 _STEPS = 512
 
@@ -223,15 +225,24 @@ class MemoryPlanner:
     def _isolated(self):
         """Run a profiling step without changing training: the random states and the gradients come back."""
         states = (oarlock.get_rng_state(), get_rng_state_tracker().get_states_tracker())
-        grads = [(p, None if p.grad is None else to_host(p.grad)) for p in self.parameters]
+        # a gradient clear_grad left as zeros not made yet stays so (reading it would make them, and the profiling
+        # step would then hold memory the training step does not)
+        grads = [(p, _DEFERRED if has_deferred_zero_grad(p) else None if p.grad is None else to_host(p.grad))
+                 for p in self.parameters]
         try:
             yield
         finally:
             oarlock.set_rng_state(states[0])
             get_rng_state_tracker().set_states_tracker(states[1])
             for p, g in grads:
+                if g is _DEFERRED:
+                    if not has_deferred_zero_grad(p) and p.grad is not None:
+                        with oarlock.no_grad():
+                            for held in zero_grads([p]):   # deferred again; one someone holds is zeroed in place
+                                held.zero_()
+                    continue
                 p.clear_gradient(set_to_zero=False)
-                if g is not None:
+                if g is not None and g is not _DEFERRED:
                     p.grad = g.to_device()
 
     def _measure(self, step, policy) -> dict:
