@@ -307,3 +307,29 @@ def test_fused_backward_reproducible_and_tiles_agree(monkeypatch):
     tiles = _attend(q, k, v, causal=True, g_out=g_out)
     for name, x, y in zip(("out", "lse", "dq", "dk", "dv"), first, tiles):
         assert np.abs(x - y).max() <= 1e-5 * np.abs(y).max(), name
+
+
+@pytest.mark.parametrize("b, s, hk, g, d", [(1, 1000, 2, 1, 64), (2, 37, 2, 3, 24), (1, 513, 1, 4, 1)])
+def test_the_preparations_head_copies_in_one_call_are_numpys(b, s, hk, g, d):
+    """oarlock-cpu's flashmask_gather_heads / flashmask_transpose_heads (every head at once, on the pool) write what
+    the per-head numpy preparation writes, bit for bit: the scaled Q rows (query heads grouped per key head) and K^T
+    into a padded scratch, leaving the other columns and rows alone."""
+    try:
+        gather, transpose = (xp_function(np, name) for name in ("flashmask_gather_heads", "flashmask_transpose_heads"))
+    except AttributeError:
+        pytest.skip("oarlock-cpu's C preparation is not built")
+    rng = np.random.default_rng(s)
+    x = rng.standard_normal((b, s, hk * g, d)).astype(np.float32)
+    key = rng.standard_normal((b, s, hk, d)).astype(np.float32)
+    q = np.full((b * hk, s * g, d + 1), 7.0, np.float32)
+    kt = np.full((b * hk, d + 1, s + 16), 7.0, np.float32)[..., :s]
+    assert gather(x, q, hk, 0.3, 2) and transpose(key, kt, hk, 2)
+    want_q, want_base = q.copy(), kt.base.copy()
+    want_kt = want_base[..., :s]
+    for f in range(b * hk):
+        kernel._rows_into(want_q[f], x, f, hk, g, 0.3)
+        kernel._keys_t_into(np, want_kt[f, :d], key, f, hk)
+    np.testing.assert_array_equal(q, want_q)
+    np.testing.assert_array_equal(kt.base, want_base)   # padding and the extra row untouched
+    assert not gather(x.astype(np.float64), q, hk, 0.3, 2) and not transpose(key, kt[:, :, :-1], hk, 2)
+    assert not gather(x, q, hk + 1, 0.3, 2) and not transpose(key, kt, hk + 1, 2)

@@ -381,6 +381,12 @@ static PyMethodDef methods[] = {
     {"flashmask_backward", flashmask_backward, METH_VARARGS,
      "flashmask_backward(q, do, delta, lse2, k, kt, vt, dk, dv, dqs, group, causal, block_q, block_k) -> True or None: "
      "see _flash.c."},
+    {"flashmask_transpose_heads", flashmask_transpose_heads, METH_VARARGS,
+     "flashmask_transpose_heads(x, dst, kv_heads, threads) -> True or None: dst[f, d, s] <- x[b, s, h, d]; see "
+     "_flash.c."},
+    {"flashmask_gather_heads", flashmask_gather_heads, METH_VARARGS,
+     "flashmask_gather_heads(x, dst, kv_heads, scale, threads) -> True or None: dst[f, s * G + g, :D] <- scale * "
+     "x[b, s, h * G + g]; see _flash.c."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -6,8 +6,11 @@ flashmask_forward(q, kt, v, out, lse, kv_heads, causal, block_q, block_k, thread
 from the FlashMask kernel's working layouts (see _flash.c and oarlock_flashmask.kernel) and returns True, or
 returns False without touching them when the arrays are not ones the C kernel takes (the caller then runs its
 own tiles). flashmask_backward(q, do, delta, lse2, k, kt, vt, dk, dv, dqs, group, causal, block_q, block_k) -> bool
-likewise accumulates into dk, dv and the tuple of arrays dqs (one per pool piece; see _flash.c). Offered only where
-MKL is loaded.
+likewise accumulates into dk, dv and the tuple of arrays dqs (one per pool piece; see _flash.c).
+flashmask_transpose_heads(x, dst, kv_heads, threads) -> bool writes the preparation's K^T (or V^T) of every head,
+dst[b * kv_heads + h, d, s] = x[b, s, h, d], and flashmask_gather_heads(x, dst, kv_heads, scale, threads) -> bool
+its per-head Q rows, dst[b * kv_heads + h, s * G + g, :D] = scale * x[b, s, h * G + g], on the pool (False: not
+taken, nothing written). Offered only where MKL is loaded.
 """
 
 from __future__ import annotations
@@ -25,6 +28,17 @@ def flashmask_backward(q, do, delta, lse2, k, kt, vt, dk, dv, dqs, group, causal
                                         int(block_q), int(block_k)) is not None
 
 
+def flashmask_transpose_heads(x, dst, kv_heads, threads) -> bool:
+    return mkl._gemm.flashmask_transpose_heads(x, dst, int(kv_heads), int(threads)) is not None
+
+
+def flashmask_gather_heads(x, dst, kv_heads, scale, threads) -> bool:
+    return mkl._gemm.flashmask_gather_heads(x, dst, int(kv_heads), float(scale), int(threads)) is not None
+
+
 # (an extension built before _flash.c existed has neither: the kernels then keep their numpy tiles)
 FUNCTIONS = {} if mkl.LIBRARY is None or not hasattr(mkl._gemm, "flashmask_backward") else {
     "flashmask_forward": flashmask_forward, "flashmask_backward": flashmask_backward}
+if FUNCTIONS and hasattr(mkl._gemm, "flashmask_transpose_heads"):
+    FUNCTIONS["flashmask_transpose_heads"] = flashmask_transpose_heads
+    FUNCTIONS["flashmask_gather_heads"] = flashmask_gather_heads

@@ -420,6 +420,26 @@ def _rows_from(dst, x, f, hk, g):
     dst[b, :, h * g:(h + 1) * g] = x.reshape(dst.shape[1], g, x.shape[-1])
 
 
+def _gather_heads(xp, dst, x, hk, scale):
+    """dst [F, Sq * G, >= D] <- scale * the rows of every head of x [B, Sq, Hq, D] (_rows_into's layout) by the
+    backend's one call where it has one and takes these arrays; False otherwise (nothing written)."""
+    try:
+        fn = xp_function(xp, "flashmask_gather_heads")
+    except AttributeError:
+        return False
+    return x.dtype == dst.dtype and fn(x, dst, hk, scale, _parallel.workers())
+
+
+def _transpose_heads(xp, dst, k, hk):
+    """dst [F, >= D, Sk] <- K^T of every head of k [B, Sk, Hk, D] by the backend's one call where it has one and
+    takes these arrays (oarlock-cpu: C, on its pool); False otherwise (nothing written: _keys_t_into per head)."""
+    try:
+        fn = xp_function(xp, "flashmask_transpose_heads")
+    except AttributeError:
+        return False
+    return k.dtype == dst.dtype and fn(k, dst, hk, _parallel.workers())
+
+
 def _keys_t_into(xp, dst, k, f, hk):
     """dst [D or D + 1, Sk] <- K^T of head f of k [B, Sk, Hk, D], with a last row of ones when dst has D + 1 rows
     (V^T in the backward, against dO's column of -D). The score matmuls read K^T:
@@ -565,12 +585,19 @@ def flashmask_forward(xp, query, key, value, startend_row_indices=None, fixed_se
         if sk and dv:
             vabs[f] = xp.maximum(v[f].max(), -v[f].min())
 
+    # every head at once by the backend where it can (oarlock-cpu: C on its pool), else per head below
+    gathered = _gather_heads(xp, q, query, hk, scale * LOG2E)
+    transposed = _transpose_heads(xp, kt, key, hk)
+
     def prepare(f):
-        _rows_into(q[f], query, f, hk, g, scale * LOG2E)
-        _keys_t_into(xp, kt[f], key, f, hk)
+        if not gathered:
+            _rows_into(q[f], query, f, hk, g, scale * LOG2E)
+        if not transposed:
+            _keys_t_into(xp, kt[f], key, f, hk)
         if not value_in_place:
             prepare_v(f)
-    _per_head(xp, nf, prepare)
+    if not (gathered and transposed and value_in_place):
+        _per_head(xp, nf, prepare)
     if fused:
         out = xp.empty((b, sq, hq, dv), dtype=query.dtype)
         lse = xp.empty((b, hq, sq), dtype=xp.float32)
@@ -763,10 +790,15 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     kt, vt = _take_t(xp, nf, d, sk, ct), _take_t(xp, nf, dv + 1, sk, ct)
     dq, dk, dv_ = (_scratch.take(xp, shape, ct) for shape in ((nf, sq * g, d), (nf, sk, d), (nf, sk, dv)))
 
+    gathered = _gather_heads(xp, q, query, hk, scale * LOG2E) and _gather_heads(xp, do, grad, hk, 1.0) and \
+        _gather_heads(xp, k, key, hk, 1.0)
+
     def prepare(f):
         b_, h = divmod(f, hk)
-        _rows_into(q[f], query, f, hk, g, scale * LOG2E)
-        _rows_into(do[f], grad, f, hk, g)
+        if not gathered:
+            _rows_into(q[f], query, f, hk, g, scale * LOG2E)
+            _rows_into(do[f], grad, f, hk, g)
+            _rows_into(k[f], key, f, hk, 1)
         o = _scratch.take(xp, (sq * g, dv), ct)
         _rows_into(o, out, f, hk, g)
         o *= do[f, :, :dv]
@@ -778,16 +810,19 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
         lse_f = lse[b_, h * g:(h + 1) * g].T.reshape(-1).astype(ct)
         # rows that saw no key (lse -inf) get a huge finite lse: P = 0 there without inf arithmetic
         lse2[f, :, 0] = xp.where(xp.isfinite(lse_f), lse_f * LOG2E, xp.asarray(_HUGE, dtype=ct))
-        _rows_into(k[f], key, f, hk, 1)
         # dQ = scale (dS K) is computed as dS (K - c) + c rowsum(dS), with c the mean key and rowsum(dS) = dlse
         # exactly (softmax is blind to a shift of every key): when keys share a large common part, dS's rounding
         # errors (which do not sum to zero) are amplified by |K - c| instead of |K|
         xp.mean(k[f], axis=0, keepdims=True, out=centres[f])
         k[f] -= centres[f]
-        _keys_t_into(xp, kt[f], key, f, hk)
-        _keys_t_into(xp, vt[f], value, f, hk)
+        if not transposed:
+            _keys_t_into(xp, kt[f], key, f, hk)
+            _keys_t_into(xp, vt[f], value, f, hk)
         for acc in (dq[f], dk[f], dv_[f]):
             acc[...] = 0
+    transposed = _transpose_heads(xp, kt, key, hk) and _transpose_heads(xp, vt, value, hk)
+    if transposed:
+        vt[:, dv] = 1   # V^T's row of ones (against dO's column of -D), as _keys_t_into writes it
     _per_head(xp, nf, prepare)
     dq_parts = None   # worker -> its dQ share (summed in worker order: reproducible)
     if _fusable(mask, dropout):
