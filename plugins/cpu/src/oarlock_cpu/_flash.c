@@ -509,6 +509,17 @@ typedef struct {
 
 #define TRANSPOSE_CHUNK 512   /* positions per piece */
 
+/* fn(job, piece) over F heads x the chunks of S positions (*chunk, *nchunks: the job's own fields, set first) on
+ * `threads` threads of the pool, without the GIL */
+static void over_heads(int threads, npy_intp F, npy_intp S, pool_fn fn, void *job, npy_intp *chunk, npy_intp *nchunks)
+{
+    *chunk = TRANSPOSE_CHUNK;
+    *nchunks = (S + *chunk - 1) / *chunk;
+    Py_BEGIN_ALLOW_THREADS
+    pool_run(threads, (long)(F * *nchunks), fn, job, NULL);
+    Py_END_ALLOW_THREADS
+}
+
 static void transpose_piece(void *ctx, long piece)
 {
     const transpose_job *j = ctx;
@@ -546,11 +557,7 @@ PyObject *flashmask_transpose_heads(PyObject *self, PyObject *args)
         Py_RETURN_TRUE;
     j.x = PyArray_DATA(x);
     j.dst = PyArray_DATA((PyArrayObject *)dsto);
-    j.chunk = TRANSPOSE_CHUNK;
-    j.nchunks = (j.S + j.chunk - 1) / j.chunk;
-    Py_BEGIN_ALLOW_THREADS
-    pool_run(threads, (long)(F * j.nchunks), transpose_piece, &j, NULL);
-    Py_END_ALLOW_THREADS
+    over_heads(threads, F, j.S, transpose_piece, &j, &j.chunk, &j.nchunks);
     Py_RETURN_TRUE;
 }
 
@@ -605,10 +612,6 @@ PyObject *flashmask_gather_heads(PyObject *self, PyObject *args)
         Py_RETURN_TRUE;
     j.x = PyArray_DATA(x);
     j.dst = PyArray_DATA(dst);
-    j.chunk = TRANSPOSE_CHUNK;
-    j.nchunks = (j.S + j.chunk - 1) / j.chunk;
-    Py_BEGIN_ALLOW_THREADS
-    pool_run(threads, (long)(F * j.nchunks), gather_piece, &j, NULL);
-    Py_END_ALLOW_THREADS
+    over_heads(threads, F, j.S, gather_piece, &j, &j.chunk, &j.nchunks);
     Py_RETURN_TRUE;
 }

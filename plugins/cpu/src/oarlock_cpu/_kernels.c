@@ -986,6 +986,18 @@ static void xent_grad_range(void *ctx, Py_ssize_t b, Py_ssize_t e)
     feclearexcept(FE_ALL_EXCEPT);
 }
 
+/* The logits (2-D C-contiguous float32: their rows and classes) and their labels, or NULL (no error set) for
+ * arguments not handled here */
+static const float *xent_inputs(PyObject *xo, PyObject *lo, npy_intp *rows, npy_intp *n, label_view *labels)
+{
+    PyArrayObject *x = (PyArrayObject *)xo;
+    if (!PyArray_Check(xo) || PyArray_TYPE(x) != NPY_FLOAT || PyArray_NDIM(x) != 2 || !PyArray_IS_C_CONTIGUOUS(x))
+        return NULL;
+    *rows = PyArray_DIM(x, 0);
+    *n = PyArray_DIM(x, 1);
+    return label_view_of(lo, *rows, labels) ? (const float *)PyArray_DATA(x) : NULL;
+}
+
 /* Checks the labels of rows [0, rows): the count of rows not ignored, or -1 with *bad the first label out of range */
 static npy_intp xent_check_labels(const label_view *v, npy_intp rows, npy_intp classes, long long ignore,
                                   long long *bad)
@@ -1015,12 +1027,9 @@ static PyObject *py_xent_rows(PyObject *self, PyObject *args)
     (void)self;
     if (!PyArg_ParseTuple(args, "OOLO", &xo, &lo, &ignore, &oo))
         return NULL;
-    PyArrayObject *x = (PyArrayObject *)xo, *o = (PyArrayObject *)oo;
-    if (!PyArray_Check(xo) || PyArray_TYPE(x) != NPY_FLOAT || PyArray_NDIM(x) != 2 || !PyArray_IS_C_CONTIGUOUS(x))
-        Py_RETURN_NONE;
-    rows = PyArray_DIM(x, 0);
-    n = PyArray_DIM(x, 1);
-    if (!label_view_of(lo, rows, &labels))
+    PyArrayObject *o = (PyArrayObject *)oo;
+    const float *x = xent_inputs(xo, lo, &rows, &n, &labels);
+    if (x == NULL)
         Py_RETURN_NONE;
     if (!PyArray_Check(oo) || PyArray_TYPE(o) != NPY_FLOAT || PyArray_NDIM(o) != 1 || PyArray_DIM(o, 0) != rows ||
         !PyArray_IS_C_CONTIGUOUS(o) || !PyArray_ISWRITEABLE(o)) {
@@ -1032,8 +1041,7 @@ static PyObject *py_xent_rows(PyObject *self, PyObject *args)
     npy_intp valid = xent_check_labels(&labels, rows, n, ignore, &bad);
     if (valid < 0)
         return Py_BuildValue("(OOL)", Py_None, Py_None, bad);
-    xent_job j = {.x = (const float *)PyArray_DATA(x), .label = labels, .ignore = ignore, .n = n,
-                  .loss = (float *)PyArray_DATA(o)};
+    xent_job j = {.x = x, .label = labels, .ignore = ignore, .n = n, .loss = (float *)PyArray_DATA(o)};
     double total = 0.0;
     Py_BEGIN_ALLOW_THREADS
     split_range(rows, split_min_rows(n), 1, xent_range, &j);
@@ -1057,17 +1065,13 @@ static PyObject *py_xent_grad_rows(PyObject *self, PyObject *args)
     (void)self;
     if (!PyArg_ParseTuple(args, "OOLOpO", &xo, &lo, &ignore, &co, &mean, &oo))
         return NULL;
-    PyArrayObject *x = (PyArrayObject *)xo;
-    if (!PyArray_Check(xo) || PyArray_TYPE(x) != NPY_FLOAT || PyArray_NDIM(x) != 2 || !PyArray_IS_C_CONTIGUOUS(x))
-        Py_RETURN_NONE;
-    rows = PyArray_DIM(x, 0);
-    n = PyArray_DIM(x, 1);
-    if (!label_view_of(lo, rows, &labels))
+    const float *x = xent_inputs(xo, lo, &rows, &n, &labels);
+    if (x == NULL)
         Py_RETURN_NONE;
     float *out = (float *)rows_of(oo, "xent_grad_rows", "out", &rows, &n, 1);
     if (out == NULL)
         return NULL;
-    xent_job j = {.x = (const float *)PyArray_DATA(x), .label = labels, .ignore = ignore, .n = n, .out = out};
+    xent_job j = {.x = x, .label = labels, .ignore = ignore, .n = n, .out = out};
     long long bad = 0;
     npy_intp valid = xent_check_labels(&labels, rows, n, ignore, &bad);
     if (valid < 0)
