@@ -35,8 +35,6 @@ import math
 import os
 import time
 
-import numpy as np
-
 from oarlock_cpu.kernels import generic, register_all
 
 SMALL_FLOPS = 2 * 96 ** 3      # below this a GEMM is done before a second thread pays for itself
@@ -250,24 +248,9 @@ def linear(xp, x, weight, bias=None):
 
 
 def linear_grad(xp, x, weight, g, need_x=True, need_weight=True, need_bias=True):
-    # the fused backward's products (dx = g W^T, dW = x^T g) by MKL, as the two matmul ops it stands in for would run
-    # them (a device with its own matmul gets the fused op only with this kernel); straight to mkl.matmul for
-    # operands of one float dtype (the generic kernel's casts and lookups are a third of this small op's time)
-    dtype = g.dtype
-    if x.dtype == dtype and weight.dtype == dtype and dtype in _BLAS_FLOATS and weight.ndim == 2 and x.ndim >= 2:
-        matmul = _mkl().matmul
-        rows = g.reshape(-1, g.shape[-1])
-        empty = _EMPTY[dtype]
-        return (matmul(rows, weight.T).reshape(x.shape) if need_x else empty,
-                matmul(x.reshape(-1, x.shape[-1]).T, rows) if need_weight else empty,
-                rows.sum(axis=0) if need_bias else empty)
+    # the fused backward's products (dx = g W^T, dW = x^T g) through the "cpu" matmul (MKL), as the two matmul ops
+    # it stands in for would run them (a device with its own matmul gets the fused op only with this kernel)
     return generic("_linear_grad")(xp, x, weight, g, need_x=need_x, need_weight=need_weight, need_bias=need_bias)
-
-
-_BLAS_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-_EMPTY = {d: np.zeros((0,), d) for d in _BLAS_FLOATS}   # a result not asked for (read-only: never written)
-for _e in _EMPTY.values():
-    _e.flags.writeable = False
 
 
 _MKL_MODULE = None

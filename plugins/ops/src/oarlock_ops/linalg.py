@@ -146,13 +146,15 @@ def _linear_grad_kernel(xp, x, weight, g, need_x=True, need_weight=True, need_bi
     column sums of g), an empty [0] array for each one not needed. x [..., in], weight [in, out], g [..., out]."""
     matmul = xp_function(xp, "matmul")
     dtype, ct = g.dtype, compute_dtype(xp, g.dtype)   # 16-bit floats in float32, rounded once at the end
-    x, weight, g = (a.astype(ct, copy=False) for a in (x, weight, g))
+    cast = not (x.dtype == weight.dtype == dtype == ct)   # the usual case casts nothing (a small op: no passes)
+    if cast:
+        x, weight, g = (a.astype(ct, copy=False) for a in (x, weight, g))
     rows = g.reshape(-1, g.shape[-1])
     empty = xp.zeros((0,), dtype=ct)
-    dx = matmul(g, weight.T) if need_x else empty
+    dx = matmul(rows, weight.T).reshape(x.shape) if need_x else empty
     dweight = matmul(x.reshape(-1, x.shape[-1]).T, rows) if need_weight else empty
     dbias = rows.sum(axis=0) if need_bias else empty
-    return tuple(a.astype(dtype, copy=False) for a in (dx, dweight, dbias))
+    return tuple(a.astype(dtype, copy=False) for a in (dx, dweight, dbias)) if cast else (dx, dweight, dbias)
 
 
 _linear_grad_op = None  # the internal op _linear_grad (set by register)

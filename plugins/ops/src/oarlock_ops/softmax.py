@@ -292,10 +292,11 @@ def _hard_label_rows(xp, label, ignore_index):
 
 
 def _hard_label_denominator(xp, valid, ignore_index, count):
-    """Paddle's 'mean' divisor: the valid rows with a non-negative ignore_index (at least 1), else all rows."""
+    """Paddle's 'mean' divisor: the valid rows with a non-negative ignore_index (at least 1), else all rows. valid:
+    the rows' valid mask, or their count."""
     if ignore_index < 0:
         return count
-    n = int(valid.sum())
+    n = valid if valid.__class__ is int else int(valid.sum())
     return n if n else 1
 
 
@@ -312,7 +313,7 @@ def _hard_label_cross_entropy(xp, input, label, ignore_index, reduction):
         if reduction == "none":
             return loss.reshape(label.shape).astype(input.dtype, copy=False)
         if reduction == "mean":
-            total /= loss.size if ignore_index < 0 else (valid or 1)
+            total /= _hard_label_denominator(xp, valid, ignore_index, loss.size)
         return xp.asarray(total, dtype=input.dtype)
     _check_label_range(xp, label, rows.shape[1], ignore_index)
     index, valid = _hard_label_rows(xp, label, ignore_index)

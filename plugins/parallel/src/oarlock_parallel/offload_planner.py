@@ -242,7 +242,7 @@ class MemoryPlanner:
                                 held.zero_()
                     continue
                 p.clear_gradient(set_to_zero=False)
-                if g is not None and g is not _DEFERRED:
+                if g is not None:
                     p.grad = g.to_device()
 
     def _measure(self, step, policy) -> dict:
