@@ -49,8 +49,10 @@ setup(
             "oarlock_cpu._gemm",
             # + fused attention over it, and the worker pool that runs split products
             sources=["src/oarlock_cpu/_gemm.c", "src/oarlock_cpu/_attention.c", "src/oarlock_cpu/_pool.c",
-                     "src/oarlock_cpu/_flash.c"],   # + the FlashMask causal forward (oarlock-flashmask's)
-            depends=["src/oarlock_cpu/_gemm.h", "src/oarlock_cpu/_pool.h", "src/oarlock_cpu/_clones.h"],
+                     "src/oarlock_cpu/_flash.c",   # + the FlashMask causal forward (oarlock-flashmask's)
+                     "src/oarlock_cpu/_flash_tiles.c"],   # and its AVX-512 tiles
+            depends=["src/oarlock_cpu/_gemm.h", "src/oarlock_cpu/_pool.h", "src/oarlock_cpu/_clones.h",
+                     "src/oarlock_cpu/_flash_tiles.h"],
             include_dirs=[numpy.get_include()],
             libraries=["m"],
             extra_compile_args=kernel_compile_args,
