@@ -109,13 +109,60 @@ fused = pytest.mark.skipif(not _has_fused(), reason="the cpu backend has no fuse
 
 @fused
 @pytest.mark.parametrize("level,spread", [(200.0, 0.0), (60.0, 0.0), (0.0, 150.0), (-200.0, 0.0), (-120.0, 100.0)])
-def test_extreme_scores_fused(level, spread, tile_blocks):
-    """The same scores through the fused C forward (float32 plain causal): its standard online softmax within
-    float32's rounding of the scores, and no numpy tile run."""
+@pytest.mark.parametrize("d", [16, 64])
+def test_extreme_scores_fused(level, spread, d, tile_blocks):
+    """The same scores through the fused C forward (float32 plain causal): its standard online softmax (d = 16:
+    sgemm and row passes; d = 64: oarlock-cpu's AVX-512 tiles where the CPU has them, whose rising scores move each
+    row's reference many times) within float32's rounding of the scores, and no numpy tile run."""
     rng = np.random.default_rng(int(abs(level) + spread))
-    q, k, v = _aligned(rng, 1, 300, 2, 16, level, spread)
+    q, k, v = _aligned(rng, 1, 300, 2, d, level, spread)
     _check(q, k, v, causal=True, tol=2e-4 * max(1.0, (abs(level) + spread) / 100))
     assert not tile_blocks
+
+
+@pytest.fixture
+def cpu_tiles():
+    """oarlock-cpu's flash_kernels module, where its forward can use the AVX-512 tiles here."""
+    fk = pytest.importorskip("oarlock_cpu.flash_kernels")
+    if not _has_fused() or not fk.tiles_available():
+        pytest.skip("oarlock-cpu's AVX-512 FlashMask tiles are not available on this CPU or build")
+    return fk
+
+
+@pytest.mark.parametrize("b, sq, sk, hk, g, d, dv, causal", [
+    (1, 300, 300, 2, 1, 64, 64, True),        # one key block; row groups and key strips with tails
+    (1, 1100, 1100, 1, 1, 64, 64, True),      # several key blocks of 512, query blocks of 128
+    (2, 130, 200, 1, 3, 128, 128, True),      # Sq != Sk (bottom-right causal), grouped heads, D = 128
+    (1, 77, 90, 2, 2, 64, 64, False),         # no mask
+])
+def test_fused_tiles_agree_with_reference_and_sgemm(b, sq, sk, hk, g, d, dv, causal, cpu_tiles, monkeypatch,
+                                                      tile_blocks):
+    """The C forward's AVX-512 tiles (values a multiple of 64 wide): out and lse within float32 rounding of the
+    float64 reference and of the same C forward by sgemm and row passes (AVX512_TILES off), no numpy tile run."""
+    rng = np.random.default_rng(sq + sk + d)
+    q = rng.standard_normal((b, sq, hk * g, d)) * 2.0
+    k = rng.standard_normal((b, sk, hk, d))
+    v = rng.standard_normal((b, sk, hk, dv))
+    tiles = _attend(q, k, v, causal=causal)
+    ref = dense_reference(q, k, v, dense_mask(None, causal, b, hk * g, sq, sk))
+    monkeypatch.setattr(cpu_tiles, "AVX512_TILES", False)
+    sgemm = _attend(q, k, v, causal=causal)
+    assert not tile_blocks
+    for name, x, r, y in zip(("out", "lse"), tiles, ref, sgemm):
+        assert rel_err(x, r) <= 1e-5, name
+        assert np.abs(x - y).max() <= 1e-5 * np.abs(y).max(), name
+
+
+def test_fused_tiles_keep_nan(cpu_tiles):
+    """A NaN key reaches exactly the rows that see it (causal: those at or after its position), in the tiles as in
+    the float64 reference; the other rows stay exact."""
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, 300, 1, 64)) for _ in range(3))
+    k[0, 100, 0, 5] = np.nan
+    out, lse = _attend(q, k, v, causal=True)
+    ref_out, ref_lse = dense_reference(q, k, v, dense_mask(None, True, 1, 1, 300, 300))[:2]
+    assert np.isnan(out[0, 100:]).all() and np.isnan(lse[0, 0, 100:]).all()
+    assert rel_err(out[0, :100], ref_out[0, :100]) <= 1e-5 and rel_err(lse[0, 0, :100], ref_lse[0, 0, :100]) <= 1e-5
 
 
 @pytest.mark.parametrize("score", [88.0, 88.7])

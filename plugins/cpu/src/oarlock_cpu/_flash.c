@@ -395,6 +395,12 @@ PyObject *flashmask_forward(PyObject *self, PyObject *args)
     Py_RETURN_TRUE;
 }
 
+PyObject *flashmask_tiles(PyObject *self, PyObject *args)
+{
+    (void)self, (void)args;
+    return PyBool_FromLong(tiles_avx512());
+}
+
 /* ---------------------------------------------------------------------------------------------------------------
  * The backward (FlashAttention-2), the same masks:
  *

@@ -377,7 +377,10 @@ static PyMethodDef methods[] = {
     {"attention_backward", attention_backward, METH_VARARGS,
      "attention_backward(g, q, k, v, out, probs, scale, causal, threads) -> (dq, dk, dv) or None: see _attention.c."},
     {"flashmask_forward", flashmask_forward, METH_VARARGS,
-     "flashmask_forward(q, kt, v, out, lse, kv_heads, causal, block_q, block_k, threads) -> True or None: see _flash.c."},
+     "flashmask_forward(q, kt, v, out, lse, kv_heads, causal, block_q, block_k, threads, tiles=True) -> True or None: "
+     "see _flash.c."},
+    {"flashmask_tiles", flashmask_tiles, METH_NOARGS,
+     "flashmask_tiles() -> bool: whether flashmask_forward can use its AVX-512 tiles on this CPU (_flash_tiles.c)."},
     {"flashmask_backward", flashmask_backward, METH_VARARGS,
      "flashmask_backward(q, do, delta, lse2, k, kt, vt, dk, dv, dqs, group, causal, block_q, block_k) -> True or None: "
      "see _flash.c."},

@@ -29,6 +29,7 @@ PyObject *attention_forward(PyObject *self, PyObject *args);
 PyObject *attention_backward(PyObject *self, PyObject *args);
 PyObject *flashmask_forward(PyObject *self, PyObject *args);   /* _flash.c */
 PyObject *flashmask_backward(PyObject *self, PyObject *args);  /* _flash.c */
+PyObject *flashmask_tiles(PyObject *self, PyObject *args);  /* _flash.c */
 PyObject *flashmask_transpose_heads(PyObject *self, PyObject *args);  /* _flash.c */
 PyObject *flashmask_gather_heads(PyObject *self, PyObject *args);  /* _flash.c */
 

@@ -24,6 +24,11 @@ from oarlock_cpu import mkl
 AVX512_TILES = True
 
 
+def tiles_available() -> bool:
+    """Whether flashmask_forward can use the AVX-512 tiles here (the CPU has AVX-512F and the build targets x86-64)."""
+    return mkl.LIBRARY is not None and hasattr(mkl._gemm, "flashmask_tiles") and mkl._gemm.flashmask_tiles()
+
+
 def flashmask_forward(q, kt, v, out, lse, kv_heads, causal, block_q, block_k, threads) -> bool:
     return mkl._gemm.flashmask_forward(q, kt, v, out, lse, int(kv_heads), bool(causal), int(block_q),
                                        int(block_k), int(threads), AVX512_TILES) is not None
