@@ -56,8 +56,9 @@ typedef struct {
     npy_intp q_f, kt_f, kt_ld, v_b, v_h, v_ld;    /* strides in elements (v: per batch, key head, row) */
     npy_intp bq, bk, nqb;
     int causal, tiles;   /* tiles: the AVX-512 tile kernels (_flash_tiles.c) instead of sgemm and row passes */
-    float *packed;       /* with tiles: every head's K^T in strips (tiles_pack_keys), `strips` of them a head */
-    float *packed_v;     /* and its V rows, contiguous [F, Sk, Dv], where v's rows are not (the value input) */
+    npy_intp f0, f1;     /* the heads of the current wave (the units run a wave of heads at a time) */
+    float *packed;       /* with tiles: the wave's K^T in strips (tiles_pack_keys), `strips` of them a head */
+    float *packed_v;     /* and its V rows, contiguous [wave, Sk, Dv], where v's rows are not (the value input) */
     npy_intp strips;
     atomic_int failed;
 } flash_job;
@@ -219,21 +220,22 @@ static void block_by_tiles(const flash_job *j, npy_intp f, const float *q, const
     for (npy_intp r = 0; r < n; r++)
         seen[r] = seen_keys(j, r0, r, c0, w);
     (void)kt;
-    const float *kp = j->packed + (f * j->strips + c0 / TILES_COLS) * j->D * TILES_COLS;
+    const float *kp = j->packed + ((f - j->f0) * j->strips + c0 / TILES_COLS) * j->D * TILES_COLS;
     tiles_scores_softmax(q, j->D, kp, n, w, seen, s, ld, m, sums, acc, j->Dv);
     if (j->packed_v != NULL)
-        tiles_values(s, ld, j->packed_v + (f * j->Sk + c0) * j->Dv, j->Dv, n, w, seen, acc, j->Dv);
+        tiles_values(s, ld, j->packed_v + ((f - j->f0) * j->Sk + c0) * j->Dv, j->Dv, n, w, seen, acc, j->Dv);
     else
         tiles_values(s, ld, v + c0 * j->v_ld, j->v_ld, n, w, seen, acc, j->Dv);
 }
 
-/* Unit `piece`: query block i of head f, head by head (the threads share one head's keys and values in the cache:
- * 10% faster than taking the heads in turn), in each head the heaviest blocks (the last, under causal) first. */
+/* Unit `piece` of the wave: query block i of head f, head by head (the threads share one head's keys and values in
+ * the cache: 10% faster than taking the heads in turn), in each head the heaviest blocks (the last, under causal)
+ * first. */
 static void run_unit(void *ctx, long piece)
 {
     flash_job *j = ctx;
     gemm_set_threads_local(1);
-    npy_intp f = piece / j->nqb, i = j->nqb - 1 - piece % j->nqb;
+    npy_intp f = j->f0 + piece / j->nqb, i = j->nqb - 1 - piece % j->nqb;
     npy_intp r0 = i * j->bq, r1 = r0 + j->bq < j->Sq ? r0 + j->bq : j->Sq, G = j->G, n = (r1 - r0) * G;
     npy_intp off = j->Sk - j->Sq, dv = j->Dv;
     npy_intp kend = j->Sk;
@@ -291,17 +293,17 @@ done:
     free(seen);
 }
 
-/* Piece `piece` of the packing: head f's keys [c0, c0 + bk) into j->packed */
+/* Piece `piece` of a wave's packing: head f's keys [c0, c0 + bk) into j->packed (and its values into j->packed_v) */
 static void pack_piece(void *ctx, long piece)
 {
     flash_job *j = ctx;
-    npy_intp per_head = (j->Sk + j->bk - 1) / j->bk, f = piece / per_head, c0 = (piece % per_head) * j->bk;
-    npy_intp c1 = c0 + j->bk < j->Sk ? c0 + j->bk : j->Sk;
-    tiles_pack_keys(j->kt + f * j->kt_f, j->kt_ld, j->D, c0, c1, j->packed + f * j->strips * j->D * TILES_COLS);
+    npy_intp per_head = (j->Sk + j->bk - 1) / j->bk, h = piece / per_head, f = j->f0 + h;
+    npy_intp c0 = (piece % per_head) * j->bk, c1 = c0 + j->bk < j->Sk ? c0 + j->bk : j->Sk;
+    tiles_pack_keys(j->kt + f * j->kt_f, j->kt_ld, j->D, c0, c1, j->packed + h * j->strips * j->D * TILES_COLS);
     if (j->packed_v != NULL) {   /* (rows 2 KiB apart defeat the prefetchers: the values product reads V 20 times) */
         const float *v = j->v + (f / j->Hk) * j->v_b + (f % j->Hk) * j->v_h;
         for (npy_intp c = c0; c < c1; c++)
-            memcpy(j->packed_v + (f * j->Sk + c) * j->Dv, v + c * j->v_ld, (size_t)j->Dv * sizeof(float));
+            memcpy(j->packed_v + (h * j->Sk + c) * j->Dv, v + c * j->v_ld, (size_t)j->Dv * sizeof(float));
     }
 }
 
@@ -369,24 +371,29 @@ PyObject *flashmask_forward(PyObject *self, PyObject *args)
     j.causal = causal;
     j.tiles = tiles && tiles_avx512() && j.Dv > 0 && j.Dv % 64 == 0 && bk % TILES_COLS == 0;
     j.strips = (j.Sk + TILES_COLS - 1) / TILES_COLS;
+    threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    /* The tiles pack a wave of `threads` heads at a time (the packed copies then take `threads` heads' room, not
+     * F's); the sgemm path runs every head in one wave. */
+    npy_intp wave = j.tiles ? threads : (j.F > 0 ? j.F : 1);
     if (j.tiles) {
-        j.packed = alloc64((size_t)(j.F * j.strips * j.D * TILES_COLS) * sizeof(float), 0);
+        j.packed = alloc64((size_t)(wave * j.strips * j.D * TILES_COLS) * sizeof(float), 0);
         if (j.v_ld != j.Dv)
-            j.packed_v = alloc64((size_t)(j.F * j.Sk * j.Dv) * sizeof(float), 0);
+            j.packed_v = alloc64((size_t)(wave * j.Sk * j.Dv) * sizeof(float), 0);
         if (j.packed == NULL || (j.v_ld != j.Dv && j.packed_v == NULL)) {
             free(j.packed);
             free(j.packed_v);
             return PyErr_NoMemory();
         }
     }
-    long pieces = (long)(j.F * j.nqb);
-    threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
-    if (pieces < threads)
-        threads = pieces > 0 ? (int)pieces : 1;
     Py_BEGIN_ALLOW_THREADS
-    if (j.tiles)
-        pool_run(threads, (long)(j.F * ((j.Sk + bk - 1) / bk)), pack_piece, &j, NULL);
-    pool_run(threads, pieces, run_unit, &j, NULL);
+    for (j.f0 = 0; j.f0 < j.F; j.f0 = j.f1) {
+        j.f1 = j.f0 + wave < j.F ? j.f0 + wave : j.F;
+        long pieces = (long)((j.f1 - j.f0) * j.nqb);
+        int used = pieces < threads ? (pieces > 0 ? (int)pieces : 1) : threads;
+        if (j.tiles)
+            pool_run(threads, (long)((j.f1 - j.f0) * ((j.Sk + bk - 1) / bk)), pack_piece, &j, NULL);
+        pool_run(used, pieces, run_unit, &j, NULL);
+    }
     Py_END_ALLOW_THREADS
     free(j.packed);
     free(j.packed_v);
