@@ -212,14 +212,12 @@ static void block_by_sgemm(const flash_job *j, const float *q, const float *kt, 
 }
 
 /* The same by the AVX-512 tiles: `seen` has room for n counts, `sums` for 16 lanes a row (zeros on entry). */
-static void block_by_tiles(const flash_job *j, npy_intp f, const float *q, const float *kt, const float *v, npy_intp r0,
-                           npy_intp n, npy_intp c0, npy_intp w, float *s, float *m, float *sums, float *acc,
-                           npy_intp *seen)
+static void block_by_tiles(const flash_job *j, npy_intp f, const float *q, const float *v, npy_intp r0, npy_intp n,
+                           npy_intp c0, npy_intp w, float *s, float *m, float *sums, float *acc, npy_intp *seen)
 {
     npy_intp ld = (w + 31) / 32 * 32;
     for (npy_intp r = 0; r < n; r++)
         seen[r] = seen_keys(j, r0, r, c0, w);
-    (void)kt;
     const float *kp = j->packed + ((f - j->f0) * j->strips + c0 / TILES_COLS) * j->D * TILES_COLS;
     tiles_scores_softmax(q, j->D, kp, n, w, seen, s, ld, m, sums, acc, j->Dv);
     if (j->packed_v != NULL)
@@ -259,7 +257,7 @@ static void run_unit(void *ctx, long piece)
     for (npy_intp c0 = 0; c0 < kend; c0 += j->bk) {
         npy_intp w = (c0 + j->bk < kend ? c0 + j->bk : kend) - c0;
         if (j->tiles)
-            block_by_tiles(j, f, q, kt, v, r0, n, c0, w, s, m, l, acc, seen);
+            block_by_tiles(j, f, q, v, r0, n, c0, w, s, m, l, acc, seen);
         else
             block_by_sgemm(j, q, kt, v, r0, n, c0, w, s, m, l, acc);
     }

@@ -12,11 +12,12 @@
  * exponential, so the block is written once (as P) and read once (by the values product), and the row maximum
  * needs no pass of its own: each row's reference m is only moved when a score passes m + RESCALE_MARGIN (so every
  * weight is at most 2^RESCALE_MARGIN and no sum can overflow); the weights already written in that row are then
- * rescaled, as are its sum and values, as the standard online softmax does at every block. On random and trained
- * attention alike that happens about once per row, on its first keys.
+ * rescaled, as are its sum and values, as the standard online softmax does at every block. Past a row's first keys
+ * that takes a score 2^8 times the largest weight so far, so the rescaling is rare where the softmax is not already
+ * dominated by new keys.
  *
  * Rounding: the same products and sums as the sgemm path in another order; results agree within float32 rounding
- * (tested against the generic tiles and the float64 reference).
+ * (tested against the sgemm path and the float64 reference).
  */
 
 #define PY_SSIZE_T_CLEAN
