@@ -129,7 +129,7 @@ def cpu_tiles():
     return fk
 
 
-@pytest.mark.parametrize("b, sq, sk, hk, g, d, dv, causal", [
+@pytest.mark.parametrize("b, sq, sk, hk, g, d, dv, causal", [   # (dv = d: flashmask_attention's rule)
     (1, 300, 300, 2, 1, 64, 64, True),        # one key block; row groups and key strips with tails
     (1, 1100, 1100, 1, 1, 64, 64, True),      # several key blocks of 512, query blocks of 128
     (2, 130, 200, 1, 3, 128, 128, True),      # Sq != Sk (bottom-right causal), grouped heads, D = 128
@@ -137,20 +137,25 @@ def cpu_tiles():
 ])
 def test_fused_tiles_agree_with_reference_and_sgemm(b, sq, sk, hk, g, d, dv, causal, cpu_tiles, monkeypatch,
                                                       tile_blocks):
-    """The C forward's AVX-512 tiles (values a multiple of 64 wide): out and lse within float32 rounding of the
-    float64 reference and of the same C forward by sgemm and row passes (AVX512_TILES off), no numpy tile run."""
+    """The C kernels' AVX-512 tiles (head dims a multiple of 64): out, lse and the three gradients within float32
+    rounding of the float64 reference and of the same C kernels by sgemm and row passes (AVX512_TILES off), no numpy
+    tile run; repeated calls give the same bits (dQ summed per pool piece in a fixed order)."""
     rng = np.random.default_rng(sq + sk + d)
     q = rng.standard_normal((b, sq, hk * g, d)) * 2.0
     k = rng.standard_normal((b, sk, hk, d))
     v = rng.standard_normal((b, sk, hk, dv))
-    tiles = _attend(q, k, v, causal=causal)
-    ref = dense_reference(q, k, v, dense_mask(None, causal, b, hk * g, sq, sk))
+    g_out = rng.standard_normal((b, sq, hk * g, dv))
+    tiles = _attend(q, k, v, causal=causal, g_out=g_out)
+    for x, y in zip(tiles, _attend(q, k, v, causal=causal, g_out=g_out)):
+        np.testing.assert_array_equal(x, y)
+    ref = dense_reference(q, k, v, dense_mask(None, causal, b, hk * g, sq, sk), g_out=g_out)
     monkeypatch.setattr(cpu_tiles, "AVX512_TILES", False)
-    sgemm = _attend(q, k, v, causal=causal)
+    sgemm = _attend(q, k, v, causal=causal, g_out=g_out)
     assert not tile_blocks
-    for name, x, r, y in zip(("out", "lse"), tiles, ref, sgemm):
-        assert rel_err(x, r) <= 1e-5, name
-        assert np.abs(x - y).max() <= 1e-5 * np.abs(y).max(), name
+    for name, x, r, y in zip(("out", "lse", "dq", "dk", "dv"), tiles, ref, sgemm):
+        tol = 1e-5 if name in ("out", "lse") else 3e-5
+        assert rel_err(x, r) <= tol, name
+        assert np.abs(x - y).max() <= tol * np.abs(y).max(), name
 
 
 def test_fused_tiles_keep_nan(cpu_tiles):

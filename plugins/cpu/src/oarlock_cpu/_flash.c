@@ -297,7 +297,8 @@ static void pack_piece(void *ctx, long piece)
     flash_job *j = ctx;
     npy_intp per_head = (j->Sk + j->bk - 1) / j->bk, h = piece / per_head, f = j->f0 + h;
     npy_intp c0 = (piece % per_head) * j->bk, c1 = c0 + j->bk < j->Sk ? c0 + j->bk : j->Sk;
-    tiles_pack_keys(j->kt + f * j->kt_f, j->kt_ld, j->D, c0, c1, j->packed + h * j->strips * j->D * TILES_COLS);
+    tiles_pack_keys(j->kt + f * j->kt_f, j->kt_ld, j->D, c0, c1,
+                    j->packed + (h * j->strips + c0 / TILES_COLS) * j->D * TILES_COLS);
     if (j->packed_v != NULL) {   /* (rows 2 KiB apart defeat the prefetchers: the values product reads V 20 times) */
         const float *v = j->v + (f / j->Hk) * j->v_b + (f % j->Hk) * j->v_h;
         for (npy_intp c = c0; c < c1; c++)
@@ -367,7 +368,7 @@ PyObject *flashmask_forward(PyObject *self, PyObject *args)
     j.bk = bk;
     j.nqb = (j.Sq + bq - 1) / bq;
     j.causal = causal;
-    j.tiles = tiles && tiles_avx512() && j.Dv > 0 && j.Dv % 64 == 0 && bk % TILES_COLS == 0;
+    j.tiles = tiles && tiles_avx512() && j.Dv > 0 && j.Dv % 64 == 0 && bk % TILES_COLS == 0 && j.D == j.Dv;
     j.strips = (j.Sk + TILES_COLS - 1) / TILES_COLS;
     threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
     /* The tiles pack a wave of `threads` heads at a time (the packed copies then take `threads` heads' room, not
@@ -409,7 +410,8 @@ PyObject *flashmask_tiles(PyObject *self, PyObject *args)
 /* ---------------------------------------------------------------------------------------------------------------
  * The backward (FlashAttention-2), the same masks:
  *
- *   flashmask_backward(q, do, delta, lse2, k, kt, vt, dk, dv, dqs, group, causal, block_q, block_k) -> True | None
+ *   flashmask_backward(q, do, delta, lse2, k, kt, vt, dk, dv, dqs, group, causal, block_q, block_k, tiles=True)
+ *       -> True | None
  *
  * kernel.py's working layouts after its preparation (G = group, query heads per key head), per f: q [F, Sq * G, D] (scale * log2(e) applied), do
  * [F, Sq * G, Dv + e] (the first Dv columns used), delta and lse2 [F, Sq * G, 1] (rowsum(dO * O) - dlse, and lse in
@@ -431,7 +433,7 @@ typedef struct {
     npy_intp F, G, Sq, Sk, D, Dv;
     npy_intp do_ld, do_f, kt_f, kt_ld, vt_f, vt_ld;
     npy_intp bq, bk, nkb, units, pieces;
-    int causal;
+    int causal, tiles;   /* tiles: P and dS by the AVX-512 tiles (_flash_tiles.c) */
     atomic_int failed;
 } flash_bwd_job;
 
@@ -451,43 +453,77 @@ CLONES static void row_score_grad(float *dp, const float *p, float delta, npy_in
         dp[c] = p[c] * (dp[c] - delta);
 }
 
-static void backward_unit(flash_bwd_job *j, npy_intp unit, float *dq, float *s, float *dp)
+/* The scratch of one pool piece: the tile's scores / P and dP / dS (row stride ld), and with tiles the unit's key
+ * block packed (K^T and V^T in strips: tiles_pack_keys) and the rows' visible key counts */
+typedef struct {
+    float *s, *dp, *kp, *vp;
+    npy_intp ld, *seen;
+} bwd_scratch;
+
+/* P and dS of one tile (n rows from query position r0, w keys from c0) into sc->s, sc->dp: by the AVX-512 tiles
+ * (the scores the forward's own products) or by sgemm and a pass per row */
+static void tile_probs_and_grads(const flash_bwd_job *j, const bwd_scratch *sc, npy_intp r0, npy_intp n, npy_intp c0,
+                                 npy_intp w, const float *qb, const float *dob, const float *kt, const float *vt,
+                                 const float *lse2, const float *delta)
 {
-    npy_intp jb = unit / j->F, f = unit % j->F, G = j->G, D = j->D, Dv = j->Dv, off = j->Sk - j->Sq;
+    npy_intp G = j->G, ld = sc->ld, off = j->Sk - j->Sq;
+    for (npy_intp r = 0; r < n; r++) {
+        npy_intp seen = w;
+        if (j->causal) {
+            npy_intp last = r0 + r / G + off - c0 + 1;
+            seen = last < 0 ? 0 : last < w ? last : w;
+        }
+        sc->seen[r] = seen;
+    }
+    if (j->tiles) {
+        tiles_probs(qb, j->D, sc->kp, n, w, sc->seen, lse2, sc->s, ld);
+        tiles_score_grads(dob, j->do_ld, j->Dv, sc->vp, n, w, sc->s, ld, delta, sc->dp, ld);
+        return;
+    }
+    gemm_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (blas_int)n, (blas_int)w, (blas_int)j->D, 1.0f, qb, (blas_int)j->D, kt,
+               (blas_int)j->kt_ld, 0.0f, sc->s, (blas_int)ld);
+    for (npy_intp r = 0; r < n; r++)
+        row_probs(sc->s + r * ld, lse2[r], sc->seen[r], w);
+    if (j->Dv > 0)
+        gemm_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (blas_int)n, (blas_int)w, (blas_int)j->Dv, 1.0f, dob,
+                   (blas_int)j->do_ld, vt, (blas_int)j->vt_ld, 0.0f, sc->dp, (blas_int)ld);
+    else
+        memset(sc->dp, 0, (size_t)(n * ld) * sizeof(float));
+    for (npy_intp r = 0; r < n; r++)
+        row_score_grad(sc->dp + r * ld, sc->s + r * ld, delta[r], w);
+}
+
+static void backward_unit(flash_bwd_job *j, npy_intp unit, float *dq, const bwd_scratch *sc)
+{
+    npy_intp jb = unit / j->F, f = unit % j->F, G = j->G, D = j->D, Dv = j->Dv, off = j->Sk - j->Sq, ld = sc->ld;
     npy_intp c0 = jb * j->bk, c1 = c0 + j->bk < j->Sk ? c0 + j->bk : j->Sk, w = c1 - c0;
     npy_intp first = j->causal && c0 - off > 0 ? c0 - off : 0;   /* the first query position that sees a key */
     const float *q = j->q + f * j->Sq * G * D, *dout = j->dout + f * j->do_f, *delta = j->delta + f * j->Sq * G;
     const float *lse2 = j->lse2 + f * j->Sq * G, *kc = j->k + (f * j->Sk + c0) * D;
     const float *kt = j->kt + f * j->kt_f + c0, *vt = j->vt + f * j->vt_f + c0;
     float *dk = j->dk + (f * j->Sk + c0) * D, *dv = j->dv + (f * j->Sk + c0) * Dv, *dqf = dq + f * j->Sq * G * D;
+    if (j->tiles) {
+        tiles_pack_keys(j->kt + f * j->kt_f, j->kt_ld, D, c0, c1, sc->kp);
+        tiles_pack_keys(j->vt + f * j->vt_f, j->vt_ld, Dv, c0, c1, sc->vp);
+    }
     for (npy_intp r0 = first; r0 < j->Sq; r0 += j->bq) {
         npy_intp r1 = r0 + j->bq < j->Sq ? r0 + j->bq : j->Sq, n = (r1 - r0) * G;
         const float *qb = q + r0 * G * D, *dob = dout + r0 * G * j->do_ld;
-        gemm_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (blas_int)n, (blas_int)w, (blas_int)D, 1.0f, qb, (blas_int)D, kt,
-                   (blas_int)j->kt_ld, 0.0f, s, (blas_int)w);
-        for (npy_intp r = 0; r < n; r++) {
-            npy_intp seen = w;
-            if (j->causal) {
-                npy_intp last = r0 + r / G + off - c0 + 1;
-                seen = last < 0 ? 0 : last < w ? last : w;
-            }
-            row_probs(s + r * w, lse2[r0 * G + r], seen, w);
+        tile_probs_and_grads(j, sc, r0, n, c0, w, qb, dob, kt, vt, lse2 + r0 * G, delta + r0 * G);
+        if (j->tiles) {   /* dV += P^T dO, dQ += dS (K - c), dK += dS^T Q (D = Dv, a multiple of 64) */
+            tiles_product(sc->s, 1, ld, w, n, dob, j->do_ld, dv, Dv, Dv);
+            tiles_product(sc->dp, ld, 1, n, w, kc, D, dqf + r0 * G * D, D, D);
+            tiles_product(sc->dp, 1, ld, w, n, qb, D, dk, D, D);
+            continue;
         }
-        if (Dv > 0) {
-            gemm_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (blas_int)n, (blas_int)w, (blas_int)Dv, 1.0f, dob,
-                       (blas_int)j->do_ld, vt, (blas_int)j->vt_ld, 0.0f, dp, (blas_int)w);
-            gemm_sgemm(ROW_MAJOR, TRANS, NO_TRANS, (blas_int)w, (blas_int)Dv, (blas_int)n, 1.0f, s, (blas_int)w, dob,
-                       (blas_int)j->do_ld, 1.0f, dv, (blas_int)Dv);
-        } else {
-            memset(dp, 0, (size_t)(n * w) * sizeof(float));
-        }
-        for (npy_intp r = 0; r < n; r++)
-            row_score_grad(dp + r * w, s + r * w, delta[r0 * G + r], w);
+        if (Dv > 0)
+            gemm_sgemm(ROW_MAJOR, TRANS, NO_TRANS, (blas_int)w, (blas_int)Dv, (blas_int)n, 1.0f, sc->s, (blas_int)ld,
+                       dob, (blas_int)j->do_ld, 1.0f, dv, (blas_int)Dv);
         if (D > 0) {
-            gemm_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (blas_int)n, (blas_int)D, (blas_int)w, 1.0f, dp, (blas_int)w, kc,
-                       (blas_int)D, 1.0f, dqf + r0 * G * D, (blas_int)D);
-            gemm_sgemm(ROW_MAJOR, TRANS, NO_TRANS, (blas_int)w, (blas_int)D, (blas_int)n, 1.0f, dp, (blas_int)w, qb,
-                       (blas_int)D, 1.0f, dk, (blas_int)D);
+            gemm_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, (blas_int)n, (blas_int)D, (blas_int)w, 1.0f, sc->dp, (blas_int)ld,
+                       kc, (blas_int)D, 1.0f, dqf + r0 * G * D, (blas_int)D);
+            gemm_sgemm(ROW_MAJOR, TRANS, NO_TRANS, (blas_int)w, (blas_int)D, (blas_int)n, 1.0f, sc->dp, (blas_int)ld,
+                       qb, (blas_int)D, 1.0f, dk, (blas_int)D);
         }
     }
 }
@@ -497,15 +533,25 @@ static void run_backward_piece(void *ctx, long piece)
 {
     flash_bwd_job *j = ctx;
     gemm_set_threads_local(1);
-    size_t tile = (size_t)(j->bq * j->G * j->bk);
-    float *s = malloc(tile * sizeof(float)), *dp = malloc(tile * sizeof(float));
-    if (s == NULL || dp == NULL)
+    npy_intp n = j->bq * j->G, strips = (j->bk + TILES_COLS - 1) / TILES_COLS;
+    bwd_scratch sc = {.ld = strips * TILES_COLS};
+    sc.s = alloc64((size_t)(n * sc.ld) * sizeof(float), 0);
+    sc.dp = alloc64((size_t)(n * sc.ld) * sizeof(float), 0);
+    sc.seen = malloc((size_t)n * sizeof(npy_intp));
+    if (j->tiles) {
+        sc.kp = alloc64((size_t)(strips * j->D * TILES_COLS) * sizeof(float), 0);
+        sc.vp = alloc64((size_t)(strips * j->Dv * TILES_COLS) * sizeof(float), 0);
+    }
+    if (sc.s == NULL || sc.dp == NULL || sc.seen == NULL || (j->tiles && (sc.kp == NULL || sc.vp == NULL)))
         atomic_store(&j->failed, 1);
     else
         for (npy_intp u = piece; u < j->units; u += j->pieces)
-            backward_unit(j, u, j->dqs[piece], s, dp);
-    free(s);
-    free(dp);
+            backward_unit(j, u, j->dqs[piece], &sc);
+    free(sc.s);
+    free(sc.dp);
+    free(sc.seen);
+    free(sc.kp);
+    free(sc.vp);
 }
 
 /* A C-ordered float32 array of shape (a, b, c) (c = -1: any), writeable when asked. */
@@ -537,10 +583,10 @@ PyObject *flashmask_backward(PyObject *self, PyObject *args)
 {
     PyObject *qo, *doo, *deltao, *lseo, *ko, *kto, *vto, *dko, *dvo, *dqso;
     Py_ssize_t group, bq, bk;
-    int causal, threads;
+    int causal, threads, tiles = 1;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOnpnn", &qo, &doo, &deltao, &lseo, &ko, &kto, &vto, &dko, &dvo, &dqso,
-                          &group, &causal, &bq, &bk))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOnpnn|p", &qo, &doo, &deltao, &lseo, &ko, &kto, &vto, &dko, &dvo, &dqso,
+                          &group, &causal, &bq, &bk, &tiles))
         return NULL;
     if (gemm_sgemm == NULL || !usable(qo, 3) || !usable(ko, 3) || !usable(dvo, 3) || !usable(doo, 3) ||
         !PyTuple_Check(dqso) || PyTuple_GET_SIZE(dqso) < 1 || PyTuple_GET_SIZE(dqso) > MAX_THREADS || group < 1 ||
@@ -588,6 +634,8 @@ PyObject *flashmask_backward(PyObject *self, PyObject *args)
     j.nkb = (j.Sk + bk - 1) / bk;
     j.units = j.F * j.nkb;
     j.pieces = threads;
+    /* as the forward's condition: then the tiles' scores are the forward's own products, bit for bit */
+    j.tiles = tiles && tiles_avx512() && j.Dv > 0 && j.Dv % 64 == 0 && bk % TILES_COLS == 0 && j.D == j.Dv;
     Py_BEGIN_ALLOW_THREADS
     pool_run(threads, (long)threads, run_backward_piece, &j, NULL);
     Py_END_ALLOW_THREADS

@@ -5,6 +5,9 @@
  *   tiles_scores_softmax  P = 2^(Q K^T - m) for one query block against one key block, with each row's running
  *                         maximum m, sum and values rescaled on the way (the online softmax step)
  *   tiles_values          acc += P V
+ *   tiles_probs           the backward's P = 2^(Q K^T - lse) (hidden keys 0)
+ *   tiles_score_grads     the backward's dS = P (dO V^T - delta)
+ *   tiles_product         acc += A B or A^T B, 64 columns at a time (the backward's dV, dQ and dK)
  *
  * Why not MKL's sgemm for these, as _flash.c's generic path: the sgemm calls run the products at full speed, but the
  * softmax between them was two more passes (max, then exp and sum) over a 128 x 512 score block that lives in L2:
@@ -86,12 +89,18 @@ AVX512 static __attribute__((noinline)) void move_reference(float *m, float top,
     *m = top;
 }
 
+/* 32 lanes: those of the first `seen` (any range) */
+static inline uint32_t first_keys(npy_intp seen)
+{
+    return seen >= 32 ? 0xffffffffu : seen <= 0 ? 0u : (uint32_t)((1u << seen) - 1u);
+}
+
 /* One row's 32 scores (x0, x1; lanes past `seen` hidden) -> weights in p[0, 32), added to its sum lanes. */
 AVX512 static inline __attribute__((always_inline)) void weigh(__m512 x0, __m512 x1, npy_intp seen, float *m,
                                                                float *p_row, npy_intp c, float *sums, float *acc,
                                                                npy_intp dv)
 {
-    uint32_t lanes = seen >= 32 ? 0xffffffffu : seen <= 0 ? 0u : (uint32_t)((1u << seen) - 1u);
+    uint32_t lanes = first_keys(seen);
     __mmask16 k0 = (__mmask16)lanes, k1 = (__mmask16)(lanes >> 16);
     __m512 limit = _mm512_set1_ps(*m + RESCALE_MARGIN);
     if (lanes && (_mm512_mask_cmp_ps_mask(k0, x0, limit, _CMP_GT_OQ) |
@@ -114,10 +123,33 @@ void tiles_pack_keys(const float *kt, npy_intp kt_ld, npy_intp d, npy_intp c0, n
 {
     for (npy_intp c = c0; c < c1; c += TILES_COLS) {
         npy_intp width = c1 - c < TILES_COLS ? c1 - c : TILES_COLS;
-        float *o = dst + (c / TILES_COLS) * d * TILES_COLS;
+        float *o = dst + ((c - c0) / TILES_COLS) * d * TILES_COLS;
         for (npy_intp e = 0; e < d; e++, o += TILES_COLS) {
             memcpy(o, kt + e * kt_ld + c, (size_t)width * sizeof(float));
             memset(o + width, 0, (size_t)(TILES_COLS - width) * sizeof(float));
+        }
+    }
+}
+
+/* acc[i] (two vectors: 32 keys) = row i of a (rows of `inner` floats, row stride lda; rows < `rows` used) times one
+ * packed strip bp ([inner][32]), for i < ROWS (rows past `rows` repeat row 0 and are not stored by the callers) */
+AVX512 static inline __attribute__((always_inline)) void strip_product(const float *a, npy_intp lda, npy_intp rows,
+                                                                       const float *bp, npy_intp inner,
+                                                                       __m512 acc[ROWS][2])
+{
+    const float *ar[ROWS];
+#pragma GCC unroll 8
+    for (int i = 0; i < ROWS; i++) {
+        ar[i] = a + (i < rows ? i : 0) * lda;
+        acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    }
+    for (npy_intp e = 0; e < inner; e++, bp += COLS) {
+        __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+#pragma GCC unroll 8
+        for (int i = 0; i < ROWS; i++) {
+            __m512 x = _mm512_set1_ps(ar[i][e]);
+            acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
         }
     }
 }
@@ -133,22 +165,7 @@ AVX512 void tiles_scores_softmax(const float *q, npy_intp d, const float *kp, np
                 most = seen[r0 + i] - c > most ? seen[r0 + i] - c : most;
             __m512 a[ROWS][2];
             if (most > 0) {
-                const float *qr[ROWS];
-#pragma GCC unroll 8
-                for (int i = 0; i < ROWS; i++) {
-                    qr[i] = q + (r0 + (i < rows ? i : 0)) * d;
-                    a[i][0] = a[i][1] = _mm512_setzero_ps();
-                }
-                const float *b = kp;
-                for (npy_intp e = 0; e < d; e++, b += COLS) {
-                    __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-#pragma GCC unroll 8
-                    for (int i = 0; i < ROWS; i++) {
-                        __m512 x = _mm512_set1_ps(qr[i][e]);
-                        a[i][0] = _mm512_fmadd_ps(x, b0, a[i][0]);
-                        a[i][1] = _mm512_fmadd_ps(x, b1, a[i][1]);
-                    }
-                }
+                strip_product(q + r0 * d, d, rows, kp, d, a);
             } else {
 #pragma GCC unroll 8
                 for (int i = 0; i < ROWS; i++)
@@ -164,35 +181,87 @@ AVX512 void tiles_scores_softmax(const float *q, npy_intp d, const float *kp, np
     }
 }
 
-/* acc[rows, 64 columns] += P[rows, :w] V[:w, 64 columns] for up to VROWS rows, the sums in registers */
-AVX512 static void values_block(const float *p, npy_intp p_ld, const float *v, npy_intp v_ld, float *acc,
-                                npy_intp acc_ld, npy_intp rows, npy_intp w)
+AVX512 void tiles_probs(const float *q, npy_intp d, const float *kp, npy_intp n, npy_intp w, const npy_intp *seen,
+                        const float *lse2, float *p, npy_intp p_ld)
 {
-    __m512 a[VROWS][4];
-    const float *pr[VROWS];
+    for (npy_intp c = 0; c < w; c += COLS, kp += d * COLS)
+        for (npy_intp r0 = 0; r0 < n; r0 += ROWS) {
+            npy_intp rows = n - r0 < ROWS ? n - r0 : ROWS;
+            __m512 a[ROWS][2];
+            strip_product(q + r0 * d, d, rows, kp, d, a);
+#pragma GCC unroll 8
+            for (int i = 0; i < ROWS; i++)
+                if (i < rows) {
+                    npy_intp r = r0 + i;
+                    uint32_t lanes = first_keys(seen[r] - c);
+                    __m512 ref = _mm512_set1_ps(lse2[r]);
+                    _mm512_storeu_ps(p + r * p_ld + c, exp2_lanes(_mm512_sub_ps(a[i][0], ref), (__mmask16)lanes));
+                    _mm512_storeu_ps(p + r * p_ld + c + 16,
+                                     exp2_lanes(_mm512_sub_ps(a[i][1], ref), (__mmask16)(lanes >> 16)));
+                }
+        }
+}
+
+AVX512 void tiles_score_grads(const float *dout, npy_intp do_ld, npy_intp dv, const float *vp, npy_intp n, npy_intp w,
+                              const float *p, npy_intp p_ld, const float *delta, float *ds, npy_intp ds_ld)
+{
+    for (npy_intp c = 0; c < w; c += COLS, vp += dv * COLS)
+        for (npy_intp r0 = 0; r0 < n; r0 += ROWS) {
+            npy_intp rows = n - r0 < ROWS ? n - r0 : ROWS;
+            __m512 a[ROWS][2];
+            strip_product(dout + r0 * do_ld, do_ld, rows, vp, dv, a);
+#pragma GCC unroll 8
+            for (int i = 0; i < ROWS; i++)
+                if (i < rows) {
+                    npy_intp r = r0 + i;
+                    __m512 dl = _mm512_set1_ps(delta[r]);
+                    const float *pr = p + r * p_ld + c;
+                    _mm512_storeu_ps(ds + r * ds_ld + c, _mm512_mul_ps(_mm512_loadu_ps(pr), _mm512_sub_ps(a[i][0], dl)));
+                    _mm512_storeu_ps(ds + r * ds_ld + c + 16,
+                                     _mm512_mul_ps(_mm512_loadu_ps(pr + 16), _mm512_sub_ps(a[i][1], dl)));
+                }
+        }
+}
+
+/* acc[rows, 64 columns] += A[rows, :k] B[:k, 64 columns] for up to VROWS rows, the sums in registers; A's element
+ * (i, c) at a[i * sa + c * sk] (sk = 1: rows of A; sa = 1: A read transposed), B's rows b (row stride b_ld) */
+AVX512 static void product_block(const float *a, npy_intp sa, npy_intp sk, const float *b, npy_intp b_ld, float *acc,
+                                 npy_intp acc_ld, npy_intp rows, npy_intp k)
+{
+    __m512 s[VROWS][4];
+    const float *ar[VROWS];
 #pragma GCC unroll 6
     for (int i = 0; i < VROWS; i++) {
-        pr[i] = p + (i < rows ? i : 0) * p_ld;
-        for (int k = 0; k < 4; k++)
-            a[i][k] = i < rows ? _mm512_loadu_ps(acc + i * acc_ld + 16 * k) : _mm512_setzero_ps();
+        ar[i] = a + (i < rows ? i : 0) * sa;
+        for (int v = 0; v < 4; v++)
+            s[i][v] = i < rows ? _mm512_loadu_ps(acc + i * acc_ld + 16 * v) : _mm512_setzero_ps();
     }
-    for (npy_intp c = 0; c < w; c++, v += v_ld) {
-        __m512 b0 = _mm512_loadu_ps(v), b1 = _mm512_loadu_ps(v + 16), b2 = _mm512_loadu_ps(v + 32),
-               b3 = _mm512_loadu_ps(v + 48);
+    for (npy_intp c = 0, o = 0; c < k; c++, o += sk, b += b_ld) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32),
+               b3 = _mm512_loadu_ps(b + 48);
 #pragma GCC unroll 6
         for (int i = 0; i < VROWS; i++) {
-            __m512 x = _mm512_set1_ps(pr[i][c]);
-            a[i][0] = _mm512_fmadd_ps(x, b0, a[i][0]);
-            a[i][1] = _mm512_fmadd_ps(x, b1, a[i][1]);
-            a[i][2] = _mm512_fmadd_ps(x, b2, a[i][2]);
-            a[i][3] = _mm512_fmadd_ps(x, b3, a[i][3]);
+            __m512 x = _mm512_set1_ps(ar[i][o]);
+            s[i][0] = _mm512_fmadd_ps(x, b0, s[i][0]);
+            s[i][1] = _mm512_fmadd_ps(x, b1, s[i][1]);
+            s[i][2] = _mm512_fmadd_ps(x, b2, s[i][2]);
+            s[i][3] = _mm512_fmadd_ps(x, b3, s[i][3]);
         }
     }
 #pragma GCC unroll 6
     for (int i = 0; i < VROWS; i++)   /* (constant indices: the sums stay in registers) */
         if (i < rows)
-            for (int k = 0; k < 4; k++)
-                _mm512_storeu_ps(acc + i * acc_ld + 16 * k, a[i][k]);
+            for (int v = 0; v < 4; v++)
+                _mm512_storeu_ps(acc + i * acc_ld + 16 * v, s[i][v]);
+}
+
+AVX512 void tiles_product(const float *a, npy_intp sa, npy_intp sk, npy_intp m, npy_intp k, const float *b,
+                          npy_intp b_ld, float *acc, npy_intp acc_ld, npy_intp cols)
+{
+    for (npy_intp r0 = 0; r0 < m; r0 += VROWS)
+        for (npy_intp c0 = 0; c0 < cols; c0 += 64)
+            product_block(a + r0 * sa, sa, sk, b + c0, b_ld, acc + r0 * acc_ld + c0, acc_ld,
+                          m - r0 < VROWS ? m - r0 : VROWS, k);
 }
 
 AVX512 void tiles_values(const float *p, npy_intp p_ld, const float *v, npy_intp v_ld, npy_intp n, npy_intp w,
@@ -204,7 +273,7 @@ AVX512 void tiles_values(const float *p, npy_intp p_ld, const float *v, npy_intp
             most = seen[r0 + i] > most ? seen[r0 + i] : most;
         most = most < w ? most : w;
         for (npy_intp c0 = 0; c0 < dv; c0 += 64)
-            values_block(p + r0 * p_ld, p_ld, v + c0, v_ld, acc + r0 * dv + c0, dv, rows, most);
+            product_block(p + r0 * p_ld, p_ld, 1, v + c0, v_ld, acc + r0 * dv + c0, dv, rows, most);
     }
 }
 
@@ -226,6 +295,25 @@ void tiles_scores_softmax(const float *q, npy_intp d, const float *kp, npy_intp 
 {
     (void)q, (void)d, (void)kp, (void)n, (void)w, (void)seen, (void)p, (void)p_ld, (void)m,
         (void)sums, (void)acc, (void)dv;
+}
+
+void tiles_probs(const float *q, npy_intp d, const float *kp, npy_intp n, npy_intp w, const npy_intp *seen,
+                 const float *lse2, float *p, npy_intp p_ld)
+{
+    (void)q, (void)d, (void)kp, (void)n, (void)w, (void)seen, (void)lse2, (void)p, (void)p_ld;
+}
+
+void tiles_score_grads(const float *dout, npy_intp do_ld, npy_intp dv, const float *vp, npy_intp n, npy_intp w,
+                       const float *p, npy_intp p_ld, const float *delta, float *ds, npy_intp ds_ld)
+{
+    (void)dout, (void)do_ld, (void)dv, (void)vp, (void)n, (void)w, (void)p, (void)p_ld, (void)delta, (void)ds,
+        (void)ds_ld;
+}
+
+void tiles_product(const float *a, npy_intp sa, npy_intp sk, npy_intp m, npy_intp k, const float *b, npy_intp b_ld,
+                   float *acc, npy_intp acc_ld, npy_intp cols)
+{
+    (void)a, (void)sa, (void)sk, (void)m, (void)k, (void)b, (void)b_ld, (void)acc, (void)acc_ld, (void)cols;
 }
 
 void tiles_values(const float *p, npy_intp p_ld, const float *v, npy_intp v_ld, npy_intp n, npy_intp w,

@@ -12,9 +12,9 @@ dst[b * kv_heads + h, d, s] = x[b, s, h, d], and flashmask_gather_heads(x, dst, 
 its per-head Q rows, dst[b * kv_heads + h, s * G + g, :D] = scale * x[b, s, h * G + g], on the pool (False: not
 taken, nothing written). Offered only where MKL is loaded.
 
-AVX512_TILES: whether the forward may use _flash_tiles.c's AVX-512 kernels (where the CPU has AVX-512 and the
-values' width is a multiple of 64) instead of sgemm and row passes; False keeps the sgemm path (the tests compare
-the two).
+AVX512_TILES: whether the forward and the backward may use _flash_tiles.c's AVX-512 kernels (where the CPU has
+AVX-512 and the values' width is a multiple of 64) instead of sgemm and row passes; False keeps the sgemm path (the
+tests compare the two).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def flashmask_forward(q, kt, v, out, lse, kv_heads, causal, block_q, block_k, th
 
 def flashmask_backward(q, do, delta, lse2, k, kt, vt, dk, dv, dqs, group, causal, block_q, block_k) -> bool:
     return mkl._gemm.flashmask_backward(q, do, delta, lse2, k, kt, vt, dk, dv, tuple(dqs), int(group), bool(causal),
-                                        int(block_q), int(block_k)) is not None
+                                        int(block_q), int(block_k), AVX512_TILES) is not None
 
 
 def flashmask_transpose_heads(x, dst, kv_heads, threads) -> bool:
