@@ -188,13 +188,20 @@ static void *alloc64(size_t n, int zero)
     return p;
 }
 
-/* The keys row r of a block sees: w, or under causal the row's keys end at its position + off */
+/* How many of the keys [c0, c0 + w) the query at position `pos` sees: w, or under causal (bottom-right aligned,
+ * off = Sk - Sq) the keys up to pos + off */
+static npy_intp visible_keys(int causal, npy_intp pos, npy_intp off, npy_intp c0, npy_intp w)
+{
+    if (!causal)
+        return w;
+    npy_intp last = pos + off - c0 + 1;
+    return last < 0 ? 0 : last < w ? last : w;
+}
+
+/* The keys row r of a block from query position r0 sees */
 static npy_intp seen_keys(const flash_job *j, npy_intp r0, npy_intp r, npy_intp c0, npy_intp w)
 {
-    if (!j->causal)
-        return w;
-    npy_intp last = r0 + r / j->G + (j->Sk - j->Sq) - c0 + 1;
-    return last < 0 ? 0 : last < w ? last : w;
+    return visible_keys(j->causal, r0 + r / j->G, j->Sk - j->Sq, c0, w);
 }
 
 /* One key block [c0, c0 + w) of a unit by sgemm and a softmax pass per row */
@@ -423,6 +430,8 @@ PyObject *flashmask_tiles(PyObject *self, PyObject *args)
  * piece t of the T pieces on the pool (whichever thread runs it) takes the units t, t + T, ... (heaviest first),
  * so each array sums the same terms in the same order every call (the caller adds them in order: reproducible
  * bits, as the numpy kernel's workers).
+ * With `tiles` (the forward's condition) P and dS are the epilogues of _flash_tiles.c's score products (the scores
+ * then the forward's own bits) and the other three products its strided register-block product.
  * The caller finishes (dQ sum and c dlse, the scale and ln 2 factors, the layouts back).
  * --------------------------------------------------------------------------------------------------------------- */
 
@@ -466,15 +475,9 @@ static void tile_probs_and_grads(const flash_bwd_job *j, const bwd_scratch *sc, 
                                  npy_intp w, const float *qb, const float *dob, const float *kt, const float *vt,
                                  const float *lse2, const float *delta)
 {
-    npy_intp G = j->G, ld = sc->ld, off = j->Sk - j->Sq;
-    for (npy_intp r = 0; r < n; r++) {
-        npy_intp seen = w;
-        if (j->causal) {
-            npy_intp last = r0 + r / G + off - c0 + 1;
-            seen = last < 0 ? 0 : last < w ? last : w;
-        }
-        sc->seen[r] = seen;
-    }
+    npy_intp ld = sc->ld;
+    for (npy_intp r = 0; r < n; r++)
+        sc->seen[r] = visible_keys(j->causal, r0 + r / j->G, j->Sk - j->Sq, c0, w);
     if (j->tiles) {
         tiles_probs(qb, j->D, sc->kp, n, w, sc->seen, lse2, sc->s, ld);
         tiles_score_grads(dob, j->do_ld, j->Dv, sc->vp, n, w, sc->s, ld, delta, sc->dp, ld);
