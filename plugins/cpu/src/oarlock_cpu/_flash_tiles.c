@@ -181,46 +181,51 @@ AVX512 void tiles_scores_softmax(const float *q, npy_intp d, const float *kp, np
     }
 }
 
-AVX512 void tiles_probs(const float *q, npy_intp d, const float *kp, npy_intp n, npy_intp w, const npy_intp *seen,
-                        const float *lse2, float *p, npy_intp p_ld)
+/* The backward's two score-shaped products, out = epilogue(A B - row_value[r]) for n rows (a, row stride lda, `inner`
+ * floats) x w keys (bp packed as K^T): PROBS: 2^x in the row's first seen[r] keys, 0 after; GRADS: p * x. */
+enum { PROBS, GRADS };
+
+AVX512 static inline __attribute__((always_inline)) void product_rows(int epilogue, const float *a, npy_intp lda,
+                                                                      npy_intp inner, const float *bp, npy_intp n,
+                                                                      npy_intp w, const npy_intp *seen,
+                                                                      const float *row_value, const float *p,
+                                                                      npy_intp p_ld, float *out, npy_intp out_ld)
 {
-    for (npy_intp c = 0; c < w; c += COLS, kp += d * COLS)
+    for (npy_intp c = 0; c < w; c += COLS, bp += inner * COLS)
         for (npy_intp r0 = 0; r0 < n; r0 += ROWS) {
             npy_intp rows = n - r0 < ROWS ? n - r0 : ROWS;
-            __m512 a[ROWS][2];
-            strip_product(q + r0 * d, d, rows, kp, d, a);
+            __m512 acc[ROWS][2];
+            strip_product(a + r0 * lda, lda, rows, bp, inner, acc);
 #pragma GCC unroll 8
             for (int i = 0; i < ROWS; i++)
                 if (i < rows) {
                     npy_intp r = r0 + i;
-                    uint32_t lanes = first_keys(seen[r] - c);
-                    __m512 ref = _mm512_set1_ps(lse2[r]);
-                    _mm512_storeu_ps(p + r * p_ld + c, exp2_lanes(_mm512_sub_ps(a[i][0], ref), (__mmask16)lanes));
-                    _mm512_storeu_ps(p + r * p_ld + c + 16,
-                                     exp2_lanes(_mm512_sub_ps(a[i][1], ref), (__mmask16)(lanes >> 16)));
+                    __m512 ref = _mm512_set1_ps(row_value[r]), y0, y1;
+                    __m512 x0 = _mm512_sub_ps(acc[i][0], ref), x1 = _mm512_sub_ps(acc[i][1], ref);
+                    if (epilogue == PROBS) {
+                        uint32_t lanes = first_keys(seen[r] - c);
+                        y0 = exp2_lanes(x0, (__mmask16)lanes);
+                        y1 = exp2_lanes(x1, (__mmask16)(lanes >> 16));
+                    } else {
+                        y0 = _mm512_mul_ps(_mm512_loadu_ps(p + r * p_ld + c), x0);
+                        y1 = _mm512_mul_ps(_mm512_loadu_ps(p + r * p_ld + c + 16), x1);
+                    }
+                    _mm512_storeu_ps(out + r * out_ld + c, y0);
+                    _mm512_storeu_ps(out + r * out_ld + c + 16, y1);
                 }
         }
+}
+
+AVX512 void tiles_probs(const float *q, npy_intp d, const float *kp, npy_intp n, npy_intp w, const npy_intp *seen,
+                        const float *lse2, float *p, npy_intp p_ld)
+{
+    product_rows(PROBS, q, d, d, kp, n, w, seen, lse2, NULL, 0, p, p_ld);
 }
 
 AVX512 void tiles_score_grads(const float *dout, npy_intp do_ld, npy_intp dv, const float *vp, npy_intp n, npy_intp w,
                               const float *p, npy_intp p_ld, const float *delta, float *ds, npy_intp ds_ld)
 {
-    for (npy_intp c = 0; c < w; c += COLS, vp += dv * COLS)
-        for (npy_intp r0 = 0; r0 < n; r0 += ROWS) {
-            npy_intp rows = n - r0 < ROWS ? n - r0 : ROWS;
-            __m512 a[ROWS][2];
-            strip_product(dout + r0 * do_ld, do_ld, rows, vp, dv, a);
-#pragma GCC unroll 8
-            for (int i = 0; i < ROWS; i++)
-                if (i < rows) {
-                    npy_intp r = r0 + i;
-                    __m512 dl = _mm512_set1_ps(delta[r]);
-                    const float *pr = p + r * p_ld + c;
-                    _mm512_storeu_ps(ds + r * ds_ld + c, _mm512_mul_ps(_mm512_loadu_ps(pr), _mm512_sub_ps(a[i][0], dl)));
-                    _mm512_storeu_ps(ds + r * ds_ld + c + 16,
-                                     _mm512_mul_ps(_mm512_loadu_ps(pr + 16), _mm512_sub_ps(a[i][1], dl)));
-                }
-        }
+    product_rows(GRADS, dout, do_ld, dv, vp, n, w, NULL, delta, p, p_ld, ds, ds_ld);
 }
 
 /* acc[rows, 64 columns] += A[rows, :k] B[:k, 64 columns] for up to VROWS rows, the sums in registers; A's element
