@@ -385,3 +385,27 @@ def test_the_preparations_head_copies_in_one_call_are_numpys(b, s, hk, g, d):
     np.testing.assert_array_equal(kt.base, want_base)   # padding and the extra row untouched
     assert not gather(x.astype(np.float64), q, hk, 0.3, 2) and not transpose(key, kt[:, :, :-1], hk, 2)
     assert not gather(x, q, hk + 1, 0.3, 2) and not transpose(key, kt, hk + 1, 2)
+
+
+@pytest.mark.parametrize("b, s, hk, g, d, nparts", [(1, 1000, 2, 1, 64, 1), (2, 37, 2, 3, 24, 0), (1, 513, 1, 4, 1, 3)])
+def test_the_finishs_head_copies_in_one_call_are_numpys(b, s, hk, g, d, nparts):
+    """oarlock-cpu's flashmask_scatter_heads (the backward's finish, every head at once) writes what the per-head numpy
+    finish writes, bit for bit: (dQ + its pool pieces' shares, added in order) * scale, in the [B, S, H, D] layout."""
+    try:
+        scatter = xp_function(np, "flashmask_scatter_heads")
+    except AttributeError:
+        pytest.skip("oarlock-cpu's C finish is not built")
+    rng = np.random.default_rng(s)
+    x, *parts = (rng.standard_normal((b * hk, s * g, d)).astype(np.float32) for _ in range(1 + nparts))
+    got = np.full((b, s, hk * g, d), 7.0, np.float32)
+    assert scatter(x, parts, got, hk, 0.125, 2)
+    want = np.empty_like(got)
+    for f in range(b * hk):
+        acc = x[f].copy()
+        for part in parts:
+            acc += part[f]
+        acc *= np.float32(0.125)
+        kernel._rows_from(want, acc, f, hk, g)
+    np.testing.assert_array_equal(got, want)
+    assert not scatter(x.astype(np.float64), parts, got, hk, 0.125, 2) and not scatter(x, parts, got, hk + 1, 1.0, 2)
+    assert not scatter(x, parts, got.astype(np.float64), hk, 0.125, 2)

@@ -768,3 +768,67 @@ PyObject *flashmask_gather_heads(PyObject *self, PyObject *args)
     over_heads(threads, F, j.S, gather_piece, &j, &j.chunk, &j.nchunks);
     Py_RETURN_TRUE;
 }
+
+/* flashmask_scatter_heads(x, parts, dst, kv_heads, scale, threads) -> True | None: the finish of the backward, the
+ * inverse of gather_heads: dst[b, s, h * G + g, :] <- (x[f, s * G + g, :] + parts[0][f, ...] + parts[1][f, ...] + ...)
+ * * scale for every f = b * kv_heads + h, the terms added in that order (numpy's in-place sums and product give the same
+ * bits); x and each part [F, S * G, D] C-ordered float32, dst [B, S, kv_heads * G, D] C-ordered float32. */
+typedef struct {
+    const float *x;
+    const float *parts[MAX_THREADS];
+    float *dst;
+    npy_intp S, Hk, G, D, nparts, chunk, nchunks;
+    float scale;
+} scatter_job;
+
+static void scatter_piece(void *ctx, long piece)
+{
+    const scatter_job *j = ctx;
+    npy_intp f = piece / j->nchunks, p0 = (piece % j->nchunks) * j->chunk;
+    npy_intp p1 = p0 + j->chunk < j->S ? p0 + j->chunk : j->S, run = j->G * j->D, head = f * j->S * run;
+    float *dst = j->dst + ((f / j->Hk) * j->S * j->Hk + f % j->Hk) * run;   /* dst[b, 0, h * G, 0] */
+    for (npy_intp p = p0; p < p1; p++) {
+        float *o = dst + p * j->Hk * run;
+        npy_intp at = head + p * run;
+        for (npy_intp e = 0; e < run; e++) {
+            float t = j->x[at + e];
+            for (npy_intp k = 0; k < j->nparts; k++)
+                t += j->parts[k][at + e];
+            o[e] = t * j->scale;
+        }
+    }
+}
+
+PyObject *flashmask_scatter_heads(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *partso, *dsto;
+    Py_ssize_t kv_heads;
+    double scale;
+    int threads;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOndi", &xo, &partso, &dsto, &kv_heads, &scale, &threads))
+        return NULL;
+    if (!usable(dsto, 4) || !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)dsto) ||
+        !PyArray_ISWRITEABLE((PyArrayObject *)dsto) || !PyTuple_Check(partso) ||
+        PyTuple_GET_SIZE(partso) > MAX_THREADS || kv_heads < 1 || threads < 1)
+        Py_RETURN_NONE;
+    PyArrayObject *dst = (PyArrayObject *)dsto;
+    npy_intp hq = PyArray_DIM(dst, 2);
+    scatter_job j = {.S = PyArray_DIM(dst, 1), .Hk = kv_heads, .G = hq / kv_heads, .D = PyArray_DIM(dst, 3),
+                     .nparts = PyTuple_GET_SIZE(partso), .scale = (float)scale};
+    npy_intp F = PyArray_DIM(dst, 0) * kv_heads;
+    if (hq % kv_heads || !c_array(xo, F, j.S * j.G, j.D, 0))
+        Py_RETURN_NONE;
+    for (npy_intp k = 0; k < j.nparts; k++) {
+        PyObject *part = PyTuple_GET_ITEM(partso, k);
+        if (!c_array(part, F, j.S * j.G, j.D, 0))
+            Py_RETURN_NONE;
+        j.parts[k] = PyArray_DATA((PyArrayObject *)part);
+    }
+    if (F == 0 || j.S == 0 || j.G == 0 || j.D == 0)
+        Py_RETURN_TRUE;
+    j.x = PyArray_DATA((PyArrayObject *)xo);
+    j.dst = PyArray_DATA(dst);
+    over_heads(threads, F, j.S, scatter_piece, &j, &j.chunk, &j.nchunks);
+    Py_RETURN_TRUE;
+}

@@ -390,6 +390,9 @@ static PyMethodDef methods[] = {
     {"flashmask_gather_heads", flashmask_gather_heads, METH_VARARGS,
      "flashmask_gather_heads(x, dst, kv_heads, scale, threads) -> True or None: dst[f, s * G + g, :D] <- scale * "
      "x[b, s, h * G + g]; see _flash.c."},
+    {"flashmask_scatter_heads", flashmask_scatter_heads, METH_VARARGS,
+     "flashmask_scatter_heads(x, parts, dst, kv_heads, scale, threads) -> True or None: dst[b, s, h * G + g, :] <- "
+     "(x[f, s * G + g] + sum of parts[., f, s * G + g]) * scale; see _flash.c."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -32,5 +32,6 @@ PyObject *flashmask_backward(PyObject *self, PyObject *args);  /* _flash.c */
 PyObject *flashmask_tiles(PyObject *self, PyObject *args);  /* _flash.c */
 PyObject *flashmask_transpose_heads(PyObject *self, PyObject *args);  /* _flash.c */
 PyObject *flashmask_gather_heads(PyObject *self, PyObject *args);  /* _flash.c */
+PyObject *flashmask_scatter_heads(PyObject *self, PyObject *args);  /* _flash.c */
 
 #endif

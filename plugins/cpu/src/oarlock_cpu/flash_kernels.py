@@ -10,7 +10,9 @@ likewise accumulates into dk, dv and the tuple of arrays dqs (one per pool piece
 flashmask_transpose_heads(x, dst, kv_heads, threads) -> bool writes the preparation's K^T (or V^T) of every head,
 dst[b * kv_heads + h, d, s] = x[b, s, h, d], and flashmask_gather_heads(x, dst, kv_heads, scale, threads) -> bool
 its per-head Q rows, dst[b * kv_heads + h, s * G + g, :D] = scale * x[b, s, h * G + g], on the pool (False: not
-taken, nothing written). Offered only where MKL is loaded.
+taken, nothing written); flashmask_scatter_heads(x, parts, dst, kv_heads, scale, threads) -> bool is the backward's
+finish, the other way: dst[b, s, h * G + g] = (x[f, s * G + g] + the parts' rows, in order) * scale. Offered only
+where MKL is loaded.
 
 AVX512_TILES: whether the forward and the backward may use _flash_tiles.c's AVX-512 kernels (where the CPU has
 AVX-512 and the values' width is a multiple of 64) instead of sgemm and row passes; False keeps the sgemm path (the
@@ -47,9 +49,16 @@ def flashmask_gather_heads(x, dst, kv_heads, scale, threads) -> bool:
     return mkl._gemm.flashmask_gather_heads(x, dst, int(kv_heads), float(scale), int(threads)) is not None
 
 
+def flashmask_scatter_heads(x, parts, dst, kv_heads, scale, threads) -> bool:
+    return mkl._gemm.flashmask_scatter_heads(x, tuple(parts), dst, int(kv_heads), float(scale),
+                                             int(threads)) is not None
+
+
 # (an extension built before _flash.c existed has neither: the kernels then keep their numpy tiles)
 FUNCTIONS = {} if mkl.LIBRARY is None or not hasattr(mkl._gemm, "flashmask_backward") else {
     "flashmask_forward": flashmask_forward, "flashmask_backward": flashmask_backward}
 if FUNCTIONS and hasattr(mkl._gemm, "flashmask_transpose_heads"):
     FUNCTIONS["flashmask_transpose_heads"] = flashmask_transpose_heads
     FUNCTIONS["flashmask_gather_heads"] = flashmask_gather_heads
+if FUNCTIONS and hasattr(mkl._gemm, "flashmask_scatter_heads"):
+    FUNCTIONS["flashmask_scatter_heads"] = flashmask_scatter_heads

@@ -430,6 +430,17 @@ def _gather_heads(xp, dst, x, hk, scale):
     return x.dtype == dst.dtype and fn(x, dst, hk, scale, _parallel.workers())
 
 
+def _scatter_heads(xp, dst, x, parts, hk, scale):
+    """The finish's dst [B, S, H, D] <- (x + parts[0] + parts[1] + ...) * scale for every head of x [F, S * G, D]
+    (_rows_from's layout; the terms added in that order, so the bits of finish's numpy sums) by the backend's one call
+    where it has one and takes these arrays; False otherwise (nothing written)."""
+    try:
+        fn = xp_function(xp, "flashmask_scatter_heads")
+    except AttributeError:
+        return False
+    return x.dtype == dst.dtype and fn(x, parts, dst, hk, scale, _parallel.workers())
+
+
 def _transpose_heads(xp, dst, k, hk):
     """dst [F, >= D, Sk] <- K^T of every head of k [B, Sk, Hk, D] by the backend's one call where it has one and
     takes these arrays (oarlock-cpu: C, on its pool); False otherwise (nothing written: _keys_t_into per head)."""
@@ -833,6 +844,11 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     dq_b = xp.empty(query.shape, dtype=query.dtype)
     dk_b = xp.empty(key.shape, dtype=key.dtype)
     dv_b = xp.empty(value.shape, dtype=value.dtype)
+    parts = [dq_parts[w] for w in sorted(dq_parts)]
+    if grad_lse is None and _scatter_heads(xp, dq_b, dq, parts, hk, scale) and \
+            _scatter_heads(xp, dk_b, dk, [], hk, LN2) and _scatter_heads(xp, dv_b, dv_, [], hk, 1.0):
+        _scratch.give(q, do, delta, lse2, k, kt.base, vt.base, dq, dk, dv_, *parts)
+        return dq_b, dk_b, dv_b
 
     def finish(f):
         for part in (dq_parts[w] for w in sorted(dq_parts)):
