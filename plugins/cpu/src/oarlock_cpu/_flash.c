@@ -718,19 +718,29 @@ PyObject *flashmask_transpose_heads(PyObject *self, PyObject *args)
  * x[b, s, h * G + g, :] for every f = b * kv_heads + h (the preparation's per-head Q rows, pre-multiplied), x
  * [B, S, kv_heads * G, D] C-ordered float32, dst [F, S * G, >= D] C-ordered float32 (its other columns are left
  * alone). One pass on the pool instead of numpy's per-head copies on Python threads. */
-typedef struct {
+typedef struct {   /* (flashmask_scatter_heads's too) */
     const float *x;
+    const float *parts[MAX_THREADS];
     float *dst;
-    npy_intp S, Hk, G, D, W, chunk, nchunks;
+    npy_intp S, Hk, G, D, W, nparts, chunk, nchunks;
     float scale;
-} gather_job;
+} heads_job;
+
+/* Piece `piece` of over_heads for a [B, S, Hk * G, D] array: head f, positions [*p0, *p1); returns the offset of its
+ * element [b, 0, h * G, 0] */
+static npy_intp head_piece(const heads_job *j, long piece, npy_intp *f, npy_intp *p0, npy_intp *p1)
+{
+    *f = piece / j->nchunks;
+    *p0 = (piece % j->nchunks) * j->chunk;
+    *p1 = *p0 + j->chunk < j->S ? *p0 + j->chunk : j->S;
+    return ((*f / j->Hk) * j->S * j->Hk + *f % j->Hk) * j->G * j->D;
+}
 
 static void gather_piece(void *ctx, long piece)
 {
-    const gather_job *j = ctx;
-    npy_intp f = piece / j->nchunks, p0 = (piece % j->nchunks) * j->chunk;
-    npy_intp p1 = p0 + j->chunk < j->S ? p0 + j->chunk : j->S, run = j->G * j->D;
-    const float *src = j->x + ((f / j->Hk) * j->S * j->Hk + f % j->Hk) * run;   /* x[b, 0, h * G, 0] */
+    const heads_job *j = ctx;
+    npy_intp f, p0, p1, run = j->G * j->D;
+    const float *src = j->x + head_piece(j, piece, &f, &p0, &p1);   /* x[b, 0, h * G, 0] */
     float *dst = j->dst + f * j->S * j->G * j->W;
     for (npy_intp p = p0; p < p1; p++)
         for (npy_intp g = 0; g < j->G; g++) {
@@ -756,7 +766,7 @@ PyObject *flashmask_gather_heads(PyObject *self, PyObject *args)
         Py_RETURN_NONE;
     PyArrayObject *x = (PyArrayObject *)xo, *dst = (PyArrayObject *)dsto;
     npy_intp hq = PyArray_DIM(x, 2);
-    gather_job j = {.S = PyArray_DIM(x, 1), .Hk = kv_heads, .G = hq / kv_heads, .D = PyArray_DIM(x, 3),
+    heads_job j = {.S = PyArray_DIM(x, 1), .Hk = kv_heads, .G = hq / kv_heads, .D = PyArray_DIM(x, 3),
                     .W = PyArray_DIM(dst, 2), .scale = (float)scale};
     npy_intp F = PyArray_DIM(x, 0) * kv_heads;
     if (hq % kv_heads || PyArray_DIM(dst, 0) != F || PyArray_DIM(dst, 1) != j.S * j.G || j.W < j.D)
@@ -773,20 +783,12 @@ PyObject *flashmask_gather_heads(PyObject *self, PyObject *args)
  * inverse of gather_heads: dst[b, s, h * G + g, :] <- (x[f, s * G + g, :] + parts[0][f, ...] + parts[1][f, ...] + ...)
  * * scale for every f = b * kv_heads + h, the terms added in that order (numpy's in-place sums and product give the same
  * bits); x and each part [F, S * G, D] C-ordered float32, dst [B, S, kv_heads * G, D] C-ordered float32. */
-typedef struct {
-    const float *x;
-    const float *parts[MAX_THREADS];
-    float *dst;
-    npy_intp S, Hk, G, D, nparts, chunk, nchunks;
-    float scale;
-} scatter_job;
-
 static void scatter_piece(void *ctx, long piece)
 {
-    const scatter_job *j = ctx;
-    npy_intp f = piece / j->nchunks, p0 = (piece % j->nchunks) * j->chunk;
-    npy_intp p1 = p0 + j->chunk < j->S ? p0 + j->chunk : j->S, run = j->G * j->D, head = f * j->S * run;
-    float *dst = j->dst + ((f / j->Hk) * j->S * j->Hk + f % j->Hk) * run;   /* dst[b, 0, h * G, 0] */
+    const heads_job *j = ctx;
+    npy_intp f, p0, p1, run = j->G * j->D;
+    float *dst = j->dst + head_piece(j, piece, &f, &p0, &p1);   /* dst[b, 0, h * G, 0] */
+    npy_intp head = f * j->S * run;
     for (npy_intp p = p0; p < p1; p++) {
         float *o = dst + p * j->Hk * run;
         npy_intp at = head + p * run;
@@ -814,7 +816,7 @@ PyObject *flashmask_scatter_heads(PyObject *self, PyObject *args)
         Py_RETURN_NONE;
     PyArrayObject *dst = (PyArrayObject *)dsto;
     npy_intp hq = PyArray_DIM(dst, 2);
-    scatter_job j = {.S = PyArray_DIM(dst, 1), .Hk = kv_heads, .G = hq / kv_heads, .D = PyArray_DIM(dst, 3),
+    heads_job j = {.S = PyArray_DIM(dst, 1), .Hk = kv_heads, .G = hq / kv_heads, .D = PyArray_DIM(dst, 3),
                      .nparts = PyTuple_GET_SIZE(partso), .scale = (float)scale};
     npy_intp F = PyArray_DIM(dst, 0) * kv_heads;
     if (hq % kv_heads || !c_array(xo, F, j.S * j.G, j.D, 0))
