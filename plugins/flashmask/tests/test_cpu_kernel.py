@@ -109,11 +109,13 @@ fused = pytest.mark.skipif(not _has_fused(), reason="the cpu backend has no fuse
 
 @fused
 @pytest.mark.parametrize("level,spread", [(200.0, 0.0), (60.0, 0.0), (0.0, 150.0), (-200.0, 0.0), (-120.0, 100.0)])
-@pytest.mark.parametrize("d", [16, 64])
-def test_extreme_scores_fused(level, spread, d, tile_blocks):
-    """The same scores through the fused C forward (float32 plain causal): its standard online softmax (d = 16:
-    sgemm and row passes; d = 64: oarlock-cpu's AVX-512 tiles where the CPU has them, whose rising scores move each
-    row's reference many times) within float32's rounding of the scores, and no numpy tile run."""
+@pytest.mark.parametrize("d, tiles", [(16, True), (64, True), (64, False)])
+def test_extreme_scores_fused(level, spread, d, tiles, tile_blocks, monkeypatch):
+    """The same scores through the fused C kernels (float32 plain causal): the forward's standard online softmax by
+    sgemm and row passes (tiles off), or by oarlock-cpu's AVX-512 tiles where the CPU has them (whose rising scores
+    move each row's reference many times), within float32's rounding of the scores, and no numpy tile run."""
+    if not tiles:
+        monkeypatch.setattr(pytest.importorskip("oarlock_cpu.flash_kernels"), "AVX512_TILES", False)
     rng = np.random.default_rng(int(abs(level) + spread))
     q, k, v = _aligned(rng, 1, 300, 2, d, level, spread)
     _check(q, k, v, causal=True, tol=2e-4 * max(1.0, (abs(level) + spread) / 100))
@@ -134,10 +136,13 @@ def cpu_tiles():
     (1, 1100, 1100, 1, 1, 64, 64, True),      # several key blocks of 512, query blocks of 128
     (2, 130, 200, 1, 3, 128, 128, True),      # Sq != Sk (bottom-right causal), grouped heads, D = 128
     (1, 77, 90, 2, 2, 64, 64, False),         # no mask
+    (1, 200, 200, 2, 2, 32, 32, True),        # head dims of 16, 32 and 80 (64 + 16): the products' narrower blocks
+    (1, 150, 150, 1, 1, 80, 80, True),
+    (2, 70, 70, 1, 1, 16, 16, True),
 ])
 def test_fused_tiles_agree_with_reference_and_sgemm(b, sq, sk, hk, g, d, dv, causal, cpu_tiles, monkeypatch,
                                                       tile_blocks):
-    """The C kernels' AVX-512 tiles (head dims a multiple of 64): out, lse and the three gradients within float32
+    """The C kernels' AVX-512 tiles (head dims a multiple of 16): out, lse and the three gradients within float32
     rounding of the float64 reference and of the same C kernels by sgemm and row passes (AVX512_TILES off), no numpy
     tile run; repeated calls give the same bits (dQ summed per pool piece in a fixed order)."""
     rng = np.random.default_rng(sq + sk + d)

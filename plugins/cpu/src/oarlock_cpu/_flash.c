@@ -20,7 +20,7 @@
  * (scores = Q K^T by sgemm, the online-softmax step in one pass per row, acc += P V by sgemm), only the keys a
  * causal block can see are multiplied (the last block's width stops at the block's last visible key), and
  * the units, heaviest first, go to `threads` threads (this one and the pool's; MKL on one thread each).
- * With `tiles` (and where the CPU has AVX-512 and Dv is a multiple of 64) a key block is instead two calls of
+ * With `tiles` (and where the CPU has AVX-512 and D = Dv is a multiple of 16) a key block is instead two calls of
  * _flash_tiles.c's kernels, which keep the scores in registers from the product through the exponential.
  * The softmax step is the standard one (each row's running max m, sum l and acc rescaled by 2^(m_old - m)), so
  * no score can overflow and no case needs redoing; the exponentials are 2^x for x <= 0, flushed to 0 below
@@ -375,7 +375,7 @@ PyObject *flashmask_forward(PyObject *self, PyObject *args)
     j.bk = bk;
     j.nqb = (j.Sq + bq - 1) / bq;
     j.causal = causal;
-    j.tiles = tiles && tiles_avx512() && j.Dv > 0 && j.Dv % 64 == 0 && bk % TILES_COLS == 0 && j.D == j.Dv;
+    j.tiles = tiles && tiles_avx512() && j.Dv > 0 && j.Dv % 16 == 0 && bk % TILES_COLS == 0 && j.D == j.Dv;
     j.strips = (j.Sk + TILES_COLS - 1) / TILES_COLS;
     threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
     /* The tiles pack a wave of `threads` heads at a time (the packed copies then take `threads` heads' room, not
@@ -513,7 +513,7 @@ static void backward_unit(flash_bwd_job *j, npy_intp unit, float *dq, const bwd_
         npy_intp r1 = r0 + j->bq < j->Sq ? r0 + j->bq : j->Sq, n = (r1 - r0) * G;
         const float *qb = q + r0 * G * D, *dob = dout + r0 * G * j->do_ld;
         tile_probs_and_grads(j, sc, r0, n, c0, w, qb, dob, kt, vt, lse2 + r0 * G, delta + r0 * G);
-        if (j->tiles) {   /* dV += P^T dO, dQ += dS (K - c), dK += dS^T Q (D = Dv, a multiple of 64) */
+        if (j->tiles) {   /* dV += P^T dO, dQ += dS (K - c), dK += dS^T Q (D = Dv, a multiple of 16) */
             tiles_product(sc->s, 1, ld, w, n, dob, j->do_ld, dv, Dv, Dv);
             tiles_product(sc->dp, ld, 1, n, w, kc, D, dqf + r0 * G * D, D, D);
             tiles_product(sc->dp, 1, ld, w, n, qb, D, dk, D, D);
@@ -638,7 +638,7 @@ PyObject *flashmask_backward(PyObject *self, PyObject *args)
     j.units = j.F * j.nkb;
     j.pieces = threads;
     /* as the forward's condition: then the tiles' scores are the forward's own products, bit for bit */
-    j.tiles = tiles && tiles_avx512() && j.Dv > 0 && j.Dv % 64 == 0 && bk % TILES_COLS == 0 && j.D == j.Dv;
+    j.tiles = tiles && tiles_avx512() && j.Dv > 0 && j.Dv % 16 == 0 && bk % TILES_COLS == 0 && j.D == j.Dv;
     Py_BEGIN_ALLOW_THREADS
     pool_run(threads, (long)threads, run_backward_piece, &j, NULL);
     Py_END_ALLOW_THREADS

@@ -1,13 +1,13 @@
 /*
  * The FlashMask C forward's tile kernels in AVX-512 (part of oarlock_cpu._gemm; used by _flash.c where the CPU has
- * AVX-512F and the values' width is a multiple of 64):
+ * AVX-512F and the head dim is a multiple of 16):
  *
  *   tiles_scores_softmax  P = 2^(Q K^T - m) for one query block against one key block, with each row's running
  *                         maximum m, sum and values rescaled on the way (the online softmax step)
  *   tiles_values          acc += P V
  *   tiles_probs           the backward's P = 2^(Q K^T - lse) (hidden keys 0)
  *   tiles_score_grads     the backward's dS = P (dO V^T - delta)
- *   tiles_product         acc += A B or A^T B, 64 columns at a time (the backward's dV, dQ and dK)
+ *   tiles_product         acc += A B or A^T B, up to 64 columns at a time (the backward's dV, dQ and dK)
  *
  * Why not MKL's sgemm for these, as _flash.c's generic path: the sgemm calls run the products at full speed, but the
  * softmax between them was two more passes (max, then exp and sum) over a 128 x 512 score block that lives in L2:
@@ -228,36 +228,60 @@ AVX512 void tiles_score_grads(const float *dout, npy_intp do_ld, npy_intp dv, co
     product_rows(GRADS, dout, do_ld, dv, vp, n, w, NULL, delta, p, p_ld, ds, ds_ld);
 }
 
-/* acc[rows, 64 columns] += A[rows, :k] B[:k, 64 columns] for up to VROWS rows, the sums in registers; A's element
- * (i, c) at a[i * sa + c * sk] (sk = 1: rows of A; sa = 1: A read transposed), B's rows b (row stride b_ld) */
-AVX512 static void product_block(const float *a, npy_intp sa, npy_intp sk, const float *b, npy_intp b_ld, float *acc,
-                                 npy_intp acc_ld, npy_intp rows, npy_intp k)
+/* acc[rows, 16 nv columns] += A[rows, :k] B[:k, 16 nv columns] for up to VROWS rows, the sums in registers (nv <= 4
+ * vectors: a constant where inlined); A's element (i, c) at a[i * sa + c * sk] (sk = 1: rows of A; sa = 1: A read
+ * transposed), B's rows b (row stride b_ld) */
+AVX512 static inline __attribute__((always_inline)) void product_vectors(int nv, const float *a, npy_intp sa,
+                                                                         npy_intp sk, const float *b, npy_intp b_ld,
+                                                                         float *acc, npy_intp acc_ld, npy_intp rows,
+                                                                         npy_intp k)
 {
-    __m512 s[VROWS][4];
+    __m512 s[VROWS][4], bv[4];
     const float *ar[VROWS];
 #pragma GCC unroll 6
     for (int i = 0; i < VROWS; i++) {
         ar[i] = a + (i < rows ? i : 0) * sa;
-        for (int v = 0; v < 4; v++)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++)
             s[i][v] = i < rows ? _mm512_loadu_ps(acc + i * acc_ld + 16 * v) : _mm512_setzero_ps();
     }
     for (npy_intp c = 0, o = 0; c < k; c++, o += sk, b += b_ld) {
-        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32),
-               b3 = _mm512_loadu_ps(b + 48);
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++)
+            bv[v] = _mm512_loadu_ps(b + 16 * v);
 #pragma GCC unroll 6
         for (int i = 0; i < VROWS; i++) {
             __m512 x = _mm512_set1_ps(ar[i][o]);
-            s[i][0] = _mm512_fmadd_ps(x, b0, s[i][0]);
-            s[i][1] = _mm512_fmadd_ps(x, b1, s[i][1]);
-            s[i][2] = _mm512_fmadd_ps(x, b2, s[i][2]);
-            s[i][3] = _mm512_fmadd_ps(x, b3, s[i][3]);
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; v++)
+                s[i][v] = _mm512_fmadd_ps(x, bv[v], s[i][v]);
         }
     }
 #pragma GCC unroll 6
     for (int i = 0; i < VROWS; i++)   /* (constant indices: the sums stay in registers) */
         if (i < rows)
-            for (int v = 0; v < 4; v++)
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; v++)
                 _mm512_storeu_ps(acc + i * acc_ld + 16 * v, s[i][v]);
+}
+
+/* The same for `cols` columns (16, 32, 48 or 64) */
+AVX512 static void product_block(const float *a, npy_intp sa, npy_intp sk, const float *b, npy_intp b_ld, float *acc,
+                                 npy_intp acc_ld, npy_intp rows, npy_intp k, npy_intp cols)
+{
+    switch (cols / 16) {
+    case 4:
+        product_vectors(4, a, sa, sk, b, b_ld, acc, acc_ld, rows, k);
+        break;
+    case 3:
+        product_vectors(3, a, sa, sk, b, b_ld, acc, acc_ld, rows, k);
+        break;
+    case 2:
+        product_vectors(2, a, sa, sk, b, b_ld, acc, acc_ld, rows, k);
+        break;
+    default:
+        product_vectors(1, a, sa, sk, b, b_ld, acc, acc_ld, rows, k);
+    }
 }
 
 AVX512 void tiles_product(const float *a, npy_intp sa, npy_intp sk, npy_intp m, npy_intp k, const float *b,
@@ -266,7 +290,7 @@ AVX512 void tiles_product(const float *a, npy_intp sa, npy_intp sk, npy_intp m, 
     for (npy_intp r0 = 0; r0 < m; r0 += VROWS)
         for (npy_intp c0 = 0; c0 < cols; c0 += 64)
             product_block(a + r0 * sa, sa, sk, b + c0, b_ld, acc + r0 * acc_ld + c0, acc_ld,
-                          m - r0 < VROWS ? m - r0 : VROWS, k);
+                          m - r0 < VROWS ? m - r0 : VROWS, k, cols - c0 < 64 ? cols - c0 : 64);
 }
 
 AVX512 void tiles_values(const float *p, npy_intp p_ld, const float *v, npy_intp v_ld, npy_intp n, npy_intp w,
@@ -278,7 +302,8 @@ AVX512 void tiles_values(const float *p, npy_intp p_ld, const float *v, npy_intp
             most = seen[r0 + i] > most ? seen[r0 + i] : most;
         most = most < w ? most : w;
         for (npy_intp c0 = 0; c0 < dv; c0 += 64)
-            product_block(p + r0 * p_ld, p_ld, 1, v + c0, v_ld, acc + r0 * dv + c0, dv, rows, most);
+            product_block(p + r0 * p_ld, p_ld, 1, v + c0, v_ld, acc + r0 * dv + c0, dv, rows, most,
+                          dv - c0 < 64 ? dv - c0 : 64);
     }
 }
 

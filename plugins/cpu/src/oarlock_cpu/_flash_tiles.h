@@ -10,10 +10,10 @@
  * least w rounded up to 32: whole vectors are stored; hidden keys get 0), adds them to the row's 16 sum lanes
  * sums[16 r ...], and moves m[r] up where a score passes it by the margin (rescaling that row's weights so far in p,
  * its sum lanes and its values acc[r * dv ...]). m starts at -inf, the sums and acc at 0.
- * tiles_values: acc[n, dv] += p[n, :w] v[:w, dv] (v's row stride v_ld), dv a multiple of 64; the weights past each
+ * tiles_values: acc[n, dv] += p[n, :w] v[:w, dv] (v's row stride v_ld), dv a multiple of 16; the weights past each
  * row's seen[r] are 0 and not read.
  * tiles_product: acc[m, cols] += A[m, k] B[k, cols], A's element (i, c) at a[i * sa + c * sk] (so A or a transpose),
- * B's rows with stride b_ld, acc's with acc_ld; cols a multiple of 64.
+ * B's rows with stride b_ld, acc's with acc_ld; cols a multiple of 16.
  * tiles_probs (the backward): p = 2^(Q K^T - lse2[r]) for n rows x w keys (kp packed as above), 0 past each row's
  * seen[r]; the scores are the forward's own products (the same order of sums: the same bits).
  * tiles_score_grads (the backward): ds = p (dO V^T - delta[r]) for n rows x w keys, dO rows of dv floats (row stride

@@ -15,7 +15,7 @@ finish, the other way: dst[b, s, h * G + g] = (x[f, s * G + g] + the parts' rows
 where MKL is loaded.
 
 AVX512_TILES: whether the forward and the backward may use _flash_tiles.c's AVX-512 kernels (where the CPU has
-AVX-512 and the values' width is a multiple of 64) instead of sgemm and row passes; False keeps the sgemm path (the
+AVX-512 and the head dim is a multiple of 16) instead of sgemm and row passes; False keeps the sgemm path (the
 tests compare the two).
 """
 
