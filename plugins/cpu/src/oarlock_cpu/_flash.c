@@ -176,7 +176,7 @@ static void softmax_step(float *s, npy_intp seen, npy_intp w, float *m, float *l
 }
 
 /* n bytes (at least 1) aligned to 64, zeroed when asked: the tiles' vector loads and stores then never split a cache
- * line (malloc's 16-byte alignment made a third of them split). Free with free(). */
+ * line (at malloc's 16-byte alignment every 64-byte vector straddles two). Free with free(). */
 static void *alloc64(size_t n, int zero)
 {
     void *p = NULL;

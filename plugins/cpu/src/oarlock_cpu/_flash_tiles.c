@@ -42,7 +42,7 @@
 #define AVX512 __attribute__((target("avx512f,avx512dq,fma")))
 #define ROWS 8             /* query rows per register block of the scores */
 #define COLS TILES_COLS
-#define VROWS 6            /* rows per register block of the values product (6 x 64 accumulators) */
+#define VROWS 6            /* rows per register block of the values product (6 x up to 4 vectors of sums) */
 #define RESCALE_MARGIN 8.0f
 
 int tiles_avx512(void)
@@ -77,7 +77,8 @@ AVX512 static inline __m512 exp2_lanes(__m512 x, __mmask16 keep)
 
 /* Row r's reference moves up to `top`: its weights so far in this block (p[0, done)), its sum lanes and its values
  * are rescaled by 2^(m - top). */
-AVX512 static __attribute__((noinline)) void move_reference(float *m, float top, float *p, npy_intp done, float *sums, float *acc, npy_intp dv)
+AVX512 static __attribute__((noinline)) void move_reference(float *m, float top, float *p, npy_intp done, float *sums,
+                                                            float *acc, npy_intp dv)
 {
     float alpha = *m == -INFINITY ? 0.0f : exp2f(*m - top);
     __m512 a = _mm512_set1_ps(alpha);

@@ -420,35 +420,36 @@ def _rows_from(dst, x, f, hk, g):
     dst[b, :, h * g:(h + 1) * g] = x.reshape(dst.shape[1], g, x.shape[-1])
 
 
+def _heads_function(xp, name, x, dst):
+    """The backend's array function `name` (one call for every head) where it has one and x and dst share a dtype;
+    None otherwise (the caller then works per head)."""
+    try:
+        fn = xp_function(xp, name)
+    except AttributeError:
+        return None
+    return fn if x.dtype == dst.dtype else None
+
+
 def _gather_heads(xp, dst, x, hk, scale):
     """dst [F, Sq * G, >= D] <- scale * the rows of every head of x [B, Sq, Hq, D] (_rows_into's layout) by the
     backend's one call where it has one and takes these arrays; False otherwise (nothing written)."""
-    try:
-        fn = xp_function(xp, "flashmask_gather_heads")
-    except AttributeError:
-        return False
-    return x.dtype == dst.dtype and fn(x, dst, hk, scale, _parallel.workers())
+    fn = _heads_function(xp, "flashmask_gather_heads", x, dst)
+    return fn is not None and fn(x, dst, hk, scale, _parallel.workers())
 
 
 def _scatter_heads(xp, dst, x, parts, hk, scale):
     """The finish's dst [B, S, H, D] <- (x + parts[0] + parts[1] + ...) * scale for every head of x [F, S * G, D]
     (_rows_from's layout; the terms added in that order, so the bits of finish's numpy sums) by the backend's one call
     where it has one and takes these arrays; False otherwise (nothing written)."""
-    try:
-        fn = xp_function(xp, "flashmask_scatter_heads")
-    except AttributeError:
-        return False
-    return x.dtype == dst.dtype and fn(x, parts, dst, hk, scale, _parallel.workers())
+    fn = _heads_function(xp, "flashmask_scatter_heads", x, dst)
+    return fn is not None and fn(x, parts, dst, hk, scale, _parallel.workers())
 
 
 def _transpose_heads(xp, dst, k, hk):
     """dst [F, >= D, Sk] <- K^T of every head of k [B, Sk, Hk, D] by the backend's one call where it has one and
     takes these arrays (oarlock-cpu: C, on its pool); False otherwise (nothing written: _keys_t_into per head)."""
-    try:
-        fn = xp_function(xp, "flashmask_transpose_heads")
-    except AttributeError:
-        return False
-    return k.dtype == dst.dtype and fn(k, dst, hk, _parallel.workers())
+    fn = _heads_function(xp, "flashmask_transpose_heads", k, dst)
+    return fn is not None and fn(k, dst, hk, _parallel.workers())
 
 
 def _keys_t_into(xp, dst, k, f, hk):
@@ -844,14 +845,10 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
     dq_b = xp.empty(query.shape, dtype=query.dtype)
     dk_b = xp.empty(key.shape, dtype=key.dtype)
     dv_b = xp.empty(value.shape, dtype=value.dtype)
-    parts = [dq_parts[w] for w in sorted(dq_parts)]
-    if grad_lse is None and _scatter_heads(xp, dq_b, dq, parts, hk, scale) and \
-            _scatter_heads(xp, dk_b, dk, [], hk, LN2) and _scatter_heads(xp, dv_b, dv_, [], hk, 1.0):
-        _scratch.give(q, do, delta, lse2, k, kt.base, vt.base, dq, dk, dv_, *parts)
-        return dq_b, dk_b, dv_b
+    parts = [dq_parts[w] for w in sorted(dq_parts)]   # summed in worker order: reproducible bits
 
     def finish(f):
-        for part in (dq_parts[w] for w in sorted(dq_parts)):
+        for part in parts:
             dq[f] += part[f]
         if grad_lse is not None:   # c rowsum(dS): rowsum(dS) = dlse on rows that saw a key, 0 on the others
             b_, h = divmod(f, hk)
@@ -863,8 +860,11 @@ def flashmask_backward(xp, grad, query, key, value, out, lse, startend_row_indic
         _rows_from(dq_b, dq[f], f, hk, g)
         _rows_from(dk_b, dk[f], f, hk, 1)
         _rows_from(dv_b, dv_[f], f, hk, 1)
-    _per_head(xp, nf, finish)
-    _scratch.give(q, do, delta, lse2, k, kt.base, vt.base, dq, dk, dv_, *dq_parts.values())
+    # every head at once by the backend where it can (the same bits), else per head
+    if not (grad_lse is None and _scatter_heads(xp, dq_b, dq, parts, hk, scale) and
+            _scatter_heads(xp, dk_b, dk, [], hk, LN2) and _scatter_heads(xp, dv_b, dv_, [], hk, 1.0)):
+        _per_head(xp, nf, finish)
+    _scratch.give(q, do, delta, lse2, k, kt.base, vt.base, dq, dk, dv_, *parts)
     return dq_b, dk_b, dv_b
 
 
